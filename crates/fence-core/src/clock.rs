@@ -1,0 +1,148 @@
+//! The one module that reads clocks and entropy. Everything else gets them injected, so the
+//! decision core is pure and the runtime can run on virtual time in simulations.
+#![allow(clippy::disallowed_methods)]
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rand::rngs::SmallRng;
+use rand::{RngCore, SeedableRng};
+
+/// Wall-clock milliseconds since the Unix epoch, as this machine's clock says.
+///
+/// Used for lease expiry times that peers read; never for a process's judgement of its own
+/// lease (that uses the monotonic clock).
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// A process's view of time: a monotonic clock (milliseconds since the clock was made, driven
+/// by tokio, so it follows tokio's paused/virtual time in tests) and a wall clock (possibly
+/// skewed, for simulating machines that disagree).
+///
+/// ```
+/// use fence_core::Clock;
+/// let clock = Clock::system().with_skew_ms(-250);
+/// assert!(clock.wall_ms() > 1_600_000_000_000);
+/// ```
+#[derive(Clone, Debug)]
+pub struct Clock {
+    origin: tokio::time::Instant,
+    wall: Wall,
+    skew_ms: i64,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Wall {
+    System,
+    /// Wall time = `base_ms` + monotonic elapsed: for virtual-time runs.
+    Virtual {
+        base_ms: u64,
+    },
+}
+
+impl Clock {
+    /// The real clocks of this machine.
+    pub fn system() -> Self {
+        Clock {
+            origin: tokio::time::Instant::now(),
+            wall: Wall::System,
+            skew_ms: 0,
+        }
+    }
+
+    /// A clock whose wall time starts at `base_ms` and advances with tokio's (possibly
+    /// paused) time. Use under `tokio::time::pause()` for deterministic runs.
+    pub fn virtual_at(base_ms: u64) -> Self {
+        Clock {
+            origin: tokio::time::Instant::now(),
+            wall: Wall::Virtual { base_ms },
+            skew_ms: 0,
+        }
+    }
+
+    /// The same clock with its wall time shifted by `skew_ms` (the monotonic clock is
+    /// unaffected).
+    #[must_use]
+    pub fn with_skew_ms(mut self, skew_ms: i64) -> Self {
+        self.skew_ms = skew_ms;
+        self
+    }
+
+    /// Monotonic milliseconds since this clock was made.
+    pub fn mono_ms(&self) -> u64 {
+        tokio::time::Instant::now()
+            .saturating_duration_since(self.origin)
+            .as_millis() as u64
+    }
+
+    /// Wall-clock milliseconds since the Unix epoch, with this clock's skew.
+    pub fn wall_ms(&self) -> u64 {
+        let base = match self.wall {
+            Wall::System => now_ms(),
+            Wall::Virtual { base_ms } => base_ms + self.mono_ms(),
+        };
+        base.saturating_add_signed(self.skew_ms)
+    }
+
+    /// The tokio instant of monotonic time `mono_ms`.
+    pub fn instant_at(&self, mono_ms: u64) -> tokio::time::Instant {
+        self.origin + Duration::from_millis(mono_ms)
+    }
+
+    /// Sleeps until monotonic time `mono_ms`.
+    pub async fn sleep_until(&self, mono_ms: u64) {
+        tokio::time::sleep_until(self.instant_at(mono_ms)).await
+    }
+
+    /// Sleeps for `d`.
+    pub async fn sleep(&self, d: Duration) {
+        tokio::time::sleep(d).await
+    }
+}
+
+/// A shared, seedable source of randomness (nonces, jitter).
+///
+/// ```
+/// use fence_core::Entropy;
+/// let a = Entropy::seeded(7);
+/// let b = Entropy::seeded(7);
+/// assert_eq!(a.next_u64(), b.next_u64());
+/// ```
+#[derive(Clone, Debug)]
+pub struct Entropy(Arc<Mutex<SmallRng>>);
+
+impl Entropy {
+    /// Seeded from the operating system.
+    pub fn from_os() -> Self {
+        Entropy(Arc::new(Mutex::new(SmallRng::from_entropy())))
+    }
+
+    /// Deterministic, for simulations and tests.
+    pub fn seeded(seed: u64) -> Self {
+        Entropy(Arc::new(Mutex::new(SmallRng::seed_from_u64(seed))))
+    }
+
+    /// The next random 64 bits.
+    pub fn next_u64(&self) -> u64 {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).next_u64()
+    }
+
+    /// A random value in `0..n` (0 when `n` is 0).
+    pub fn below(&self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next_u64() % n
+        }
+    }
+}
+
+impl Default for Entropy {
+    fn default() -> Self {
+        Entropy::from_os()
+    }
+}

@@ -1,0 +1,33 @@
+//! # fence-core
+//!
+//! Exactly one owner per resource, agreed through nothing but an object store's conditional
+//! writes — and a deposed owner's late writes fail.
+//!
+//! Two fences:
+//! - a **node lease** (`nodes/<node>.json`): a record with a TTL, renewed by compare-and-swap;
+//!   a holder that cannot renew in time stops writing (protects the process);
+//! - an **ownership epoch** per cell (`cells/<cell>/own.json`): raised by CAS on every claim;
+//!   data writes chain off it, so a stale writer is rejected by the store even if its clock or
+//!   its lease check is wrong (protects the data).
+//!
+//! Layers: [`store`] (the [`ConditionalStore`] contract) → [`ownership`] (records and keys) →
+//! [`decide`] (the pure decision core) → [`runtime`] (the tokio driver).
+#![deny(missing_docs)]
+
+pub mod clock;
+pub mod error;
+pub mod key;
+pub mod memory;
+pub mod ownership;
+pub mod record;
+pub mod store;
+
+pub use clock::{now_ms, Clock, Entropy};
+pub use error::{Commit, Error, ErrorKind, Result};
+pub use key::{Key, MAX_KEY_LEN};
+pub use memory::MemoryStore;
+pub use ownership::{CasOutcome, LeaseCasError, LeaseCasOutcome, Ownership};
+pub use record::{NodeLease, NodeLeaseRecord, OwnerRecord};
+pub use store::{
+    Capabilities, CasGuard, ConditionalStore, DeleteOutcome, PutOutcome, Stored, Version,
+};

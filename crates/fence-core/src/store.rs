@@ -1,0 +1,214 @@
+//! The store contract: one conditional request at a time, three possible results.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::error::{Error, ErrorKind};
+use crate::key::Key;
+
+/// An opaque version token of one stored object: an S3 ETag, a GCS generation, a file
+/// version. Never empty. Compared only for equality.
+///
+/// ```
+/// use fence_core::Version;
+/// let v = Version::new("\"9b2cf535f27731c974343645a3985328\"").unwrap();
+/// assert!(Version::new("").is_err());
+/// assert_eq!(v, v.clone());
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Version(Arc<str>);
+
+impl Version {
+    /// Wraps a token exactly as the store returned it. An empty token is an error: a store
+    /// that answers a write without a version has not told us what it applied.
+    pub fn new(token: impl AsRef<str>) -> Result<Version, Error> {
+        let token = token.as_ref();
+        if token.is_empty() {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "the store returned an empty version token",
+            ));
+        }
+        Ok(Version(Arc::from(token)))
+    }
+
+    /// The token as the store returned it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Version({:?})", &*self.0)
+    }
+}
+
+/// The condition of a write.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CasGuard {
+    /// Create only if no object exists at the key (S3 `If-None-Match: *`, GCS
+    /// `ifGenerationMatch=0`).
+    Absent,
+    /// Replace only if the current version is exactly this one (S3 `If-Match`, GCS
+    /// `ifGenerationMatch=<generation>`).
+    Match(Version),
+}
+
+/// The answer to a conditional write that reached a verdict.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PutOutcome {
+    /// The store accepted this body; it now has this version, different from every earlier
+    /// version of the key.
+    Applied(Version),
+    /// The store proved the condition false; nothing of ours landed.
+    Rejected,
+}
+
+/// The answer to a conditional delete that reached a verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    /// The object at exactly that version is gone.
+    Deleted,
+    /// The object was absent or at another version; nothing was deleted.
+    Rejected,
+}
+
+/// A stored object: its bytes and its current version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    /// The object's bytes.
+    pub body: Bytes,
+    /// The version those bytes carry.
+    pub version: Version,
+}
+
+/// What a store can do beyond the required contract; checked up front, never assumed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// `delete` with a version condition is atomic. Without it, `delete` answers
+    /// [`ErrorKind::Unsupported`] and callers release by writing a tombstone with `Match`.
+    pub conditional_delete: bool,
+    /// The largest body `put` accepts, if bounded.
+    pub max_body: Option<usize>,
+}
+
+impl Capabilities {
+    /// Capabilities of a store with conditional delete and no body bound.
+    pub const fn full() -> Self {
+        Capabilities {
+            conditional_delete: true,
+            max_body: None,
+        }
+    }
+
+    /// Capabilities of a store without conditional delete (most S3-compatible stores).
+    pub const fn without_conditional_delete() -> Self {
+        Capabilities {
+            conditional_delete: false,
+            max_body: None,
+        }
+    }
+
+    /// The same, with a body bound.
+    #[must_use]
+    pub const fn with_max_body(mut self, max: usize) -> Self {
+        self.max_body = Some(max);
+        self
+    }
+}
+
+/// A key-value object store with conditional writes: the one thing fence needs from a backend.
+///
+/// Object safe: `Arc<dyn ConditionalStore>` is how the rest of fence holds a store.
+///
+/// # Contract
+///
+/// Every implementation guarantees, per key:
+///
+/// - **`get`** returns `None` or the current body with its [`Version`]. The version is opaque,
+///   never empty, and identifies exactly those bytes at that moment. Reads may be retried by
+///   the implementation.
+/// - **`put`** with [`CasGuard::Absent`] creates only if no object exists; with
+///   [`CasGuard::Match`] replaces only if the current version equals the guard (a missing
+///   object does not match). The answer is:
+///   - `Ok(PutOutcome::Applied(v))`: this body is stored with version `v`, and `v` differs
+///     from every earlier version of the key — also when identical bytes are rewritten and
+///     after a delete and re-create (no ABA);
+///   - `Ok(PutOutcome::Rejected)`: the store *proved* the condition false; nothing landed;
+///   - `Err(e)` with [`Error::commit`] = `NotCommitted` only when nothing can have been
+///     written (refused before sending, a 409 conditional conflict, a permission error), and
+///     `Ambiguous` otherwise (timeout, reset, 5xx after sending, an answer without a version).
+///     Ambiguous is the default for anything unclassified.
+/// - **No hidden retries of writes**: an implementation never repeats a conditional write
+///   after the request may have reached the store (a retry after a lost success is answered
+///   "precondition failed" on our own write).
+/// - **`delete`** removes the object only if its current version equals `version`, if
+///   [`Capabilities::conditional_delete`]; otherwise it answers [`ErrorKind::Unsupported`]
+///   without I/O.
+/// - **`list`** returns the keys equal to `prefix` or under `prefix/` (all keys for `None`),
+///   sorted. It is for inspection only and never decides anything about safety.
+/// - **Linearizable**: every history of concurrent `get`/`put`/`delete` on one key has a legal
+///   sequential order consistent with real time.
+/// - Keys arrive validated ([`Key`]); an implementation may narrow them further (say, by
+///   length) with [`ErrorKind::InvalidKey`] before any I/O.
+/// - Errors carry a coarse [`ErrorKind`]: `NotFound`, `PermissionDenied` (naming the bucket or
+///   root, never a secret), `Unavailable`, `Timeout`, `Conflict`, `Corrupt`, `Unsupported`.
+///
+/// `fence-testkit` checks all of this against a live store.
+#[async_trait]
+pub trait ConditionalStore: Send + Sync + fmt::Debug {
+    /// Reads the current body and version, or `None` if absent.
+    async fn get(&self, key: &Key) -> Result<Option<Stored>, Error>;
+
+    /// Writes `body` if `guard` holds. See the trait's contract for the three results.
+    async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error>;
+
+    /// Deletes `key` if its current version is `version`.
+    async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error>;
+
+    /// Lists keys equal to or under `prefix`, sorted. For inspection only.
+    async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error>;
+
+    /// What this store can do beyond the required contract.
+    fn capabilities(&self) -> Capabilities;
+}
+
+#[async_trait]
+impl<S: ConditionalStore + ?Sized> ConditionalStore for Arc<S> {
+    async fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
+        (**self).get(key).await
+    }
+    async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
+        (**self).put(key, body, guard).await
+    }
+    async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
+        (**self).delete(key, version).await
+    }
+    async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
+        (**self).list(prefix).await
+    }
+    fn capabilities(&self) -> Capabilities {
+        (**self).capabilities()
+    }
+}
+
+/// The error a store without conditional delete answers to `delete`.
+pub fn delete_unsupported(key: &Key) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        "this store has no conditional delete; write a tombstone with CasGuard::Match instead",
+    )
+    .with_key(key)
+    .not_committed()
+}

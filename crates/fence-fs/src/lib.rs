@@ -1,0 +1,1 @@
+//! fence-fs (work in progress).

@@ -1,0 +1,1 @@
+//! fence-gcs (work in progress).

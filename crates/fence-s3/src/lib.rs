@@ -1,0 +1,1 @@
+//! fence-s3 (work in progress).

@@ -1,0 +1,1 @@
+//! fence-testkit (work in progress).
