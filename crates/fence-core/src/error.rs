@@ -31,6 +31,8 @@ pub enum ErrorKind {
     Corrupt,
     /// The store lacks a capability the operation needs, or lies about one it claims.
     Unsupported,
+    /// Another live holder has the lease or the cell; try again later.
+    Busy,
     /// Our authority is gone: the lease is lost or the epoch was superseded.
     Fenced,
     /// Anything else.
@@ -49,6 +51,7 @@ impl ErrorKind {
             ErrorKind::Timeout => "timed out",
             ErrorKind::Corrupt => "corrupt record",
             ErrorKind::Unsupported => "unsupported",
+            ErrorKind::Busy => "held by another",
             ErrorKind::Fenced => "fenced",
             ErrorKind::Other => "error",
         }

@@ -54,7 +54,11 @@ impl Key {
 }
 
 fn invalid(key: &str, why: &str) -> Error {
-    let shown: String = key.chars().take(80).flat_map(char::escape_default).collect();
+    let shown: String = key
+        .chars()
+        .take(80)
+        .flat_map(char::escape_default)
+        .collect();
     Error::new(ErrorKind::InvalidKey, format!("{shown:?}: {why}")).not_committed()
 }
 
@@ -145,7 +149,13 @@ mod tests {
 
     #[test]
     fn accepts_ordinary_keys() {
-        for good in ["a", "cells/c-1/own.json", "nodes/ñødé.json", "a/..b/c..", "x/.hidden"] {
+        for good in [
+            "a",
+            "cells/c-1/own.json",
+            "nodes/ñødé.json",
+            "a/..b/c..",
+            "x/.hidden",
+        ] {
             assert_eq!(Key::new(good).unwrap().as_str(), good);
         }
         assert!(Key::new("a".repeat(MAX_KEY_LEN)).is_ok());

@@ -15,11 +15,13 @@
 #![deny(missing_docs)]
 
 pub mod clock;
+pub mod decide;
 pub mod error;
 pub mod key;
 pub mod memory;
 pub mod ownership;
 pub mod record;
+pub mod runtime;
 pub mod store;
 
 pub use clock::{now_ms, Clock, Entropy};
@@ -28,6 +30,7 @@ pub use key::{Key, MAX_KEY_LEN};
 pub use memory::MemoryStore;
 pub use ownership::{CasOutcome, LeaseCasError, LeaseCasOutcome, Ownership};
 pub use record::{NodeLease, NodeLeaseRecord, OwnerRecord};
+pub use runtime::{CellClaim, CellData, Fence, FenceBuilder, LeaseKeeper, WriteAck};
 pub use store::{
     Capabilities, CasGuard, ConditionalStore, DeleteOutcome, PutOutcome, Stored, Version,
 };

@@ -341,7 +341,10 @@ impl Ownership {
             },
         };
         if epoch == 0 {
-            return Err(bad_epoch(&key, "epoch 0 is never written; the first claim is 1"));
+            return Err(bad_epoch(
+                &key,
+                "epoch 0 is never written; the first claim is 1",
+            ));
         }
         let body = OwnerBody {
             node: node.map(str::to_owned),
@@ -358,11 +361,14 @@ impl Ownership {
 
     /// Reads the owner record of `cell`.
     pub async fn read_owner(&self, cell: &str) -> Result<Option<OwnerRecord>, Error> {
-        Ok(self.read_owner_body(cell).await?.map(|(body, etag)| OwnerRecord {
-            node: body.node,
-            epoch: body.epoch,
-            etag,
-        }))
+        Ok(self
+            .read_owner_body(cell)
+            .await?
+            .map(|(body, etag)| OwnerRecord {
+                node: body.node,
+                epoch: body.epoch,
+                etag,
+            }))
     }
 
     /// Reads the owner record of `cell` with its nonce and unknown fields.

@@ -188,7 +188,10 @@ impl LeaseBody {
         let wire: LeaseWire = parse(key, bytes)?;
         check_version(key, wire.v)?;
         if wire.record.node.is_empty() || wire.nonce.is_empty() {
-            return Err(Error::corrupt(key, "lease record with an empty node or nonce"));
+            return Err(Error::corrupt(
+                key,
+                "lease record with an empty node or nonce",
+            ));
         }
         Ok(LeaseBody {
             record: wire.record,
@@ -215,7 +218,10 @@ impl OwnerBody {
         let wire: OwnerWire = parse(key, bytes)?;
         check_version(key, wire.v)?;
         if wire.nonce.is_empty() || wire.node.as_deref() == Some("") {
-            return Err(Error::corrupt(key, "owner record with an empty node or nonce"));
+            return Err(Error::corrupt(
+                key,
+                "owner record with an empty node or nonce",
+            ));
         }
         Ok(OwnerBody {
             node: wire.node,
