@@ -2,6 +2,7 @@
 //! decision core is pure and the runtime can run on virtual time in simulations.
 #![allow(clippy::disallowed_methods)]
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -33,6 +34,41 @@ pub struct Clock {
     origin: tokio::time::Instant,
     wall: Wall,
     skew_ms: i64,
+    /// Monotonic time this clock did not see (a suspended machine: Linux's
+    /// `CLOCK_MONOTONIC` stops during system suspend while the wall clock jumps).
+    lag: Option<Arc<Suspension>>,
+}
+
+/// Makes a [`Clock`]'s monotonic time stand still, to simulate a suspended machine (a laptop
+/// lid, a paused VM): the case where a holder's own lease check is wrong and only the store
+/// can fence it.
+#[derive(Debug, Default)]
+pub struct Suspension {
+    lost_ms: AtomicU64,
+    since: Mutex<Option<tokio::time::Instant>>,
+}
+
+impl Suspension {
+    /// Starts the suspension (monotonic time stops advancing).
+    pub fn suspend(&self) {
+        let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
+        since.get_or_insert_with(tokio::time::Instant::now);
+    }
+
+    /// Ends it: the time spent suspended is never seen by the clock.
+    pub fn resume(&self) {
+        let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = since.take() {
+            let lost = t.elapsed().as_millis() as u64;
+            self.lost_ms.fetch_add(lost, Ordering::SeqCst);
+        }
+    }
+
+    fn lost_at(&self, now: tokio::time::Instant) -> u64 {
+        let since = *self.since.lock().unwrap_or_else(|p| p.into_inner());
+        let running = since.map_or(0, |t| now.saturating_duration_since(t).as_millis() as u64);
+        self.lost_ms.load(Ordering::SeqCst) + running
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -51,6 +87,7 @@ impl Clock {
             origin: tokio::time::Instant::now(),
             wall: Wall::System,
             skew_ms: 0,
+            lag: None,
         }
     }
 
@@ -61,6 +98,7 @@ impl Clock {
             origin: tokio::time::Instant::now(),
             wall: Wall::Virtual { base_ms },
             skew_ms: 0,
+            lag: None,
         }
     }
 
@@ -72,8 +110,21 @@ impl Clock {
         self
     }
 
+    /// The same clock, whose monotonic time stands still while `suspension` is suspended.
+    #[must_use]
+    pub fn with_suspension(mut self, suspension: Arc<Suspension>) -> Self {
+        self.lag = Some(suspension);
+        self
+    }
+
     /// Monotonic milliseconds since this clock was made.
     pub fn mono_ms(&self) -> u64 {
+        let now = tokio::time::Instant::now();
+        let elapsed = now.saturating_duration_since(self.origin).as_millis() as u64;
+        elapsed.saturating_sub(self.lag.as_ref().map_or(0, |l| l.lost_at(now)))
+    }
+
+    fn elapsed_ms(&self) -> u64 {
         tokio::time::Instant::now()
             .saturating_duration_since(self.origin)
             .as_millis() as u64
@@ -83,14 +134,18 @@ impl Clock {
     pub fn wall_ms(&self) -> u64 {
         let base = match self.wall {
             Wall::System => now_ms(),
-            Wall::Virtual { base_ms } => base_ms + self.mono_ms(),
+            Wall::Virtual { base_ms } => base_ms + self.elapsed_ms(),
         };
         base.saturating_add_signed(self.skew_ms)
     }
 
     /// The tokio instant of monotonic time `mono_ms`.
     pub fn instant_at(&self, mono_ms: u64) -> tokio::time::Instant {
-        self.origin + Duration::from_millis(mono_ms)
+        let lag = self
+            .lag
+            .as_ref()
+            .map_or(0, |l| l.lost_at(tokio::time::Instant::now()));
+        self.origin + Duration::from_millis(mono_ms + lag)
     }
 
     /// Sleeps until monotonic time `mono_ms`.

@@ -24,7 +24,7 @@ pub mod record;
 pub mod runtime;
 pub mod store;
 
-pub use clock::{now_ms, Clock, Entropy};
+pub use clock::{now_ms, Clock, Entropy, Suspension};
 pub use error::{Commit, Error, ErrorKind, Result};
 pub use key::{Key, MAX_KEY_LEN};
 pub use memory::MemoryStore;

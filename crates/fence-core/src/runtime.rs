@@ -832,3 +832,67 @@ pub async fn read_cell(ownership: &Ownership, cell: &str) -> Result<Option<CellD
 fn superseded(cell: &str, found: u64) -> Error {
     Error::fenced(format!("cell {cell}: epoch superseded (now {found})"))
 }
+
+/// A fenced read-modify-write of `cell`'s data head by a process that holds no keeper — a
+/// script or child process handed the epoch (as `fence run` does through `FENCE_EPOCH`).
+///
+/// Reads the head; refuses with [`ErrorKind::Fenced`] if it carries a later epoch; writes
+/// `update(current payload)` at `epoch` chained on the head's version (so a claim at a later
+/// epoch, which rewrites the head, makes this write fail in the store); then confirms with
+/// one read that the owner record still shows `epoch` before acknowledging.
+///
+/// ```
+/// # fn block(f: impl std::future::Future<Output = ()>) {
+/// #     tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(f)
+/// # }
+/// # block(async {
+/// use std::sync::Arc;
+/// use fence_core::{runtime::update_cell, CasGuard, ErrorKind, MemoryStore, Ownership};
+/// let own = Ownership::new(Arc::new(MemoryStore::new()), "n1");
+/// own.cas_owner("jobs", CasGuard::Absent, 1).await.unwrap();
+/// let ack = update_cell(&own, "jobs", 1, |_| "v1".into()).await.unwrap();
+/// assert_eq!(ack.epoch, 1);
+/// let err = update_cell(&own, "jobs", 0, |_| "stale".into()).await.unwrap_err();
+/// assert_eq!(err.kind(), ErrorKind::Fenced);
+/// # });
+/// ```
+pub async fn update_cell(
+    ownership: &Ownership,
+    cell: &str,
+    epoch: u64,
+    update: impl Fn(Option<&Bytes>) -> Bytes,
+) -> Result<WriteAck, Error> {
+    for _ in 0..8 {
+        let head = ownership.read_data(cell).await?;
+        let guard = match decide::decide_data_write(epoch, head.as_ref().map(|(b, v)| (b.epoch, v)))
+        {
+            DataDecision::Fenced { found } => return Err(superseded(cell, found)),
+            DataDecision::Write(g) => g,
+        };
+        let body = DataBody {
+            epoch,
+            node: ownership.node().to_owned(),
+            nonce: ownership.fresh_nonce(),
+            extra: head
+                .as_ref()
+                .map(|(b, _)| b.extra.clone())
+                .unwrap_or_default(),
+            payload: update(head.as_ref().map(|(b, _)| &b.payload)),
+        };
+        let version = match ownership.put_data(cell, guard, &body).await {
+            Ok(PutOutcome::Applied(v)) => v,
+            Ok(PutOutcome::Rejected) => continue,
+            Err(e) if e.is_ambiguous() => match ownership.read_data(cell).await? {
+                Some((b, v)) if b.nonce == body.nonce => v,
+                _ => continue,
+            },
+            Err(e) => return Err(e),
+        };
+        let owner = ownership.read_owner(cell).await?;
+        return match owner {
+            Some(o) if o.epoch == epoch && o.node.is_some() => Ok(WriteAck { epoch, version }),
+            o => Err(superseded(cell, o.map_or(0, |o| o.epoch))),
+        };
+    }
+    Err(Error::new(ErrorKind::Busy, format!("cell {cell}: head kept moving")).not_committed())
+}

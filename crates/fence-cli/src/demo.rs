@@ -1,0 +1,368 @@
+//! `fence demo`: a small fleet in one process. Nodes claim cells and write fenced data; one
+//! node is suspended past its TTL (its monotonic clock stops, as on a suspended machine, so
+//! its own lease check will be wrong when it wakes); its cells are taken over at epoch + 1;
+//! when it wakes, the store rejects its writes. Prints a timeline and a summary and fails if
+//! an invariant broke.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use fence_core::{
+    CasGuard, CellClaim, Clock, ConditionalStore, DeleteOutcome, Error, ErrorKind, Fence, Key,
+    LeaseKeeper, Ownership, PutOutcome, Stored, Suspension, Version,
+};
+use tokio::sync::watch;
+
+/// Demo parameters.
+#[derive(Clone, Debug)]
+pub struct DemoConfig {
+    /// Fleet size.
+    pub nodes: usize,
+    /// Cells.
+    pub cells: usize,
+    /// Lease TTL.
+    pub ttl: Duration,
+    /// A label for the store, printed in the header.
+    pub store_label: String,
+}
+
+/// A store path of one node that can be frozen, like a stopped process's sockets.
+#[derive(Debug)]
+struct NodeLink {
+    inner: Arc<dyn ConditionalStore>,
+    frozen: watch::Sender<bool>,
+}
+
+impl NodeLink {
+    async fn gate(&self) {
+        let mut rx = self.frozen.subscribe();
+        let _ = rx.wait_for(|f| !*f).await;
+    }
+}
+
+#[async_trait]
+impl ConditionalStore for NodeLink {
+    async fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
+        self.gate().await;
+        self.inner.get(key).await
+    }
+    async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
+        self.gate().await;
+        self.inner.put(key, body, guard).await
+    }
+    async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
+        self.gate().await;
+        self.inner.delete(key, version).await
+    }
+    async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
+        self.gate().await;
+        self.inner.list(prefix).await
+    }
+    fn capabilities(&self) -> fence_core::Capabilities {
+        self.inner.capabilities()
+    }
+}
+
+/// What happened, for the summary and the invariant checks.
+#[derive(Debug, Default)]
+struct Ledger {
+    /// Acknowledged writes per cell, in acknowledgement order: (epoch, node, payload).
+    acked: BTreeMap<String, Vec<(u64, String, String)>>,
+    /// Claims per cell in order: (epoch, node).
+    claims: BTreeMap<String, Vec<(u64, String)>>,
+    /// Writes the store rejected as fenced, per node.
+    fenced: BTreeMap<String, u64>,
+    /// Acknowledged writes by the suspended node after it woke.
+    acked_after_wake: u64,
+}
+
+struct Demo {
+    cfg: DemoConfig,
+    start: tokio::time::Instant,
+    ledger: Mutex<Ledger>,
+    woke: AtomicU64,
+}
+
+impl Demo {
+    fn say(&self, who: &str, what: std::fmt::Arguments<'_>) {
+        let t = self.start.elapsed().as_secs_f64();
+        println!("[{t:6.2}s] {who:<7} {what}");
+    }
+
+    fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+struct Node {
+    name: String,
+    link: Arc<NodeLink>,
+    suspension: Arc<Suspension>,
+    lease: LeaseKeeper,
+    claims: tokio::sync::Mutex<BTreeMap<String, CellClaim>>,
+}
+
+/// Runs the demo on `store`; returns whether every invariant held.
+pub async fn run(store: Arc<dyn ConditionalStore>, cfg: DemoConfig) -> Result<bool, Error> {
+    let demo = Arc::new(Demo {
+        cfg: cfg.clone(),
+        start: tokio::time::Instant::now(),
+        ledger: Mutex::new(Ledger::default()),
+        woke: AtomicU64::new(0),
+    });
+    println!(
+        "fence demo: {} nodes, {} cells, TTL {:?}, store {}",
+        cfg.nodes, cfg.cells, cfg.ttl, cfg.store_label
+    );
+    let cells: Vec<String> = (0..cfg.cells).map(|i| format!("cell-{i}")).collect();
+    let mut nodes = Vec::new();
+    for i in 0..cfg.nodes {
+        nodes.push(Arc::new(start_node(&demo, &store, i).await?));
+    }
+    for (i, cell) in cells.iter().enumerate() {
+        let node = &nodes[i % nodes.len()];
+        try_claim(&demo, node, cell).await;
+    }
+    let stop = watch::channel(false).0;
+    let mut tasks = Vec::new();
+    for node in &nodes {
+        tasks.push(tokio::spawn(writer(demo.clone(), node.clone(), stop.subscribe())));
+        tasks.push(tokio::spawn(rebalancer(
+            demo.clone(),
+            node.clone(),
+            cells.clone(),
+            stop.subscribe(),
+        )));
+    }
+    let ttl = cfg.ttl;
+    tokio::time::sleep(ttl / 2).await;
+    let victim = nodes[0].clone();
+    demo.say(&victim.name, format_args!("SUSPENDED (its clock stops; its requests hang)"));
+    victim.suspension.suspend();
+    victim.link.frozen.send_replace(true);
+    tokio::time::sleep(ttl * 2).await;
+    demo.say(&victim.name, format_args!("WAKES UP, still believing it holds its lease"));
+    victim.suspension.resume();
+    demo.woke.store(1, Ordering::SeqCst);
+    victim.link.frozen.send_replace(false);
+    tokio::time::sleep(ttl / 2 + Duration::from_millis(500)).await;
+    stop.send_replace(true);
+    for t in tasks {
+        let _ = t.await;
+    }
+    let ok = summarize(&demo, &store, &cells, &victim.name).await?;
+    for node in nodes {
+        if let Ok(node) = Arc::try_unwrap(node) {
+            node.lease.release().await;
+        }
+    }
+    Ok(ok)
+}
+
+async fn start_node(
+    demo: &Arc<Demo>,
+    store: &Arc<dyn ConditionalStore>,
+    i: usize,
+) -> Result<Node, Error> {
+    let name = format!("node-{i}");
+    let link = Arc::new(NodeLink {
+        inner: store.clone(),
+        frozen: watch::channel(false).0,
+    });
+    let suspension = Arc::new(Suspension::default());
+    let fence = Fence::builder(link.clone(), name.clone())
+        .ttl(demo.cfg.ttl)
+        .addr(format!("127.0.0.1:{}", 7000 + i))
+        .clock(Clock::system().with_suspension(suspension.clone()))
+        .build()?;
+    let lease = fence.acquire_wait(demo.cfg.ttl * 3).await?;
+    demo.say(&name, format_args!("acquired its node lease"));
+    Ok(Node {
+        name,
+        link,
+        suspension,
+        lease,
+        claims: tokio::sync::Mutex::new(BTreeMap::new()),
+    })
+}
+
+async fn try_claim(demo: &Demo, node: &Node, cell: &str) {
+    let before = Ownership::new(node.link.inner.clone(), "observer")
+        .read_owner(cell)
+        .await
+        .ok()
+        .flatten();
+    match node.lease.claim(cell).await {
+        Ok(claim) => {
+            let epoch = claim.epoch();
+            let from = before
+                .and_then(|o| o.node)
+                .filter(|n| n != &node.name)
+                .map(|n| format!(" (took over from {n})"))
+                .unwrap_or_default();
+            demo.say(&node.name, format_args!("claimed {cell} at epoch {epoch}{from}"));
+            demo.ledger()
+                .claims
+                .entry(cell.to_owned())
+                .or_default()
+                .push((epoch, node.name.clone()));
+            node.claims.lock().await.insert(cell.to_owned(), claim);
+        }
+        Err(e) if e.kind() == ErrorKind::Busy => {}
+        Err(e) => demo.say(&node.name, format_args!("claim of {cell} failed: {e}")),
+    }
+}
+
+/// Writes every owned cell every 150 ms. After the suspension the victim's local lease check
+/// passes (its monotonic clock did not see the suspension): only the store can fence it.
+async fn writer(demo: Arc<Demo>, node: Arc<Node>, mut stop: watch::Receiver<bool>) {
+    let mut seq = 0u64;
+    while !*stop.borrow() {
+        let cells: Vec<String> = node.claims.lock().await.keys().cloned().collect();
+        for cell in cells {
+            seq += 1;
+            let mut claims = node.claims.lock().await;
+            let Some(claim) = claims.get(&cell) else {
+                continue;
+            };
+            let payload = format!("{}#{seq}@{}", node.name, claim.epoch());
+            match claim.write(payload.clone()).await {
+                Ok(ack) => {
+                    let mut l = demo.ledger();
+                    l.acked.entry(cell.clone()).or_default().push((
+                        ack.epoch,
+                        node.name.clone(),
+                        payload,
+                    ));
+                    if node.name == "node-0" && demo.woke.load(Ordering::SeqCst) == 1 {
+                        l.acked_after_wake += 1;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Fenced => {
+                    let believes = node.lease.is_held();
+                    demo.say(
+                        &node.name,
+                        format_args!(
+                            "write to {cell} at epoch {} REJECTED: {e} (believes it holds its lease: {believes})",
+                            claim.epoch()
+                        ),
+                    );
+                    *demo.ledger().fenced.entry(node.name.clone()).or_default() += 1;
+                    claims.remove(&cell);
+                }
+                Err(e) => demo.say(&node.name, format_args!("write to {cell} failed: {e}")),
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(150)) => {}
+            _ = stop.changed() => {}
+        }
+    }
+}
+
+/// Every 250 ms, tries to claim cells it does not own (the claim rule refuses live owners).
+async fn rebalancer(
+    demo: Arc<Demo>,
+    node: Arc<Node>,
+    cells: Vec<String>,
+    mut stop: watch::Receiver<bool>,
+) {
+    while !*stop.borrow() {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            _ = stop.changed() => return,
+        }
+        if !node.lease.is_held() {
+            continue;
+        }
+        for cell in &cells {
+            if !node.claims.lock().await.contains_key(cell) {
+                try_claim(&demo, &node, cell).await;
+            }
+        }
+    }
+}
+
+async fn summarize(
+    demo: &Demo,
+    store: &Arc<dyn ConditionalStore>,
+    cells: &[String],
+    victim: &str,
+) -> Result<bool, Error> {
+    let observer = Ownership::new(store.clone(), "observer");
+    let l = demo.ledger();
+    let mut broken = Vec::new();
+    println!("\nsummary");
+    for cell in cells {
+        let owner = observer.read_owner(cell).await?;
+        let head = fence_core::runtime::read_cell(&observer, cell).await?;
+        let acked = l.acked.get(cell).map(Vec::as_slice).unwrap_or_default();
+        let claims = l.claims.get(cell).map(Vec::as_slice).unwrap_or_default();
+        let (owner_node, owner_epoch) = owner
+            .map(|o| (o.node.unwrap_or_else(|| "-".into()), o.epoch))
+            .unwrap_or(("-".into(), 0));
+        println!(
+            "  {cell:<8} owner {owner_node:<7} epoch {owner_epoch}  claims {}  acked writes {}",
+            claims.len(),
+            acked.len()
+        );
+        check_cell(cell, acked, claims, head.as_ref(), &mut broken);
+    }
+    let rejected_victim = l.fenced.get(victim).copied().unwrap_or(0);
+    let takeovers: usize = l
+        .claims
+        .values()
+        .map(|c| c.windows(2).filter(|w| w[0].1 != w[1].1).count())
+        .sum();
+    println!("  takeovers: {takeovers}; stale writes rejected by the store: {rejected_victim} (from {victim}); acknowledged writes from {victim} after waking: {}", l.acked_after_wake);
+    if takeovers == 0 {
+        broken.push(format!("{victim}'s cells were never taken over"));
+    }
+    if rejected_victim == 0 {
+        broken.push(format!("no stale write of {victim} was rejected"));
+    }
+    if l.acked_after_wake > 0 {
+        broken.push(format!("{victim} had writes acknowledged after its cells were taken over"));
+    }
+    if broken.is_empty() {
+        println!("all invariants held: one writer per epoch, epochs only rise, no acknowledged write lost, stale writes rejected");
+        Ok(true)
+    } else {
+        for b in &broken {
+            println!("INVARIANT BROKEN: {b}");
+        }
+        Ok(false)
+    }
+}
+
+fn check_cell(
+    cell: &str,
+    acked: &[(u64, String, String)],
+    claims: &[(u64, String)],
+    head: Option<&fence_core::CellData>,
+    broken: &mut Vec<String>,
+) {
+    if claims.windows(2).any(|w| w[1].0 <= w[0].0) {
+        broken.push(format!("{cell}: epochs did not strictly rise across claims"));
+    }
+    if acked.windows(2).any(|w| w[1].0 < w[0].0) {
+        broken.push(format!("{cell}: an acknowledged write went back in epoch"));
+    }
+    let mut writer_of: BTreeMap<u64, &str> = BTreeMap::new();
+    for (epoch, node, _) in acked {
+        if *writer_of.entry(*epoch).or_insert(node) != node.as_str() {
+            broken.push(format!("{cell}: two writers at epoch {epoch}"));
+        }
+    }
+    if let (Some(last), Some(head)) = (acked.last(), head) {
+        if head.payload != last.2.as_bytes() {
+            broken.push(format!("{cell}: the last acknowledged write is not the stored data"));
+        }
+    } else if !acked.is_empty() {
+        broken.push(format!("{cell}: acknowledged data is missing"));
+    }
+}
