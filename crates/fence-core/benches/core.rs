@@ -1,1 +1,188 @@
-fn main() {}
+//! Decision-core events and MemoryStore CAS, plus round trips per lease operation.
+//!
+//! `cargo bench -p fence-core --bench core`
+#![allow(missing_docs)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use fence_core::decide::*;
+use fence_core::*;
+
+fn holder() -> Holder {
+    Holder {
+        node: "n1".into(),
+        addr: "127.0.0.1:7000".into(),
+        peer_protocol: 1,
+        generation: "0123456789abcdef".into(),
+    }
+}
+
+/// One renewal cycle = two events (Tick → Write, Written → Held).
+fn decide_events(c: &mut Criterion) {
+    let v1 = Version::new("v1").unwrap();
+    let v2 = Version::new("v2").unwrap();
+    let mut core = LeaseCore::new(holder(), LeaseConfig::with_ttl_ms(10_000));
+    core.step(
+        Now {
+            mono_ms: 0,
+            wall_ms: 1,
+        },
+        LeaseEvent::Acquire(None),
+    );
+    core.step(
+        Now {
+            mono_ms: 1,
+            wall_ms: 2,
+        },
+        LeaseEvent::Written(WriteResult::Applied(v1)),
+    );
+    let mut t = 0u64;
+    c.bench_function("decide: renewal cycle (2 events)", |b| {
+        b.iter(|| {
+            t += 3_334;
+            let now = Now {
+                mono_ms: t,
+                wall_ms: 1_000 + t,
+            };
+            black_box(core.step(now, LeaseEvent::Tick));
+            let v = if t % 2 == 0 {
+                v2.clone()
+            } else {
+                Version::new("v3").unwrap()
+            };
+            black_box(core.step(now, LeaseEvent::Written(WriteResult::Applied(v))));
+        })
+    });
+    let cfg = LeaseConfig::default();
+    let owner = OwnerView {
+        node: Some("peer".into()),
+        epoch: 7,
+        version: Version::new("o").unwrap(),
+    };
+    c.bench_function("decide: claim decision (1 event)", |b| {
+        b.iter(|| black_box(decide_claim("me", Some(&owner), Some(5), 10_000, &cfg)))
+    });
+    c.bench_function("decide: is_held (1 query)", |b| {
+        b.iter(|| black_box(core.is_held(black_box(t + 1))))
+    });
+}
+
+fn memory_cas(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let store = MemoryStore::new();
+    let key = Key::new("cells/c/own.json").unwrap();
+    let mut version = match rt
+        .block_on(store.put(&key, Bytes::from_static(b"0"), CasGuard::Absent))
+        .unwrap()
+    {
+        PutOutcome::Applied(v) => v,
+        PutOutcome::Rejected => unreachable!(),
+    };
+    let body = Bytes::from_static(br#"{"v":1,"node":"n1","epoch":1,"nonce":"x"}"#);
+    c.bench_function("memory: CAS put (Match)", |b| {
+        b.iter(|| {
+            let out = rt
+                .block_on(store.put(&key, body.clone(), CasGuard::Match(version.clone())))
+                .unwrap();
+            if let PutOutcome::Applied(v) = out {
+                version = v;
+            }
+        })
+    });
+}
+
+/// Counts requests, to print the round trips of each lease operation.
+#[derive(Debug, Default)]
+struct Counting {
+    inner: MemoryStore,
+    gets: AtomicU64,
+    puts: AtomicU64,
+}
+
+#[async_trait]
+impl ConditionalStore for Counting {
+    async fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
+        self.gets.fetch_add(1, Ordering::Relaxed);
+        self.inner.get(key).await
+    }
+    async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
+        self.puts.fetch_add(1, Ordering::Relaxed);
+        self.inner.put(key, body, guard).await
+    }
+    async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
+        self.inner.delete(key, version).await
+    }
+    async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
+        self.inner.list(prefix).await
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+}
+
+impl Counting {
+    fn take(&self) -> (u64, u64) {
+        (
+            self.gets.swap(0, Ordering::Relaxed),
+            self.puts.swap(0, Ordering::Relaxed),
+        )
+    }
+}
+
+fn round_trips(_: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store = Arc::new(Counting::default());
+        let ttl = Duration::from_secs(3);
+        let mk = |node: &str, skew: i64| {
+            Fence::builder(store.clone(), node)
+                .ttl(ttl)
+                .clock(Clock::virtual_at(1_700_000_000_000).with_skew_ms(skew))
+                .build()
+                .unwrap()
+        };
+        let mut rows = Vec::new();
+        let a = mk("a", -3_600_000);
+        let lease_a = a.acquire().await.unwrap();
+        rows.push(("acquire lease", store.take()));
+        tokio::time::sleep(Duration::from_millis(1_050)).await;
+        rows.push(("renew lease", store.take()));
+        let cell_a = lease_a.claim("c").await.unwrap();
+        rows.push(("claim new cell", store.take()));
+        cell_a.write("x").await.unwrap();
+        rows.push(("first fenced write", store.take()));
+        cell_a.write("y").await.unwrap();
+        rows.push(("fenced write", store.take()));
+        let b = mk("b", 0);
+        let lease_b = b.acquire().await.unwrap();
+        store.take();
+        let cell_b = lease_b.claim("c").await.unwrap();
+        rows.push(("takeover cell", store.take()));
+        let _ = cell_a.write("stale").await;
+        rows.push(("stale write (rejected)", store.take()));
+        cell_b.release().await.unwrap();
+        rows.push(("release cell", store.take()));
+        println!("\nround trips per lease operation (gets + puts):");
+        for (op, (g, p)) in rows {
+            println!("  {op:<24} {:>2} = {g} get + {p} put", g + p);
+        }
+    });
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
+    targets = decide_events, memory_cas, round_trips
+}
+criterion_main!(benches);

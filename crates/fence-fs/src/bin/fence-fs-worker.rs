@@ -1,0 +1,128 @@
+//! A helper process for fence-fs's cross-process tests; not a user-facing tool.
+//!
+//! - `fence-fs-worker incr ROOT KEY N`: N compare-and-swap increments of a decimal counter;
+//! - `fence-fs-worker crash-writer ROOT KEY`: rewrites KEY by CAS forever with
+//!   self-describing bodies (`seq=N;len=L;` then filler), until killed;
+//! - `fence-fs-worker lease ROOT NODE`: waits for a line on stdin, then tries to acquire
+//!   NODE's lease with `CasGuard::Absent` and prints `applied` or `rejected`.
+
+use std::io::BufRead;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use fence_core::{
+    CasGuard, ConditionalStore, Entropy, Error, ErrorKind, Key, LeaseCasOutcome, NodeLeaseRecord,
+    Ownership, PutOutcome, Stored,
+};
+use fence_fs::FsStore;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a tokio runtime");
+    let result = runtime.block_on(run(&args));
+    if let Err(e) = result {
+        eprintln!("fence-fs-worker: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(args: &[String]) -> Result<(), Error> {
+    let usage = || {
+        Error::new(
+            ErrorKind::InvalidInput,
+            "usage: incr|crash-writer|lease ROOT ...",
+        )
+    };
+    let (mode, root) = match args {
+        [mode, root, ..] => (mode.as_str(), root),
+        _ => return Err(usage()),
+    };
+    let store = FsStore::open(root)?;
+    match (mode, &args[2..]) {
+        ("incr", [key, n]) => increment(&store, &Key::new(key.as_str())?, parse(n)?).await,
+        ("crash-writer", [key]) => crash_writer(&store, &Key::new(key.as_str())?).await,
+        ("lease", [node]) => lease(store, node).await,
+        _ => Err(usage()),
+    }
+}
+
+fn parse(n: &str) -> Result<u64, Error> {
+    n.parse()
+        .map_err(|_| Error::new(ErrorKind::InvalidInput, "not a number"))
+}
+
+async fn increment(store: &FsStore, key: &Key, n: u64) -> Result<(), Error> {
+    let mut done = 0;
+    while done < n {
+        let (guard, value) = match store.get(key).await? {
+            None => (CasGuard::Absent, 0),
+            Some(Stored { body, version }) => (CasGuard::Match(version), counter(key, &body)?),
+        };
+        let next = Bytes::from((value + 1).to_string());
+        if let PutOutcome::Applied(_) = store.put(key, next, guard).await? {
+            done += 1;
+        }
+    }
+    println!("done {n}");
+    Ok(())
+}
+
+fn counter(key: &Key, body: &[u8]) -> Result<u64, Error> {
+    std::str::from_utf8(body)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| Error::corrupt(key, "counter is not a decimal number"))
+}
+
+/// The body of write number `seq`, `len` bytes long (at least its prefix).
+pub fn crash_body(seq: u64, len: usize) -> Vec<u8> {
+    let mut body = format!("seq={seq};len={len};").into_bytes();
+    let filler = b'a' + (seq % 26) as u8;
+    body.resize(len.max(body.len()), filler);
+    body
+}
+
+async fn crash_writer(store: &FsStore, key: &Key) -> Result<(), Error> {
+    let entropy = Entropy::from_os();
+    loop {
+        let (guard, seq) = match store.get(key).await? {
+            None => (CasGuard::Absent, 0),
+            Some(Stored { body, version }) => (CasGuard::Match(version), crash_seq(key, &body)?),
+        };
+        let len = 16 + entropy.below(128 * 1024) as usize;
+        store
+            .put(key, Bytes::from(crash_body(seq + 1, len)), guard)
+            .await?;
+    }
+}
+
+fn crash_seq(key: &Key, body: &[u8]) -> Result<u64, Error> {
+    let text = String::from_utf8_lossy(&body[..body.len().min(40)]);
+    text.strip_prefix("seq=")
+        .and_then(|r| r.split(';').next())
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| Error::corrupt(key, "not a crash-writer body"))
+}
+
+async fn lease(store: FsStore, node: &str) -> Result<(), Error> {
+    let ownership = Ownership::new(Arc::new(store), node);
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| Error::new(ErrorKind::Other, "stdin").with_source(e))?;
+    let record = NodeLeaseRecord {
+        node: node.to_owned(),
+        expires_ms: fence_core::now_ms() + 10_000,
+        addr: format!("pid-{}", std::process::id()),
+        peer_protocol: 1,
+        generation: ownership.fresh_nonce(),
+    };
+    match ownership.cas_node_lease(CasGuard::Absent, &record).await? {
+        LeaseCasOutcome::Applied { .. } => println!("applied"),
+        LeaseCasOutcome::Rejected => println!("rejected"),
+    }
+    Ok(())
+}

@@ -1,0 +1,367 @@
+//! Store-level contract checks of FsStore.
+
+use std::collections::HashSet;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use fence_core::{
+    CasGuard, Commit, ConditionalStore, DeleteOutcome, ErrorKind, Key, PutOutcome, Version,
+};
+use fence_fs::FsStore;
+
+fn key(s: &str) -> Key {
+    Key::new(s).unwrap()
+}
+
+fn fresh() -> (tempfile::TempDir, FsStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    (dir, store)
+}
+
+async fn create(store: &FsStore, k: &Key, body: &'static str) -> Version {
+    match store
+        .put(k, Bytes::from(body), CasGuard::Absent)
+        .await
+        .unwrap()
+    {
+        PutOutcome::Applied(v) => v,
+        PutOutcome::Rejected => panic!("create of {k} rejected"),
+    }
+}
+
+async fn update(store: &FsStore, k: &Key, body: &'static str, v: &Version) -> PutOutcome {
+    let guard = CasGuard::Match(v.clone());
+    store.put(k, Bytes::from(body), guard).await.unwrap()
+}
+
+#[tokio::test]
+async fn create_twice_second_is_rejected() {
+    let (_dir, store) = fresh();
+    let k = key("cells/c1/own.json");
+    let v = create(&store, &k, "one").await;
+    let again = store.put(&k, "two".into(), CasGuard::Absent).await.unwrap();
+    assert_eq!(again, PutOutcome::Rejected);
+    let stored = store.get(&k).await.unwrap().unwrap();
+    assert_eq!((&stored.body[..], stored.version), (&b"one"[..], v));
+}
+
+#[tokio::test]
+async fn update_current_stale_and_missing() {
+    let (_dir, store) = fresh();
+    let k = key("a");
+    let v1 = create(&store, &k, "1").await;
+    let PutOutcome::Applied(v2) = update(&store, &k, "2", &v1).await else {
+        panic!("update with the current version must apply")
+    };
+    assert_ne!(v1, v2);
+    assert_eq!(update(&store, &k, "3", &v1).await, PutOutcome::Rejected);
+    assert_eq!(&store.get(&k).await.unwrap().unwrap().body[..], b"2");
+    assert_eq!(
+        update(&store, &key("missing/x"), "1", &v2).await,
+        PutOutcome::Rejected
+    );
+    assert_eq!(store.get(&key("missing/x")).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn identical_bytes_get_a_new_version() {
+    let (_dir, store) = fresh();
+    let k = key("same");
+    let v1 = create(&store, &k, "x").await;
+    let PutOutcome::Applied(v2) = update(&store, &k, "x", &v1).await else {
+        panic!("rewrite must apply")
+    };
+    assert_ne!(v1, v2);
+    assert_eq!(update(&store, &k, "x", &v1).await, PutOutcome::Rejected);
+}
+
+#[tokio::test]
+async fn versions_differ_after_delete_recreate_and_reopen() {
+    let (dir, store) = fresh();
+    let k = key("d/e");
+    let mut seen = HashSet::new();
+    let v1 = create(&store, &k, "x").await;
+    seen.insert(v1.clone());
+    assert_eq!(store.delete(&k, &v1).await.unwrap(), DeleteOutcome::Deleted);
+    assert_eq!(store.get(&k).await.unwrap(), None);
+    let v2 = create(&store, &k, "x").await;
+    assert!(
+        seen.insert(v2.clone()),
+        "version repeated after delete + re-create"
+    );
+    assert_eq!(update(&store, &k, "x", &v1).await, PutOutcome::Rejected);
+    drop(store);
+    let reopened = FsStore::open(dir.path()).unwrap();
+    assert_eq!(reopened.get(&k).await.unwrap().unwrap().version, v2);
+    assert_eq!(
+        reopened.delete(&k, &v2).await.unwrap(),
+        DeleteOutcome::Deleted
+    );
+    let v3 = create(&reopened, &k, "x").await;
+    assert!(
+        seen.insert(v3),
+        "version repeated after reopening the store"
+    );
+}
+
+#[tokio::test]
+async fn delete_is_conditional() {
+    let (_dir, store) = fresh();
+    let k = key("del");
+    let v1 = create(&store, &k, "x").await;
+    let PutOutcome::Applied(v2) = update(&store, &k, "y", &v1).await else {
+        panic!()
+    };
+    assert_eq!(
+        store.delete(&k, &v1).await.unwrap(),
+        DeleteOutcome::Rejected
+    );
+    assert!(store.get(&k).await.unwrap().is_some());
+    assert_eq!(
+        store.delete(&key("nope"), &v2).await.unwrap(),
+        DeleteOutcome::Rejected
+    );
+    assert_eq!(store.delete(&k, &v2).await.unwrap(), DeleteOutcome::Deleted);
+    assert_eq!(
+        store.delete(&k, &v2).await.unwrap(),
+        DeleteOutcome::Rejected
+    );
+    assert!(store.capabilities().conditional_delete);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_create_race_has_one_winner() {
+    let (_dir, store) = fresh();
+    for round in 0..20 {
+        let k = key(&format!("race/{round}"));
+        let tasks: Vec<_> = (0..32)
+            .map(|i| {
+                let (store, k) = (store.clone(), k.clone());
+                tokio::spawn(async move {
+                    store
+                        .put(&k, Bytes::from(format!("w{i}")), CasGuard::Absent)
+                        .await
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for (i, t) in tasks.into_iter().enumerate() {
+            if let PutOutcome::Applied(v) = t.await.unwrap().unwrap() {
+                winners.push((i, v));
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: winners {winners:?}");
+        let stored = store.get(&k).await.unwrap().unwrap();
+        assert_eq!(stored.version, winners[0].1);
+        assert_eq!(stored.body, Bytes::from(format!("w{}", winners[0].0)));
+    }
+}
+
+#[test]
+fn concurrent_updates_from_threads_lose_nothing() {
+    let (_dir, store) = fresh();
+    let k = key("counter");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    runtime.block_on(create(&store, &k, "0"));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (store, k) = (FsStore::open(store.root()).unwrap(), k.clone());
+            let handle = runtime.handle().clone();
+            std::thread::spawn(move || handle.block_on(increment_n(&store, &k, 50)))
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    let body = runtime.block_on(store.get(&k)).unwrap().unwrap().body;
+    assert_eq!(&body[..], b"200");
+}
+
+async fn increment_n(store: &FsStore, k: &Key, n: u32) {
+    let mut done = 0;
+    while done < n {
+        let stored = store.get(k).await.unwrap().unwrap();
+        let value: u64 = std::str::from_utf8(&stored.body).unwrap().parse().unwrap();
+        let next = Bytes::from((value + 1).to_string());
+        if let PutOutcome::Applied(_) = store
+            .put(k, next, CasGuard::Match(stored.version))
+            .await
+            .unwrap()
+        {
+            done += 1;
+        }
+    }
+}
+
+#[tokio::test]
+async fn list_is_sorted_and_hides_internal_files() {
+    let (dir, store) = fresh();
+    for k in ["b", "a/x", "a/y/z", "a", "ab", "c/d"] {
+        create(&store, &key(k), "v").await;
+    }
+    std::fs::write(dir.path().join("a/stray.txt"), "not an object").unwrap();
+    std::fs::write(dir.path().join(".fence/tmp/0123.tmp"), "leftover").unwrap();
+    let all: Vec<String> = store
+        .list(None)
+        .await
+        .unwrap()
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+    assert_eq!(all, ["a", "a/x", "a/y/z", "ab", "b", "c/d"]);
+    let under_a: Vec<String> = store
+        .list(Some(&key("a")))
+        .await
+        .unwrap()
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+    assert_eq!(under_a, ["a", "a/x", "a/y/z"]);
+    assert!(store.list(Some(&key("zz"))).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn files_are_owner_only_by_default() {
+    let (dir, store) = fresh();
+    create(&store, &key("m/n/o"), "secret").await;
+    let mode = |p: &str| {
+        std::fs::metadata(dir.path().join(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode("m/n/o.fence"), 0o600);
+    assert_eq!(mode("m"), 0o700);
+    assert_eq!(mode("m/n"), 0o700);
+    assert_eq!(mode(".fence"), 0o700);
+    let store = store.with_file_mode(0o640);
+    create(&store, &key("m/p"), "shared").await;
+    assert_eq!(mode("m/p.fence"), 0o640);
+}
+
+#[tokio::test]
+async fn corrupt_or_truncated_records_name_the_key() {
+    let (dir, store) = fresh();
+    let k = key("c/rec");
+    let v = create(&store, &k, "hello world").await;
+    let path = dir.path().join("c/rec.fence");
+    let whole = std::fs::read(&path).unwrap();
+    for bad in [&whole[..whole.len() - 3], &whole[..5], b"garbage\nxx"] {
+        std::fs::write(&path, bad).unwrap();
+        let err = store.get(&k).await.unwrap_err();
+        assert_eq!((err.kind(), err.key()), (ErrorKind::Corrupt, Some(&k)));
+        let err = store
+            .put(&k, "new".into(), CasGuard::Match(v.clone()))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (err.kind(), err.commit()),
+            (ErrorKind::Corrupt, Commit::NotCommitted)
+        );
+    }
+}
+
+#[tokio::test]
+async fn crashed_writer_leftovers_do_not_block() {
+    let (dir, store) = fresh();
+    let k = key("left/over");
+    let v = create(&store, &k, "good").await;
+    // A crashed writer leaves its temp file (half written) and its lock file behind.
+    for entry in std::fs::read_dir(dir.path().join(".fence/locks")).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        std::fs::write(
+            dir.path().join(format!(".fence/tmp/{name}.tmp")),
+            "fence-fs 1 9-ab 99\nhalf",
+        )
+        .unwrap();
+    }
+    assert_eq!(&store.get(&k).await.unwrap().unwrap().body[..], b"good");
+    let PutOutcome::Applied(_) = update(&store, &k, "next", &v).await else {
+        panic!("a leftover temp file must not block a write")
+    };
+    assert_eq!(&store.get(&k).await.unwrap().unwrap().body[..], b"next");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_lock_blocks_writers_until_released() {
+    let (dir, store) = fresh();
+    let k = key("held");
+    let v = create(&store, &k, "x").await;
+    let lock_path = std::fs::read_dir(dir.path().join(".fence/locks"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let holder = std::fs::File::open(&lock_path).unwrap();
+    holder.lock().unwrap();
+    let writer = tokio::spawn({
+        let (store, k, v) = (store.clone(), k.clone(), v.clone());
+        async move { store.put(&k, "y".into(), CasGuard::Match(v)).await }
+    });
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(
+        !writer.is_finished(),
+        "a write went through while the key's lock was held"
+    );
+    assert_eq!(
+        store.get(&k).await.unwrap().unwrap().version,
+        v,
+        "reads are lock-free"
+    );
+    drop(holder);
+    assert!(matches!(
+        writer.await.unwrap().unwrap(),
+        PutOutcome::Applied(_)
+    ));
+}
+
+#[tokio::test]
+async fn works_through_arc_dyn() {
+    let (_dir, store) = fresh();
+    let store: Arc<dyn ConditionalStore> = Arc::new(store);
+    let k = key("dyn");
+    assert!(matches!(
+        store.put(&k, "x".into(), CasGuard::Absent).await.unwrap(),
+        PutOutcome::Applied(_)
+    ));
+}
+
+#[tokio::test]
+async fn ownership_api_runs_over_fs_store() {
+    use fence_core::{CasOutcome, Ownership};
+    let (dir, store) = fresh();
+    let a = Ownership::new(Arc::new(store), "n1");
+    let b = Ownership::new(Arc::new(FsStore::open(dir.path()).unwrap()), "n2");
+    assert_eq!(
+        a.cas_owner("c1", CasGuard::Absent, 1).await.unwrap(),
+        CasOutcome::Applied
+    );
+    assert_eq!(
+        b.cas_owner("c1", CasGuard::Absent, 1).await.unwrap(),
+        CasOutcome::Rejected
+    );
+    let seen = b.read_owner("c1").await.unwrap().unwrap();
+    assert_eq!((seen.node.as_deref(), seen.epoch), (Some("n1"), 1));
+    // Takeover guarded on the version b read; a's later write on its stale version fails.
+    assert_eq!(
+        b.cas_owner("c1", CasGuard::Match(seen.etag.clone()), 2)
+            .await
+            .unwrap(),
+        CasOutcome::Applied
+    );
+    assert_eq!(
+        a.cas_owner("c1", CasGuard::Match(seen.etag), 2)
+            .await
+            .unwrap(),
+        CasOutcome::Rejected
+    );
+    assert_eq!(
+        a.read_owner("c1").await.unwrap().unwrap().node.as_deref(),
+        Some("n2")
+    );
+}
