@@ -34,3 +34,8 @@ pub use runtime::{CellClaim, CellData, Fence, FenceBuilder, LeaseKeeper, WriteAc
 pub use store::{
     Capabilities, CasGuard, ConditionalStore, DeleteOutcome, PutOutcome, Stored, Version,
 };
+
+/// The README's example, compiled as a doctest so it cannot rot.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
