@@ -9,6 +9,11 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
 export FENCE_SERVERS_DIR="${FENCE_SERVERS_DIR:-$CARGO_TARGET_DIR/servers}"
 mkdir -p "$FENCE_SERVERS_DIR"
 
+tests=(--workspace --lib --bins --tests --examples)
+# Build first, so the servers are not left idle (or timing out) during a long compile.
+echo "== building tests"
+cargo test "${tests[@]}" --no-run
+
 started=()
 stop_all() {
   for s in "${started[@]}"; do bash "$s" stop || true; done
@@ -30,7 +35,7 @@ done
 export FENCE_REQUIRE_SERVERS=1
 echo "== cargo test"
 status=0
-cargo test --workspace --all-targets --no-fail-fast || status=$?
+cargo test "${tests[@]}" --no-fail-fast || status=$?
 echo "== doc tests"
 cargo test --workspace --doc || status=$?
 exit "$status"
