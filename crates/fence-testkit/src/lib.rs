@@ -1,1 +1,48 @@
-//! fence-testkit (work in progress).
+//! # fence-testkit
+//!
+//! Proves a [`ConditionalStore`](fence_core::ConditionalStore) safe with one call, and catches
+//! a store (or an emulator) that lies about its conditional writes.
+//!
+//! - [`run_all`]: every conformance scenario, the [contract probe](probe()) first; returns a
+//!   [`Report`] ending in the line `N passed, M failed`.
+//! - [`probe()`]: a short check any user can run against a live store; says
+//!   [`Verdict::Honest`], [`Verdict::Violation`] or [`Verdict::Error`] (could not tell).
+//! - [`FaultyStore`]: a seeded wrapper injecting lost answers, failures before sending, 409s,
+//!   5xx after applying, latency and hangs. [`CountingStore`]: round trips per operation.
+//! - [`linearizability`]: records histories of concurrent gets and puts and checks them
+//!   against a per-key CAS register.
+//! - [`sabotage`]: deliberately broken stores the suite must catch.
+//! - [`sim`]: deterministic simulation of the runtime: one seed drives time, actions, clock
+//!   skew, pauses, crashes and store faults; properties are checked on the record.
+//!
+//! ```
+//! # fn block(f: impl std::future::Future<Output = ()>) {
+//! #     tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(f)
+//! # }
+//! # block(async {
+//! use std::sync::Arc;
+//! use fence_core::MemoryStore;
+//! use fence_testkit::{run_all, SuiteConfig};
+//! let cfg = SuiteConfig::light();
+//! let report = run_all(Arc::new(MemoryStore::new()), &cfg).await;
+//! println!("{report}");
+//! assert!(report.is_success());
+//! # });
+//! ```
+#![deny(missing_docs)]
+
+pub mod counting;
+pub mod faulty;
+pub mod linearizability;
+pub mod probe;
+pub mod sabotage;
+pub mod scenarios;
+pub mod sim;
+pub mod suite;
+
+pub use counting::{CountingStore, OpCounts};
+pub use faulty::{Fault, FaultyStore, OpKind, RandomFaults};
+pub use probe::{probe, ProbeConfig, ProbeReport, Verdict};
+pub use suite::{
+    run_all, run_scenarios, Report, Scenario, ScenarioCtx, ScenarioResult, SuiteConfig,
+};

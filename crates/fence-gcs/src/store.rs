@@ -1,0 +1,433 @@
+//! [`GcsStore`]: the [`ConditionalStore`] on GCS object generations.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use fence_core::store::delete_unsupported;
+use fence_core::{
+    Capabilities, CasGuard, ConditionalStore, DeleteOutcome, Entropy, Error, ErrorKind, Key,
+    PutOutcome, Stored, Version, MAX_KEY_LEN,
+};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
+use reqwest::{RequestBuilder, Response, StatusCode};
+
+use crate::auth::{token_timeout, Credentials};
+use crate::builder::{GcsStoreBuilder, Timeouts};
+use crate::classify;
+use crate::wire;
+
+/// Attempts of one read (a read changes nothing, so repeating it is safe).
+const READ_ATTEMPTS: u32 = 3;
+/// Timeout of listing requests, which are inspection traffic on their own pool.
+const LIST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Upper bound of listing pages, against a server that never ends a listing.
+const MAX_LIST_PAGES: usize = 100_000;
+
+/// Everything [`GcsStoreBuilder::build`] validated.
+pub(crate) struct Config {
+    pub endpoint: String,
+    pub bucket: String,
+    pub prefix: Option<String>,
+    pub credentials: Credentials,
+    pub timeouts: Timeouts,
+    pub max_record_bytes: usize,
+    pub conditional_delete: bool,
+    pub entropy: Entropy,
+}
+
+/// A [`ConditionalStore`] on one GCS bucket (optionally under a prefix), speaking the JSON API.
+///
+/// - The [`Version`] is the object's **generation** (a decimal integer that changes on every
+///   write, also when identical bytes are rewritten), never the ETag or MD5.
+/// - `put` is one `multipart` upload with `ifGenerationMatch=0` ([`CasGuard::Absent`]) or
+///   `ifGenerationMatch=<generation>` ([`CasGuard::Match`]); it is never retried.
+/// - `get` is one `alt=media` download answering body and `x-goog-generation` together.
+/// - Record traffic has its own connection pool with timeouts derived from the lease TTL;
+///   listings use another pool.
+///
+/// ```
+/// use fence_gcs::GcsStore;
+/// use fence_core::ConditionalStore;
+/// let store = GcsStore::builder()
+///     .with_url("gs://fence-test/run-1")
+///     .with_endpoint("http://127.0.0.1:4443")
+///     .with_anonymous()
+///     .build()
+///     .unwrap();
+/// assert!(!store.capabilities().conditional_delete);
+/// assert!(!format!("{store:?}").contains("Bearer"));
+/// ```
+pub struct GcsStore {
+    cfg: Config,
+    /// Record traffic (get/put/delete): short timeouts, its own pool.
+    records: reqwest::Client,
+    /// Listings: inspection only, long timeout, its own pool.
+    listings: reqwest::Client,
+    /// Set once the bucket was seen to exist, so a 404 then means "no such object".
+    bucket_seen: AtomicBool,
+    /// HTTP requests sent so far (round trips, for measurements).
+    requests: AtomicU64,
+}
+
+impl fmt::Debug for GcsStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GcsStore")
+            .field("endpoint", &self.cfg.endpoint)
+            .field("bucket", &self.cfg.bucket)
+            .field("prefix", &self.cfg.prefix)
+            .field("credentials", &self.cfg.credentials)
+            .field("timeouts", &self.cfg.timeouts)
+            .field("max_record_bytes", &self.cfg.max_record_bytes)
+            .field("conditional_delete", &self.cfg.conditional_delete)
+            .finish()
+    }
+}
+
+impl GcsStore {
+    /// A builder; see [`GcsStoreBuilder`].
+    pub fn builder() -> GcsStoreBuilder {
+        GcsStoreBuilder::default()
+    }
+
+    pub(crate) fn new(cfg: Config) -> Result<GcsStore, Error> {
+        let records = http_client(cfg.timeouts.request, cfg.timeouts.connect)?;
+        let listings = http_client(LIST_TIMEOUT, cfg.timeouts.connect)?;
+        Ok(GcsStore {
+            cfg,
+            records,
+            listings,
+            bucket_seen: AtomicBool::new(false),
+            requests: AtomicU64::new(0),
+        })
+    }
+
+    /// The bucket's name.
+    pub fn bucket(&self) -> &str {
+        &self.cfg.bucket
+    }
+
+    /// The prefix every key lives under, if any.
+    pub fn prefix(&self) -> Option<&str> {
+        self.cfg.prefix.as_deref()
+    }
+
+    /// The timeouts of record traffic.
+    pub fn timeouts(&self) -> Timeouts {
+        self.cfg.timeouts
+    }
+
+    /// HTTP requests this store has sent (every round trip, retries of reads included).
+    pub fn requests_sent(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    async fn send(&self, req: RequestBuilder) -> Result<Response, Error> {
+        let req = self.authorize(req).await?;
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        req.send().await.map_err(transport_error)
+    }
+
+    /// The GCS object name of `key`: `prefix/key`.
+    pub fn object_name(&self, key: &Key) -> Result<String, Error> {
+        let name = match &self.cfg.prefix {
+            Some(p) => format!("{p}/{key}"),
+            None => key.as_str().to_owned(),
+        };
+        if name.len() > MAX_KEY_LEN {
+            return Err(Error::new(
+                ErrorKind::InvalidKey,
+                "prefix + key is longer than GCS's 1024-byte object names",
+            )
+            .with_key(key)
+            .not_committed());
+        }
+        Ok(name)
+    }
+
+    fn key_of(&self, name: &str) -> Option<Key> {
+        let rel = match &self.cfg.prefix {
+            Some(p) => name.strip_prefix(p.as_str())?.strip_prefix('/')?,
+            None => name,
+        };
+        Key::new(rel).ok()
+    }
+
+    async fn authorize(&self, req: RequestBuilder) -> Result<RequestBuilder, Error> {
+        let token = tokio::time::timeout(self.cfg.timeouts.request, self.cfg.credentials.bearer())
+            .await
+            .map_err(|_| token_timeout())??;
+        Ok(match token {
+            Some(t) => req.header(AUTHORIZATION, format!("Bearer {}", t.secret())),
+            None => req,
+        })
+    }
+
+    fn check_record(&self, key: &Key, body: &Bytes) -> Result<(), Error> {
+        if body.len() <= self.cfg.max_record_bytes {
+            return Ok(());
+        }
+        let message = format!(
+            "record of {} bytes exceeds the {}-byte limit of single multipart uploads",
+            body.len(),
+            self.cfg.max_record_bytes
+        );
+        Err(Error::new(ErrorKind::InvalidInput, message)
+            .with_key(key)
+            .not_committed())
+    }
+
+    /// An error for a non-success status, naming the bucket where that is the subject.
+    fn status_error(&self, key: Option<&Key>, status: StatusCode) -> Error {
+        let class = classify::status(status.as_u16());
+        let message = match class.kind {
+            ErrorKind::PermissionDenied => format!(
+                "GCS refused access to bucket {:?} (HTTP {status})",
+                self.cfg.bucket
+            ),
+            ErrorKind::NotFound => format!("GCS bucket {:?} does not exist", self.cfg.bucket),
+            _ => format!(
+                "GCS answered HTTP {status} for bucket {:?}",
+                self.cfg.bucket
+            ),
+        };
+        let err = Error::new(class.kind, message).with_commit(class.commit);
+        match key {
+            Some(k) => err.with_key(k),
+            None => err,
+        }
+    }
+
+    /// After a 404: `Ok(())` if the bucket exists (so the object is what is missing).
+    async fn confirm_bucket(&self) -> Result<(), Error> {
+        if self.bucket_seen.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let url = wire::bucket_url(&self.cfg.endpoint, &self.cfg.bucket);
+        let resp = self.send(self.records.get(url)).await?;
+        if !resp.status().is_success() {
+            return Err(self.status_error(None, resp.status()).not_committed());
+        }
+        self.bucket_seen.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn get_once(&self, key: &Key, name: &str) -> Result<Option<Stored>, Error> {
+        let url = wire::media_url(&self.cfg.endpoint, &self.cfg.bucket, name);
+        let resp = self.send(self.records.get(url)).await?;
+        match resp.status() {
+            StatusCode::OK => read_media(key, resp).await.map(Some),
+            StatusCode::NOT_FOUND => self.confirm_bucket().await.map(|()| None),
+            other => Err(self.status_error(Some(key), other)),
+        }
+    }
+
+    async fn put_once(
+        &self,
+        key: &Key,
+        body: &[u8],
+        if_generation: u64,
+    ) -> Result<PutOutcome, Error> {
+        let name = self.object_name(key)?;
+        let upload = wire::multipart(&self.cfg.entropy, &name, body)?;
+        let url = wire::upload_url(&self.cfg.endpoint, &self.cfg.bucket, if_generation);
+        let req = self
+            .records
+            .post(url)
+            .header(CONTENT_TYPE, upload.content_type)
+            .body(upload.payload);
+        let resp = self.send(req).await?;
+        match resp.status() {
+            StatusCode::OK | StatusCode::CREATED => applied_version(key, resp).await,
+            StatusCode::PRECONDITION_FAILED => Ok(PutOutcome::Rejected),
+            other => Err(self.status_error(Some(key), other)),
+        }
+    }
+
+    async fn list_page(&self, prefix: &str, page: Option<&str>) -> Result<wire::ListPage, Error> {
+        let url = wire::list_url(&self.cfg.endpoint, &self.cfg.bucket, prefix, page);
+        let resp = self.send(self.listings.get(url)).await?;
+        if !resp.status().is_success() {
+            return Err(self.status_error(None, resp.status()));
+        }
+        let bytes = resp.bytes().await.map_err(transport_error)?;
+        serde_json::from_slice(&bytes).map_err(|e| {
+            Error::new(ErrorKind::Unsupported, "unreadable object listing from GCS").with_source(e)
+        })
+    }
+
+    async fn list_all(&self, gcs_prefix: &str) -> Result<Vec<String>, Error> {
+        let mut names = Vec::new();
+        let mut page: Option<String> = None;
+        for _ in 0..MAX_LIST_PAGES {
+            let p = retry_read(|| self.list_page(gcs_prefix, page.as_deref())).await?;
+            names.extend(p.items.into_iter().map(|i| i.name));
+            match p.next_page_token {
+                Some(next) if Some(&next) != page.as_ref() => page = Some(next),
+                _ => return Ok(names),
+            }
+        }
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            "GCS listing did not end",
+        ))
+    }
+}
+
+fn http_client(timeout: Duration, connect: Duration) -> Result<reqwest::Client, Error> {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(connect)
+        .pool_idle_timeout(Duration::from_secs(60))
+        .build()
+        .map_err(|e| {
+            Error::new(ErrorKind::InvalidInput, "cannot build the HTTP client")
+                .with_source(e)
+                .not_committed()
+        })
+}
+
+/// A reqwest failure without a status. reqwest's errors name the URL (bucket and object,
+/// never a token: tokens travel in a header).
+fn transport_error(e: reqwest::Error) -> Error {
+    let class = classify::transport(e.is_connect(), e.is_timeout());
+    let what = if e.is_connect() {
+        "could not connect to GCS"
+    } else {
+        "GCS request failed after it may have been sent"
+    };
+    Error::new(class.kind, what)
+        .with_commit(class.commit)
+        .with_source(e)
+}
+
+async fn read_media(key: &Key, resp: Response) -> Result<Stored, Error> {
+    let generation = resp
+        .headers()
+        .get("x-goog-generation")
+        .and_then(|v| v.to_str().ok())
+        .and_then(wire::parse_generation);
+    let Some(generation) = generation else {
+        let message = "GCS answered a download without x-goog-generation";
+        return Err(Error::new(ErrorKind::Unsupported, message).with_key(key));
+    };
+    let body = resp.bytes().await.map_err(transport_error)?;
+    Ok(Stored {
+        body,
+        version: generation_version(generation),
+    })
+}
+
+/// The version of an applied upload. Anything unreadable is ambiguous: the write landed, but
+/// we do not know as what.
+async fn applied_version(key: &Key, resp: Response) -> Result<PutOutcome, Error> {
+    let bytes = resp.bytes().await.map_err(transport_error)?;
+    let generation = serde_json::from_slice::<wire::ObjectResource>(&bytes)
+        .ok()
+        .and_then(|o| o.generation)
+        .and_then(|g| wire::parse_generation(&g));
+    match generation {
+        Some(g) => Ok(PutOutcome::Applied(generation_version(g))),
+        None => Err(Error::new(
+            ErrorKind::Other,
+            "GCS accepted the upload but answered no generation",
+        )
+        .with_key(key)),
+    }
+}
+
+fn generation_version(generation: u64) -> Version {
+    Version::new(generation.to_string()).unwrap_or_else(|_| unreachable!("digits are non-empty"))
+}
+
+async fn retry_read<T, F, Fut>(mut op: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    let mut attempt = 1;
+    loop {
+        match op().await {
+            Err(e) if attempt < READ_ATTEMPTS && classify::read_retryable(e.kind()) => {
+                tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+                attempt += 1;
+            }
+            done => return done,
+        }
+    }
+}
+
+#[async_trait]
+impl ConditionalStore for GcsStore {
+    async fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
+        let name = self.object_name(key)?;
+        retry_read(|| self.get_once(key, &name))
+            .await
+            .map_err(|e| e.with_key(key))
+    }
+
+    async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
+        self.check_record(key, &body)?;
+        let if_generation = match &guard {
+            CasGuard::Absent => 0,
+            // A token that is not a generation cannot be the current one.
+            CasGuard::Match(v) => match wire::parse_generation(v.as_str()) {
+                Some(g) => g,
+                None => return Ok(PutOutcome::Rejected),
+            },
+        };
+        self.put_once(key, &body, if_generation)
+            .await
+            .map_err(|e| e.with_key(key))
+    }
+
+    async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
+        if !self.cfg.conditional_delete {
+            return Err(delete_unsupported(key));
+        }
+        let Some(generation) = wire::parse_generation(version.as_str()) else {
+            return Ok(DeleteOutcome::Rejected);
+        };
+        let name = self.object_name(key)?;
+        let url = wire::delete_url(&self.cfg.endpoint, &self.cfg.bucket, &name, generation);
+        let resp = self.send(self.records.delete(url)).await?;
+        match resp.status() {
+            s if s.is_success() => Ok(DeleteOutcome::Deleted),
+            StatusCode::PRECONDITION_FAILED => Ok(DeleteOutcome::Rejected),
+            StatusCode::NOT_FOUND => self
+                .confirm_bucket()
+                .await
+                .map(|()| DeleteOutcome::Rejected),
+            other => Err(self.status_error(Some(key), other)),
+        }
+    }
+
+    async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
+        let gcs_prefix = match (prefix, &self.cfg.prefix) {
+            (Some(p), _) => self.object_name(p)?,
+            (None, Some(root)) => format!("{root}/"),
+            (None, None) => String::new(),
+        };
+        let mut keys: Vec<Key> = self
+            .list_all(&gcs_prefix)
+            .await?
+            .iter()
+            .filter_map(|name| self.key_of(name))
+            .filter(|k| prefix.is_none_or(|p| k.starts_with(p)))
+            .collect();
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let base = if self.cfg.conditional_delete {
+            Capabilities::full()
+        } else {
+            Capabilities::without_conditional_delete()
+        };
+        base.with_max_body(self.cfg.max_record_bytes)
+    }
+}

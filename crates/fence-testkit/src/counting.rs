@@ -1,0 +1,135 @@
+//! [`CountingStore`]: counts round trips per operation kind.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use fence_core::{
+    Capabilities, CasGuard, ConditionalStore, DeleteOutcome, Error, Key, PutOutcome, Stored,
+    Version,
+};
+
+/// Round trips per operation kind, as counted by a [`CountingStore`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpCounts {
+    /// `get` calls.
+    pub get: u64,
+    /// `put` calls.
+    pub put: u64,
+    /// `delete` calls.
+    pub delete: u64,
+    /// `list` calls.
+    pub list: u64,
+}
+
+impl OpCounts {
+    /// All round trips.
+    pub fn total(&self) -> u64 {
+        self.get + self.put + self.delete + self.list
+    }
+}
+
+impl fmt::Display for OpCounts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "get {} · put {} · delete {} · list {} (total {})",
+            self.get,
+            self.put,
+            self.delete,
+            self.list,
+            self.total()
+        )
+    }
+}
+
+/// A wrapper that counts every call (a round trip, whether it succeeds or fails) per
+/// operation kind.
+///
+/// ```
+/// # fn block(f: impl std::future::Future<Output = ()>) {
+/// #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+/// # }
+/// # block(async {
+/// use std::sync::Arc;
+/// use fence_core::{CasGuard, ConditionalStore, Key, MemoryStore};
+/// use fence_testkit::CountingStore;
+/// let store = CountingStore::new(Arc::new(MemoryStore::new()));
+/// let key = Key::new("k").unwrap();
+/// store.put(&key, "x".into(), CasGuard::Absent).await.unwrap();
+/// store.get(&key).await.unwrap();
+/// let counts = store.reset();
+/// assert_eq!((counts.get, counts.put, counts.total()), (1, 1, 2));
+/// assert_eq!(store.counts().total(), 0);
+/// # });
+/// ```
+#[derive(Debug)]
+pub struct CountingStore {
+    inner: Arc<dyn ConditionalStore>,
+    get: AtomicU64,
+    put: AtomicU64,
+    delete: AtomicU64,
+    list: AtomicU64,
+}
+
+impl CountingStore {
+    /// Counts the calls made to `inner`.
+    pub fn new(inner: Arc<dyn ConditionalStore>) -> Self {
+        CountingStore {
+            inner,
+            get: AtomicU64::new(0),
+            put: AtomicU64::new(0),
+            delete: AtomicU64::new(0),
+            list: AtomicU64::new(0),
+        }
+    }
+
+    /// The counts so far.
+    pub fn counts(&self) -> OpCounts {
+        OpCounts {
+            get: self.get.load(Ordering::SeqCst),
+            put: self.put.load(Ordering::SeqCst),
+            delete: self.delete.load(Ordering::SeqCst),
+            list: self.list.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Returns the counts so far and starts again from zero.
+    pub fn reset(&self) -> OpCounts {
+        OpCounts {
+            get: self.get.swap(0, Ordering::SeqCst),
+            put: self.put.swap(0, Ordering::SeqCst),
+            delete: self.delete.swap(0, Ordering::SeqCst),
+            list: self.list.swap(0, Ordering::SeqCst),
+        }
+    }
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::SeqCst);
+}
+
+#[async_trait]
+impl ConditionalStore for CountingStore {
+    async fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
+        bump(&self.get);
+        self.inner.get(key).await
+    }
+    async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
+        bump(&self.put);
+        self.inner.put(key, body, guard).await
+    }
+    async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
+        bump(&self.delete);
+        self.inner.delete(key, version).await
+    }
+    async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
+        bump(&self.list);
+        self.inner.list(prefix).await
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+}

@@ -1,0 +1,173 @@
+//! Deliberately broken stores: the suite and the probe must catch every one of them.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use fence_core::{
+    Capabilities, CasGuard, ConditionalStore, DeleteOutcome, Error, ErrorKind, Key, PutOutcome,
+    Stored, Version,
+};
+
+/// How a [`SabotagedStore`] breaks the contract.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flaw {
+    /// Every put applies, whatever its guard (like Garage, s3rver).
+    IgnoresGuard,
+    /// Checks the guard, then writes after a pause without re-checking: concurrent racers
+    /// all win (like s3s-fs under load).
+    TwoWinners,
+    /// Versions are content hashes: identical bytes get the same version (S3 ETags), also
+    /// after a delete and re-create (ABA).
+    RepeatingVersions,
+    /// Every third applied put is answered `Rejected` though it landed.
+    RejectsLandedWrites,
+    /// Every request fails: the store is unreachable ([`ErrorKind::Unavailable`]).
+    Unreachable,
+}
+
+/// An in-memory store with one deliberate [`Flaw`].
+///
+/// ```
+/// # fn block(f: impl std::future::Future<Output = ()>) {
+/// #     tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(f)
+/// # }
+/// # block(async {
+/// use fence_testkit::sabotage::{Flaw, SabotagedStore};
+/// use fence_testkit::{probe, ProbeConfig};
+/// let liar = SabotagedStore::new(Flaw::IgnoresGuard);
+/// assert!(probe(&liar, &ProbeConfig::default()).await.verdict.is_violation());
+/// # });
+/// ```
+#[derive(Debug)]
+pub struct SabotagedStore {
+    flaw: Flaw,
+    objects: Mutex<BTreeMap<Key, (Bytes, Version)>>,
+    counter: AtomicU64,
+}
+
+impl SabotagedStore {
+    /// An empty store with `flaw`.
+    pub fn new(flaw: Flaw) -> Self {
+        SabotagedStore {
+            flaw,
+            objects: Mutex::new(BTreeMap::new()),
+            counter: AtomicU64::new(0),
+        }
+    }
+
+    fn objects(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, (Bytes, Version)>> {
+        self.objects.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn unreachable(&self) -> Result<(), Error> {
+        if self.flaw == Flaw::Unreachable {
+            return Err(Error::new(ErrorKind::Unavailable, "connection refused").not_committed());
+        }
+        Ok(())
+    }
+
+    fn next_version(&self, body: &Bytes) -> Result<Version, Error> {
+        if self.flaw == Flaw::RepeatingVersions {
+            let hash = body.iter().fold(0xcbf29ce484222325u64, |h, b| {
+                (h ^ u64::from(*b)).wrapping_mul(0x100000001b3)
+            });
+            return Version::new(format!("{hash:016x}"));
+        }
+        Version::new(format!(
+            "s{}",
+            self.counter.fetch_add(1, Ordering::SeqCst) + 1
+        ))
+    }
+
+    fn holds(objects: &BTreeMap<Key, (Bytes, Version)>, key: &Key, guard: &CasGuard) -> bool {
+        match (guard, objects.get(key)) {
+            (CasGuard::Absent, None) => true,
+            (CasGuard::Match(want), Some((_, have))) => want == have,
+            _ => false,
+        }
+    }
+
+    /// Checks the guard (unless the flaw ignores it) and writes, atomically.
+    fn write(&self, key: &Key, body: Bytes, guard: &CasGuard) -> Result<Option<Version>, Error> {
+        let mut objects = self.objects();
+        if self.flaw != Flaw::IgnoresGuard && !Self::holds(&objects, key, guard) {
+            return Ok(None);
+        }
+        let version = self.next_version(&body)?;
+        objects.insert(key.clone(), (body, version.clone()));
+        Ok(Some(version))
+    }
+
+    /// Checks the guard, pauses, then writes unconditionally: not atomic.
+    async fn check_then_write(
+        &self,
+        key: &Key,
+        body: Bytes,
+        guard: &CasGuard,
+    ) -> Result<Option<Version>, Error> {
+        if !Self::holds(&self.objects(), key, guard) {
+            return Ok(None);
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let version = self.next_version(&body)?;
+        self.objects().insert(key.clone(), (body, version.clone()));
+        Ok(Some(version))
+    }
+}
+
+#[async_trait]
+impl ConditionalStore for SabotagedStore {
+    async fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
+        self.unreachable()?;
+        Ok(self.objects().get(key).map(|(body, version)| Stored {
+            body: body.clone(),
+            version: version.clone(),
+        }))
+    }
+
+    async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
+        self.unreachable()?;
+        let written = if self.flaw == Flaw::TwoWinners {
+            self.check_then_write(key, body, &guard).await?
+        } else {
+            self.write(key, body, &guard)?
+        };
+        let Some(version) = written else {
+            return Ok(PutOutcome::Rejected);
+        };
+        let landed = self.counter.load(Ordering::SeqCst);
+        if self.flaw == Flaw::RejectsLandedWrites && landed.is_multiple_of(3) {
+            return Ok(PutOutcome::Rejected);
+        }
+        Ok(PutOutcome::Applied(version))
+    }
+
+    async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
+        self.unreachable()?;
+        let mut objects = self.objects();
+        match objects.get(key) {
+            Some((_, v)) if v == version => {
+                objects.remove(key);
+                Ok(DeleteOutcome::Deleted)
+            }
+            _ => Ok(DeleteOutcome::Rejected),
+        }
+    }
+
+    async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
+        self.unreachable()?;
+        let objects = self.objects();
+        let keys = objects
+            .keys()
+            .filter(|k| prefix.is_none_or(|p| k.starts_with(p)));
+        Ok(keys.cloned().collect())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::full()
+    }
+}

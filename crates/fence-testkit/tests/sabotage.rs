@@ -1,0 +1,151 @@
+//! Tests of the tests: every deliberately broken store must be caught.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fence_core::{ConditionalStore, MemoryStore};
+use fence_testkit::sabotage::{Flaw, SabotagedStore};
+use fence_testkit::{
+    probe, run_all, Fault, FaultyStore, OpKind, ProbeConfig, SuiteConfig, Verdict,
+};
+
+fn quick() -> SuiteConfig {
+    SuiteConfig {
+        race_rounds: 5,
+        racers: 8,
+        linearizability_ops: 2_000,
+        large_body_bytes: 4096,
+        stop_on_violation: false,
+        ..SuiteConfig::default()
+    }
+}
+
+/// Every scenario (the probe does not stop the run) and the names of those that failed.
+async fn scenario_failures(flaw: Flaw) -> Vec<String> {
+    let store: Arc<dyn ConditionalStore> = Arc::new(SabotagedStore::new(flaw));
+    let report = run_all(store, &quick()).await;
+    println!("{flaw:?}:\n{report}");
+    report.failures().into_iter().map(str::to_owned).collect()
+}
+
+async fn probe_verdict(flaw: Flaw) -> Verdict {
+    let report = probe(&SabotagedStore::new(flaw), &ProbeConfig::default()).await;
+    println!("probe on {flaw:?}: {report}");
+    report.verdict
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guard_ignoring_store_is_caught() {
+    assert!(probe_verdict(Flaw::IgnoresGuard).await.is_violation());
+    let failures = scenario_failures(Flaw::IgnoresGuard).await;
+    for must in [
+        "create_twice",
+        "update_stale",
+        "create_race",
+        "linearizability",
+    ] {
+        assert!(
+            failures.iter().any(|f| f == must),
+            "{must} not in {failures:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_winner_store_is_caught() {
+    assert!(probe_verdict(Flaw::TwoWinners).await.is_violation());
+    let failures = scenario_failures(Flaw::TwoWinners).await;
+    for must in ["create_race", "update_race", "counter"] {
+        assert!(
+            failures.iter().any(|f| f == must),
+            "{must} not in {failures:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeating_versions_are_caught() {
+    let failures = scenario_failures(Flaw::RepeatingVersions).await;
+    assert!(
+        failures.iter().any(|f| f == "identical_rewrite"),
+        "{failures:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejected_but_landed_writes_are_caught() {
+    let failures = scenario_failures(Flaw::RejectsLandedWrites).await;
+    assert!(!failures.is_empty());
+    assert!(
+        failures.iter().any(|f| f == "linearizability"),
+        "{failures:?}"
+    );
+    assert!(!probe_verdict(Flaw::RejectsLandedWrites).await.is_honest());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_all_stops_early_on_a_violation() {
+    let cfg = SuiteConfig {
+        stop_on_violation: true,
+        ..quick()
+    };
+    let report = run_all(Arc::new(SabotagedStore::new(Flaw::IgnoresGuard)), &cfg).await;
+    println!("{report}");
+    assert!(!report.is_success());
+    assert!(report.stopped_early.is_some());
+    assert_eq!((report.passed(), report.failed()), (0, 1));
+    assert!(report.to_string().ends_with("0 passed, 1 failed"));
+    assert!(report.probe.as_ref().unwrap().verdict.is_violation());
+}
+
+#[tokio::test]
+async fn unreachable_store_is_an_error_not_a_violation() {
+    match probe_verdict(Flaw::Unreachable).await {
+        Verdict::Error(_) => {}
+        other => panic!("expected Error, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_store_fails_every_scenario_but_is_no_violation() {
+    let report = run_all(Arc::new(SabotagedStore::new(Flaw::Unreachable)), &quick()).await;
+    assert!(report.stopped_early.is_none());
+    assert!(matches!(
+        report.probe.as_ref().unwrap().verdict,
+        Verdict::Error(_)
+    ));
+    // invalid_keys needs no store; everything else must fail.
+    assert_eq!(report.passed(), 1, "{report}");
+}
+
+#[tokio::test]
+async fn hanging_store_is_an_error_not_a_violation() {
+    let faulty = FaultyStore::new(Arc::new(MemoryStore::new()), 1);
+    faulty.script(OpKind::Put, [Fault::Hang]);
+    let cfg = ProbeConfig {
+        op_timeout: Duration::from_millis(100),
+        ..ProbeConfig::default()
+    };
+    let report = probe(&faulty, &cfg).await;
+    assert!(matches!(report.verdict, Verdict::Error(_)), "{report}");
+}
+
+#[tokio::test]
+async fn lost_answers_and_conflicts_are_errors_not_violations() {
+    for fault in [
+        Fault::LoseAnswer,
+        Fault::Conflict,
+        Fault::ServerErrorAfterApply,
+        Fault::FailBeforeSend,
+    ] {
+        let faulty = FaultyStore::new(Arc::new(MemoryStore::new()), 2);
+        // Hit the last update racer of the probe.
+        faulty.script(
+            OpKind::Put,
+            std::iter::repeat_n(Fault::Latency(Duration::ZERO), 20),
+        );
+        faulty.script(OpKind::Put, [fault]);
+        let report = probe(&faulty, &ProbeConfig::default()).await;
+        assert!(!report.verdict.is_violation(), "{fault:?}: {report}");
+    }
+}
