@@ -203,9 +203,8 @@ impl Fence {
             peer_protocol: 1,
             generation,
         };
-        let observed = self
-            .ownership
-            .read_node_lease(&holder.node)
+        let read = self.ownership.read_node_lease(&holder.node);
+        let observed = bounded(self.cfg.attempt_timeout(self.cfg.ttl_ms), read)
             .await?
             .map(|l| ObservedLease {
                 record: l.record,
@@ -279,6 +278,17 @@ impl Shared {
     fn is_held(&self) -> bool {
         let now = self.fence.clock.mono_ms();
         self.core().is_held(now)
+    }
+
+    /// Runs a claim or data operation bounded by the attempt timeout for the remaining
+    /// authority (at least the configured minimum, so a just-expired lease still gets an
+    /// answer to report).
+    async fn bounded<T>(&self, op: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
+        let cfg = &self.fence.cfg;
+        let timeout = cfg
+            .attempt_timeout(self.remaining_ms())
+            .max(cfg.attempt_min_ms);
+        bounded(timeout, op).await
     }
 
     /// Remaining authority in ms (0 when not held).
@@ -492,8 +502,10 @@ async fn keep(shared: Arc<Shared>, mut rx: mpsc::Receiver<Command>, mut wake: Op
         }
         let event = match wake {
             Some(t) => tokio::select! {
-                _ = shared.fence.clock.sleep_until(t) => LeaseEvent::Tick,
+                // Deterministic choice when both are ready (simulations replay seeds).
+                biased;
                 _ = rx.recv() => LeaseEvent::Release,
+                _ = shared.fence.clock.sleep_until(t) => LeaseEvent::Tick,
             },
             None => {
                 let _ = rx.recv().await;
@@ -545,17 +557,23 @@ async fn claim(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim, Error> {
         return Err(Error::fenced("cannot claim a cell without a held lease"));
     }
     let own = &shared.fence.ownership;
-    let owner = own.read_owner_body(cell).await?.map(|(b, v)| OwnerView {
-        node: b.node,
-        epoch: b.epoch,
-        version: v,
-    });
+    let owner = shared
+        .bounded(own.read_owner_body(cell))
+        .await?
+        .map(|(b, v)| OwnerView {
+            node: b.node,
+            epoch: b.epoch,
+            version: v,
+        });
     let foreign = owner
         .as_ref()
         .and_then(|o| o.node.clone())
         .filter(|n| n != shared.node());
     let expires = match &foreign {
-        Some(n) => own.read_node_lease(n).await?.map(|l| l.record.expires_ms),
+        Some(n) => shared
+            .bounded(own.read_node_lease(n))
+            .await?
+            .map(|l| l.record.expires_ms),
         None => None,
     };
     let now_wall = shared.fence.clock.wall_ms();
@@ -610,7 +628,7 @@ async fn write_owner_claim(
             format!("cell {cell}: another claim won the race"),
         )
         .not_committed()),
-        Err(e) if e.is_ambiguous() => match own.read_owner_body(cell).await {
+        Err(e) if e.is_ambiguous() => match shared.bounded(own.read_owner_body(cell)).await {
             Ok(Some((body, _))) if body.nonce == nonce => Ok(()),
             Ok(_) => Err(Error::new(
                 ErrorKind::Busy,
@@ -651,7 +669,7 @@ impl CellClaim {
     async fn seal(&self) -> Result<(), Error> {
         let own = &self.shared.fence.ownership;
         for _ in 0..4 {
-            let head = own.read_data(&self.cell).await?;
+            let head = self.shared.bounded(own.read_data(&self.cell)).await?;
             let guard = match decide::decide_data_write(
                 self.epoch,
                 head.as_ref().map(|(b, v)| (b.epoch, v)),
@@ -669,7 +687,8 @@ impl CellClaim {
                     .unwrap_or_default(),
                 payload: head.map(|(b, _)| b.payload).unwrap_or_default(),
             };
-            if let PutOutcome::Applied(v) = own.put_data(&self.cell, guard, &body).await? {
+            let put = own.put_data(&self.cell, guard, &body);
+            if let PutOutcome::Applied(v) = self.shared.bounded(put).await? {
                 self.set_head(v);
                 return Ok(());
             }
@@ -755,7 +774,10 @@ impl CellClaim {
         &self,
         body: &DataBody,
     ) -> Result<(Option<Version>, CasGuard), Error> {
-        let head = self.shared.fence.ownership.read_data(&self.cell).await?;
+        let head = self
+            .shared
+            .bounded(self.shared.fence.ownership.read_data(&self.cell))
+            .await?;
         if let Some((b, v)) = &head {
             if b.nonce == body.nonce {
                 return Ok((Some(v.clone()), CasGuard::Match(v.clone())));
@@ -770,9 +792,7 @@ impl CellClaim {
     async fn acknowledge(&self, version: Version) -> Result<WriteAck, Error> {
         let owner = self
             .shared
-            .fence
-            .ownership
-            .read_owner_body(&self.cell)
+            .bounded(self.shared.fence.ownership.read_owner_body(&self.cell))
             .await
             .map_err(|e| {
                 Error::new(

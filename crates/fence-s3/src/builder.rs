@@ -1,0 +1,326 @@
+//! [`S3StoreBuilder`]: configuration of an [`S3Store`], in object_store's builder style.
+
+use std::fmt;
+use std::time::Duration;
+
+use fence_core::{Error, ErrorKind, Key};
+use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut};
+use object_store::{BackoffConfig, ClientConfigKey, RetryConfig};
+
+use crate::observe::ObservingConnector;
+use crate::store::S3Store;
+
+/// The lease TTL the CAS client's timeouts derive from unless set.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
+
+/// Configures an [`S3Store`]: endpoint, region, credentials, bucket and key prefix, and the
+/// timeouts of its two clients (see the crate docs).
+///
+/// `Debug` never shows credentials.
+///
+/// ```
+/// use std::time::Duration;
+/// use fence_s3::S3Store;
+/// let store = S3Store::builder()
+///     .with_url("s3://my-bucket/fleet-a")
+///     .with_endpoint("http://127.0.0.1:9000")
+///     .with_allow_http(true)
+///     .with_region("us-east-1")
+///     .with_credentials("AKIDEXAMPLE", "not-a-real-secret")
+///     .with_lease_ttl(Duration::from_secs(6))
+///     .build()
+///     .unwrap();
+/// assert_eq!(store.bucket(), "my-bucket");
+/// assert!(!format!("{store:?}").contains("not-a-real-secret"));
+/// ```
+#[derive(Clone)]
+pub struct S3StoreBuilder {
+    s3: AmazonS3Builder,
+    bucket: Option<String>,
+    prefix: Option<String>,
+    lease_ttl: Duration,
+    cas_timeout: Option<Duration>,
+    read_timeout: Duration,
+    read_retries: usize,
+    invalid: Option<String>,
+}
+
+impl Default for S3StoreBuilder {
+    fn default() -> Self {
+        Self::from_s3(AmazonS3Builder::new())
+    }
+}
+
+impl S3StoreBuilder {
+    /// An empty builder: set at least the bucket (or URL) and credentials.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reads object_store's `AWS_*` environment variables (`AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT`, `AWS_BUCKET`, `AWS_ALLOW_HTTP`,
+    /// …). Without explicit credentials object_store falls back to the instance metadata
+    /// service, as the AWS SDKs do.
+    pub fn from_env() -> Self {
+        Self::from_s3(AmazonS3Builder::from_env())
+    }
+
+    fn from_s3(s3: AmazonS3Builder) -> Self {
+        S3StoreBuilder {
+            s3,
+            bucket: None,
+            prefix: None,
+            lease_ttl: DEFAULT_LEASE_TTL,
+            cas_timeout: None,
+            read_timeout: Duration::from_secs(30),
+            read_retries: 3,
+            invalid: None,
+        }
+    }
+
+    /// Bucket and optional key prefix from `s3://bucket/prefix/path`.
+    pub fn with_url(mut self, url: impl AsRef<str>) -> Self {
+        match parse_url(url.as_ref()) {
+            Ok((bucket, prefix)) => {
+                self.bucket = Some(bucket);
+                self.prefix = prefix;
+            }
+            Err(why) => self.invalid = Some(why),
+        }
+        self
+    }
+
+    /// The bucket.
+    pub fn with_bucket(mut self, bucket: impl Into<String>) -> Self {
+        self.bucket = Some(bucket.into());
+        self
+    }
+
+    /// Every key is stored under `prefix/` (validated like a [`Key`]).
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// The endpoint, e.g. `http://127.0.0.1:9000` for a local S3-compatible server.
+    pub fn with_endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.s3 = self.s3.with_endpoint(endpoint);
+        self
+    }
+
+    /// The region the requests are signed for.
+    pub fn with_region(mut self, region: impl Into<String>) -> Self {
+        self.s3 = self.s3.with_region(region);
+        self
+    }
+
+    /// Static credentials (access key id and secret). Never shown by `Debug` or in errors.
+    pub fn with_credentials(mut self, access_key_id: &str, secret_access_key: &str) -> Self {
+        self.s3 = self
+            .s3
+            .with_access_key_id(access_key_id)
+            .with_secret_access_key(secret_access_key);
+        self
+    }
+
+    /// Allows plain-HTTP endpoints (local test servers).
+    pub fn with_allow_http(mut self, allow: bool) -> Self {
+        self.s3 = self.s3.with_allow_http(allow);
+        self
+    }
+
+    /// The lease TTL the conditional-write timeouts derive from (default 10 s): each
+    /// conditional write is bounded by `ttl / 3` unless [`with_cas_timeout`] says otherwise.
+    ///
+    /// [`with_cas_timeout`]: S3StoreBuilder::with_cas_timeout
+    pub fn with_lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// The whole-request timeout of one conditional write (default: lease TTL / 3).
+    pub fn with_cas_timeout(mut self, timeout: Duration) -> Self {
+        self.cas_timeout = Some(timeout);
+        self
+    }
+
+    /// The request timeout and retry count of reads and lists (default 30 s, 3 retries).
+    pub fn with_read_policy(mut self, timeout: Duration, retries: usize) -> Self {
+        self.read_timeout = timeout;
+        self.read_retries = retries;
+        self
+    }
+
+    /// Builds the store: two object_store clients with separate connection pools, one for
+    /// conditional writes (no retries, short timeouts), one for reads (retries on).
+    pub fn build(self) -> Result<S3Store, Error> {
+        if let Some(why) = &self.invalid {
+            return Err(invalid(why.clone()));
+        }
+        let bucket = self.bucket_name()?;
+        let prefix = self.prefix_segments()?;
+        let base = self
+            .s3
+            .clone()
+            .with_bucket_name(&bucket)
+            .with_conditional_put(S3ConditionalPut::ETagMatch)
+            .with_http_connector(ObservingConnector);
+        let cas_timeout = self.cas_timeout();
+        let cas = build_client(cas_client(base.clone(), cas_timeout), &bucket)?;
+        let read = build_client(self.read_client(base), &bucket)?;
+        Ok(S3Store::new(cas, read, bucket, prefix, cas_timeout))
+    }
+
+    fn bucket_name(&self) -> Result<String, Error> {
+        let bucket = self
+            .bucket
+            .clone()
+            .or_else(|| self.s3.get_config_value(&AmazonS3ConfigKey::Bucket))
+            .unwrap_or_default();
+        if bucket.is_empty() || bucket.contains('/') {
+            return Err(invalid(format!(
+                "bucket name {bucket:?} is missing or invalid"
+            )));
+        }
+        Ok(bucket)
+    }
+
+    fn prefix_segments(&self) -> Result<Vec<String>, Error> {
+        match self.prefix.as_deref().map(|p| p.trim_matches('/')) {
+            None | Some("") => Ok(Vec::new()),
+            Some(p) => {
+                let key = Key::new(p).map_err(|e| invalid(format!("prefix: {e}")))?;
+                Ok(key.segments().map(str::to_string).collect())
+            }
+        }
+    }
+
+    fn cas_timeout(&self) -> Duration {
+        let derived = (self.lease_ttl / 3).max(Duration::from_millis(100));
+        self.cas_timeout.unwrap_or(derived)
+    }
+
+    fn read_client(&self, base: AmazonS3Builder) -> AmazonS3Builder {
+        let retry = RetryConfig {
+            backoff: BackoffConfig::default(),
+            max_retries: self.read_retries,
+            retry_timeout: self.read_timeout * 2,
+        };
+        with_timeouts(base, self.read_timeout, Duration::from_secs(5)).with_retry(retry)
+    }
+}
+
+/// The client of conditional writes: no retries at all, every request bounded by `timeout`.
+fn cas_client(base: AmazonS3Builder, timeout: Duration) -> AmazonS3Builder {
+    let retry = RetryConfig {
+        backoff: BackoffConfig::default(),
+        max_retries: 0,
+        retry_timeout: timeout,
+    };
+    let connect = timeout.min(Duration::from_secs(1));
+    with_timeouts(base, timeout, connect).with_retry(retry)
+}
+
+fn with_timeouts(s3: AmazonS3Builder, request: Duration, connect: Duration) -> AmazonS3Builder {
+    // Set through config keys so options from the environment (allow-http, proxies) survive.
+    let ms = |d: Duration| format!("{}ms", d.as_millis().max(1));
+    s3.with_config(
+        AmazonS3ConfigKey::Client(ClientConfigKey::Timeout),
+        ms(request),
+    )
+    .with_config(
+        AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout),
+        ms(connect.min(request)),
+    )
+}
+
+fn build_client(s3: AmazonS3Builder, bucket: &str) -> Result<AmazonS3, Error> {
+    s3.build().map_err(|e| {
+        Error::new(
+            ErrorKind::InvalidInput,
+            format!("S3 configuration for bucket {bucket:?} is invalid"),
+        )
+        .with_source(e)
+        .not_committed()
+    })
+}
+
+fn invalid(message: String) -> Error {
+    Error::new(ErrorKind::InvalidInput, message).not_committed()
+}
+
+/// `s3://bucket/prefix` → (bucket, prefix).
+fn parse_url(url: &str) -> Result<(String, Option<String>), String> {
+    let rest = url
+        .strip_prefix("s3://")
+        .ok_or_else(|| format!("{url:?} is not an s3:// URL"))?;
+    let (bucket, prefix) = match rest.split_once('/') {
+        Some((bucket, prefix)) => (bucket, Some(prefix.trim_matches('/'))),
+        None => (rest, None),
+    };
+    if bucket.is_empty() {
+        return Err(format!("{url:?} names no bucket"));
+    }
+    let prefix = prefix.filter(|p| !p.is_empty()).map(str::to_string);
+    Ok((bucket.to_string(), prefix))
+}
+
+impl fmt::Debug for S3StoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("S3StoreBuilder")
+            .field("bucket", &self.bucket)
+            .field("prefix", &self.prefix)
+            .field("lease_ttl", &self.lease_ttl)
+            .field("cas_timeout", &self.cas_timeout)
+            .field("read_timeout", &self.read_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_urls() {
+        assert_eq!(parse_url("s3://b").unwrap(), ("b".into(), None));
+        assert_eq!(parse_url("s3://b/").unwrap(), ("b".into(), None));
+        assert_eq!(
+            parse_url("s3://b/x/y/").unwrap(),
+            ("b".into(), Some("x/y".into()))
+        );
+        assert!(parse_url("gs://b").is_err());
+        assert!(parse_url("s3:///x").is_err());
+    }
+
+    #[test]
+    fn refuses_bad_configuration_before_any_io() {
+        let no_bucket = S3StoreBuilder::new().build().unwrap_err();
+        assert_eq!(no_bucket.kind(), ErrorKind::InvalidInput);
+        let bad_url = S3StoreBuilder::new()
+            .with_url("http://x")
+            .build()
+            .unwrap_err();
+        assert_eq!(bad_url.kind(), ErrorKind::InvalidInput);
+        let bad_prefix = S3StoreBuilder::new()
+            .with_bucket("b")
+            .with_prefix("a/../b")
+            .build()
+            .unwrap_err();
+        assert_eq!(bad_prefix.kind(), ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn cas_timeout_derives_from_the_lease_ttl() {
+        let b = S3StoreBuilder::new().with_lease_ttl(Duration::from_secs(9));
+        assert_eq!(b.cas_timeout(), Duration::from_secs(3));
+        let b = b.with_cas_timeout(Duration::from_millis(700));
+        assert_eq!(b.cas_timeout(), Duration::from_millis(700));
+    }
+
+    #[test]
+    fn debug_hides_credentials() {
+        let b = S3StoreBuilder::new().with_credentials("AKID", "hunter2-secret");
+        assert!(!format!("{b:?}").contains("hunter2-secret"));
+    }
+}

@@ -1,0 +1,436 @@
+//! fence-s3 against live S3 servers started by `scripts/servers/s3.sh` (SeaweedFS and moto,
+//! which honour conditions, and s3rver, which ignores them). Endpoints come from the
+//! environment (`$FENCE_SERVERS_DIR/s3.env`); without them every test skips with a notice,
+//! or fails when `FENCE_REQUIRE_SERVERS=1`. Each test writes under a fresh random prefix.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use fence_core::{
+    CasGuard, Commit, ConditionalStore, Entropy, Error, ErrorKind, Key, PutOutcome, Version,
+};
+use fence_s3::S3Store;
+use fence_testkit::{probe, run_all, ProbeConfig, SuiteConfig, Verdict};
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpListener, TcpStream};
+
+/// The servers' coordinates, as written by `scripts/servers/s3.sh`.
+struct Servers {
+    seaweed: String,
+    moto: String,
+    liar: String,
+    liar_access_key: String,
+    liar_secret_key: String,
+    bucket: String,
+    access_key: String,
+    secret_key: String,
+    region: String,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// The servers, or `None` (with a notice) when the environment does not name them.
+fn servers(test: &str) -> Option<Servers> {
+    let found = (|| {
+        Some(Servers {
+            seaweed: var("FENCE_S3_SEAWEED_ENDPOINT")?,
+            moto: var("FENCE_S3_MOTO_ENDPOINT")?,
+            liar: var("FENCE_S3_LIAR_ENDPOINT")?,
+            liar_access_key: var("FENCE_S3_LIAR_ACCESS_KEY_ID")?,
+            liar_secret_key: var("FENCE_S3_LIAR_SECRET_ACCESS_KEY")?,
+            bucket: var("FENCE_S3_BUCKET")?,
+            access_key: var("FENCE_S3_ACCESS_KEY_ID")?,
+            secret_key: var("FENCE_S3_SECRET_ACCESS_KEY")?,
+            region: var("FENCE_S3_REGION").unwrap_or_else(|| "us-east-1".into()),
+        })
+    })();
+    if found.is_none() {
+        assert!(
+            var("FENCE_REQUIRE_SERVERS").as_deref() != Some("1"),
+            "{test}: FENCE_S3_* variables missing but FENCE_REQUIRE_SERVERS=1 \
+             (run `bash scripts/servers/s3.sh start` and source $FENCE_SERVERS_DIR/s3.env)"
+        );
+        eprintln!("SKIPPED {test}: no S3 test servers (run scripts/servers/s3.sh start)");
+    }
+    found
+}
+
+impl Servers {
+    fn honest(&self) -> [(&'static str, &str); 2] {
+        [("seaweedfs", &self.seaweed), ("moto", &self.moto)]
+    }
+
+    /// A store on `endpoint` under a fresh prefix, always with explicit credentials (never
+    /// the instance metadata service).
+    fn store(&self, endpoint: &str, prefix: &str) -> S3Store {
+        self.builder(endpoint, &self.bucket, &self.secret_key)
+            .with_prefix(prefix)
+            .build()
+            .expect("valid configuration")
+    }
+
+    fn builder(&self, endpoint: &str, bucket: &str, secret: &str) -> fence_s3::S3StoreBuilder {
+        S3Store::builder()
+            .with_bucket(bucket)
+            .with_endpoint(endpoint)
+            .with_allow_http(true)
+            .with_region(&self.region)
+            .with_credentials(&self.access_key, secret)
+            // Generous: SeaweedFS takes seconds per contended round while the tests run in
+            // parallel; the CAS timeout is ttl / 3.
+            .with_lease_ttl(Duration::from_secs(30))
+    }
+}
+
+fn fresh_prefix(test: &str) -> String {
+    format!(
+        "fence-s3-tests/{test}-{:016x}",
+        Entropy::from_os().next_u64()
+    )
+}
+
+fn key(k: &str) -> Key {
+    Key::new(k).unwrap()
+}
+
+async fn applied(store: &S3Store, k: &Key, body: &str, guard: CasGuard) -> Version {
+    match store.put(k, Bytes::from(body.to_string()), guard).await {
+        Ok(PutOutcome::Applied(v)) => v,
+        other => panic!("{k}: expected Applied, got {other:?}"),
+    }
+}
+
+async fn rejected(store: &S3Store, k: &Key, body: &str, guard: CasGuard) {
+    let got = store.put(k, Bytes::from(body.to_string()), guard).await;
+    assert!(
+        matches!(got, Ok(PutOutcome::Rejected)),
+        "{k}: expected Rejected, got {got:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditional_writes_on_honest_servers() {
+    let Some(s) = servers("conditional_writes_on_honest_servers") else {
+        return;
+    };
+    for (name, endpoint) in s.honest() {
+        let store = s.store(endpoint, &fresh_prefix(name));
+        let k = key("cells/c1/own.json");
+        let v1 = applied(&store, &k, "one", CasGuard::Absent).await;
+        rejected(&store, &k, "two", CasGuard::Absent).await;
+        let got = store.get(&k).await.unwrap().expect("present");
+        assert_eq!(
+            (got.body.as_ref(), &got.version),
+            (&b"one"[..], &v1),
+            "{name}"
+        );
+        let v2 = applied(&store, &k, "two", CasGuard::Match(v1.clone())).await;
+        assert_ne!(v1, v2, "{name}");
+        rejected(&store, &k, "stale", CasGuard::Match(v1.clone())).await;
+        // If-Match on a missing key: SeaweedFS answers 412, moto 404 like AWS: both Rejected.
+        rejected(&store, &key("missing"), "x", CasGuard::Match(v2.clone())).await;
+        assert_eq!(store.get(&key("missing")).await.unwrap(), None, "{name}");
+        let del = store.delete(&k, &v2).await.unwrap_err();
+        assert_eq!(del.kind(), ErrorKind::Unsupported);
+        assert!(!store.capabilities().conditional_delete);
+        println!("{name}: ETag after create {v1}, after update {v2}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_bytes_get_distinct_versions() {
+    let Some(s) = servers("identical_bytes_get_distinct_versions") else {
+        return;
+    };
+    for (name, endpoint) in s.honest() {
+        let store = s.store(endpoint, &fresh_prefix(name));
+        let k = key("same");
+        let v1 = applied(&store, &k, "same bytes", CasGuard::Absent).await;
+        let v2 = applied(&store, &k, "same bytes", CasGuard::Match(v1.clone())).await;
+        assert_ne!(v1, v2, "{name}: identical bytes repeated the version (ABA)");
+        rejected(&store, &k, "same bytes", CasGuard::Match(v1)).await;
+        let raw = raw_etags_of_identical_puts(&s, endpoint).await;
+        println!("{name}: raw object_store PUTs of identical bytes: ETags {raw:?}");
+    }
+}
+
+/// What the server itself does with identical bytes (the finding that motivates the nonce).
+async fn raw_etags_of_identical_puts(s: &Servers, endpoint: &str) -> (String, String) {
+    use object_store::{aws::AmazonS3Builder, path::Path, ObjectStoreExt};
+    let raw = AmazonS3Builder::new()
+        .with_bucket_name(&s.bucket)
+        .with_endpoint(endpoint)
+        .with_allow_http(true)
+        .with_region(&s.region)
+        .with_access_key_id(&s.access_key)
+        .with_secret_access_key(&s.secret_key)
+        .build()
+        .unwrap();
+    let path = Path::from(format!("{}/raw", fresh_prefix("raw")));
+    let a = raw.put(&path, "same".into()).await.unwrap().e_tag.unwrap();
+    let b = raw.put(&path, "same".into()).await.unwrap().e_tag.unwrap();
+    (a, b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_maps_back_to_keys() {
+    let Some(s) = servers("list_maps_back_to_keys") else {
+        return;
+    };
+    for (name, endpoint) in s.honest() {
+        let store = s.store(endpoint, &fresh_prefix(name));
+        for k in ["a", "a/b", "a/c/d", "ab", "odd key %#[]"] {
+            applied(&store, &key(k), k, CasGuard::Absent).await;
+        }
+        let all: Vec<String> = store
+            .list(None)
+            .await
+            .unwrap()
+            .iter()
+            .map(|k| k.to_string())
+            .collect();
+        assert_eq!(all, ["a", "a/b", "a/c/d", "ab", "odd key %#[]"], "{name}");
+        let under_a = store.list(Some(&key("a"))).await.unwrap();
+        assert_eq!(under_a, [key("a"), key("a/b"), key("a/c/d")], "{name}");
+        let got = store.get(&key("odd key %#[]")).await.unwrap().unwrap();
+        assert_eq!(got.body.as_ref(), b"odd key %#[]");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_is_honest_on_real_servers_and_catches_the_liar() {
+    let Some(s) = servers("probe_is_honest_on_real_servers_and_catches_the_liar") else {
+        return;
+    };
+    for (name, endpoint) in s.honest() {
+        let store = s.store(endpoint, "");
+        let cfg = ProbeConfig {
+            key_prefix: fresh_prefix("probe"),
+            ..ProbeConfig::default()
+        };
+        let report = probe(&store, &cfg).await;
+        assert_eq!(report.verdict, Verdict::Honest, "{name}: {report:?}");
+    }
+    let liar = S3Store::builder()
+        .with_bucket(&s.bucket)
+        .with_endpoint(&s.liar)
+        .with_allow_http(true)
+        .with_region(&s.region)
+        .with_credentials(&s.liar_access_key, &s.liar_secret_key)
+        .build()
+        .unwrap();
+    let cfg = ProbeConfig {
+        key_prefix: fresh_prefix("probe"),
+        ..ProbeConfig::default()
+    };
+    let report = probe(&liar, &cfg).await;
+    assert!(
+        report.verdict.is_violation(),
+        "s3rver must be caught: {report:?}"
+    );
+}
+
+fn suite_config(test: &str) -> SuiteConfig {
+    // SeaweedFS is slow under contention: fewer racers and rounds (CI cost), same scenarios.
+    SuiteConfig {
+        key_prefix: fresh_prefix(test),
+        linearizability_ops: 2_000,
+        scenario_timeout: Duration::from_secs(60),
+        ..SuiteConfig::light()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_suite_passes_on_seaweedfs() {
+    let Some(s) = servers("conformance_suite_passes_on_seaweedfs") else {
+        return;
+    };
+    let store: Arc<dyn ConditionalStore> = Arc::new(s.store(&s.seaweed, ""));
+    let report = run_all(store, &suite_config("suite-seaweedfs")).await;
+    println!("{report}");
+    assert!(report.is_success(), "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_suite_passes_on_moto() {
+    let Some(s) = servers("conformance_suite_passes_on_moto") else {
+        return;
+    };
+    let store: Arc<dyn ConditionalStore> = Arc::new(s.store(&s.moto, ""));
+    let report = run_all(store, &suite_config("suite-moto")).await;
+    println!("{report}");
+    assert!(report.is_success(), "{report}");
+}
+
+/// A TCP proxy that forwards each request to `upstream`, waits until the answer starts (the
+/// server has applied the write), then drops the connection: the answer is lost.
+async fn answer_dropping_proxy(upstream: SocketAddr) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            tokio::spawn(forward_then_drop(client, upstream));
+        }
+    });
+    addr
+}
+
+async fn forward_then_drop(client: TcpStream, upstream: SocketAddr) {
+    let Ok(server) = TcpStream::connect(upstream).await else {
+        return;
+    };
+    let (mut from_client, to_client) = client.into_split();
+    let (mut from_server, mut to_server) = server.into_split();
+    let forward =
+        tokio::spawn(async move { tokio::io::copy(&mut from_client, &mut to_server).await });
+    let mut first = [0u8; 1];
+    let _ = from_server.read(&mut first).await;
+    forward.abort();
+    drop(to_client);
+}
+
+fn socket_of(endpoint: &str) -> SocketAddr {
+    endpoint.trim_start_matches("http://").parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_answer_is_ambiguous_and_resolved_by_read_back() {
+    let Some(s) = servers("a_lost_answer_is_ambiguous_and_resolved_by_read_back") else {
+        return;
+    };
+    let prefix = fresh_prefix("lost-answer");
+    let direct = s.store(&s.seaweed, &prefix);
+    let proxy = answer_dropping_proxy(socket_of(&s.seaweed)).await;
+    let lossy = s.store(&format!("http://{proxy}"), &prefix);
+
+    let k = key("nodes/n1.json");
+    let v1 = applied(&direct, &k, "prior", CasGuard::Absent).await;
+    for (k, guard) in [
+        (k.clone(), CasGuard::Match(v1.clone())),
+        (key("fresh"), CasGuard::Absent),
+    ] {
+        let ours = format!("ours {:x}", Entropy::from_os().next_u64());
+        let err = lossy
+            .put(&k, Bytes::from(ours.clone()), guard.clone())
+            .await
+            .unwrap_err();
+        assert_eq!(err.commit(), Commit::Ambiguous, "{err:?}");
+        assert_ne!(err.kind(), ErrorKind::Conflict);
+        // Resolution: read back and recognise our own body.
+        let now = direct.get(&k).await.unwrap().expect("the write landed");
+        assert_eq!(now.body, Bytes::from(ours.clone()));
+        // Naively re-sending the same conditional write is refused: 412 on our own write.
+        rejected(&direct, &k, &ours, guard).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_secret_is_permission_denied_and_never_shown() {
+    let Some(s) = servers("a_wrong_secret_is_permission_denied_and_never_shown") else {
+        return;
+    };
+    let secret = "wrong-secret-7f3a9c";
+    let store = s
+        .builder(&s.seaweed, &s.bucket, secret)
+        .with_prefix(fresh_prefix("denied"))
+        .build()
+        .unwrap();
+    let k = key("a");
+    let put = store
+        .put(&k, "x".into(), CasGuard::Absent)
+        .await
+        .unwrap_err();
+    let get = store.get(&k).await.unwrap_err();
+    let list = store.list(None).await.unwrap_err();
+    for err in [&put, &get, &list] {
+        assert_eq!(err.kind(), ErrorKind::PermissionDenied, "{err:?}");
+        assert_eq!(err.commit(), Commit::NotCommitted, "{err:?}");
+        assert_no_secret(err, secret);
+        assert!(
+            err.to_string().contains(&s.bucket),
+            "names the bucket: {err}"
+        );
+    }
+    assert!(!format!("{store:?}").contains(secret));
+}
+
+fn assert_no_secret(err: &Error, secret: &str) {
+    let mut texts = vec![err.to_string(), format!("{err:?}")];
+    let mut source = std::error::Error::source(err);
+    while let Some(s) = source {
+        texts.push(s.to_string());
+        source = s.source();
+    }
+    for text in texts {
+        assert!(!text.contains(secret), "secret leaked: {text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_bucket_is_not_found() {
+    let Some(s) = servers("a_missing_bucket_is_not_found") else {
+        return;
+    };
+    let bucket = format!("fence-missing-{:x}", Entropy::from_os().next_u64());
+    let seaweed = s
+        .builder(&s.seaweed, &bucket, &s.secret_key)
+        .build()
+        .unwrap();
+    let moto = s.builder(&s.moto, &bucket, &s.secret_key).build().unwrap();
+    let stale = CasGuard::Match(Version::new("\"e\"").unwrap());
+    let errors = [
+        seaweed.get(&key("a")).await.unwrap_err(),
+        moto.get(&key("a")).await.unwrap_err(),
+        moto.put(&key("a"), "x".into(), CasGuard::Absent)
+            .await
+            .unwrap_err(),
+        moto.put(&key("a"), "x".into(), stale).await.unwrap_err(),
+        moto.list(None).await.unwrap_err(),
+    ];
+    // SeaweedFS creates a missing bucket on the first PUT, so only its reads can show this.
+    for err in &errors {
+        assert_eq!(err.kind(), ErrorKind::NotFound, "{err:?}");
+        assert_eq!(err.commit(), Commit::NotCommitted, "{err:?}");
+        assert!(err.to_string().contains(&bucket), "names the bucket: {err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_endpoint_is_unavailable_not_a_verdict() {
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let store = S3Store::builder()
+        .with_bucket("b")
+        .with_endpoint(format!("http://{closed}"))
+        .with_allow_http(true)
+        .with_region("us-east-1")
+        .with_credentials("AKID", "dummy-secret")
+        .build()
+        .unwrap();
+    let put = store
+        .put(&key("a"), "x".into(), CasGuard::Absent)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (put.kind(), put.commit()),
+        (ErrorKind::Unavailable, Commit::NotCommitted),
+        "{put:?}"
+    );
+    let get = store.get(&key("a")).await.unwrap_err();
+    assert_eq!(get.kind(), ErrorKind::Unavailable, "{get:?}");
+    let cfg = ProbeConfig {
+        op_timeout: Duration::from_secs(5),
+        ..ProbeConfig::default()
+    };
+    let report = probe(&store, &cfg).await;
+    assert!(
+        matches!(report.verdict, Verdict::Error(_)),
+        "not a verdict on honesty: {report:?}"
+    );
+}
