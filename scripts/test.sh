@@ -35,7 +35,7 @@ done
 export FENCE_REQUIRE_SERVERS=1
 echo "== cargo test"
 status=0
-cargo test "${tests[@]}" --no-fail-fast || status=$?
+cargo test "${tests[@]}" --no-fail-fast -- --show-output || status=$?
 echo "== doc tests"
 cargo test --workspace --doc || status=$?
 exit "$status"

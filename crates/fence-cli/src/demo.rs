@@ -82,15 +82,15 @@ struct Ledger {
 
 struct Demo {
     cfg: DemoConfig,
-    start: tokio::time::Instant,
+    clock: Clock,
     ledger: Mutex<Ledger>,
     woke: AtomicU64,
 }
 
 impl Demo {
     fn say(&self, who: &str, what: std::fmt::Arguments<'_>) {
-        let t = self.start.elapsed().as_secs_f64();
-        println!("[{t:6.2}s] {who:<7} {what}");
+        let t = self.clock.mono_ms() as f64 / 1000.0;
+        outln!("[{t:6.2}s] {who:<7} {what}");
     }
 
     fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
@@ -110,13 +110,16 @@ struct Node {
 pub async fn run(store: Arc<dyn ConditionalStore>, cfg: DemoConfig) -> Result<bool, Error> {
     let demo = Arc::new(Demo {
         cfg: cfg.clone(),
-        start: tokio::time::Instant::now(),
+        clock: Clock::system(),
         ledger: Mutex::new(Ledger::default()),
         woke: AtomicU64::new(0),
     });
-    println!(
+    outln!(
         "fence demo: {} nodes, {} cells, TTL {:?}, store {}",
-        cfg.nodes, cfg.cells, cfg.ttl, cfg.store_label
+        cfg.nodes,
+        cfg.cells,
+        cfg.ttl,
+        cfg.store_label
     );
     let cells: Vec<String> = (0..cfg.cells).map(|i| format!("cell-{i}")).collect();
     let mut nodes = Vec::new();
@@ -130,7 +133,11 @@ pub async fn run(store: Arc<dyn ConditionalStore>, cfg: DemoConfig) -> Result<bo
     let stop = watch::channel(false).0;
     let mut tasks = Vec::new();
     for node in &nodes {
-        tasks.push(tokio::spawn(writer(demo.clone(), node.clone(), stop.subscribe())));
+        tasks.push(tokio::spawn(writer(
+            demo.clone(),
+            node.clone(),
+            stop.subscribe(),
+        )));
         tasks.push(tokio::spawn(rebalancer(
             demo.clone(),
             node.clone(),
@@ -141,11 +148,17 @@ pub async fn run(store: Arc<dyn ConditionalStore>, cfg: DemoConfig) -> Result<bo
     let ttl = cfg.ttl;
     tokio::time::sleep(ttl / 2).await;
     let victim = nodes[0].clone();
-    demo.say(&victim.name, format_args!("SUSPENDED (its clock stops; its requests hang)"));
+    demo.say(
+        &victim.name,
+        format_args!("SUSPENDED (its clock stops; its requests hang)"),
+    );
     victim.suspension.suspend();
     victim.link.frozen.send_replace(true);
     tokio::time::sleep(ttl * 2).await;
-    demo.say(&victim.name, format_args!("WAKES UP, still believing it holds its lease"));
+    demo.say(
+        &victim.name,
+        format_args!("WAKES UP, still believing it holds its lease"),
+    );
     victim.suspension.resume();
     demo.woke.store(1, Ordering::SeqCst);
     victim.link.frozen.send_replace(false);
@@ -204,7 +217,10 @@ async fn try_claim(demo: &Demo, node: &Node, cell: &str) {
                 .filter(|n| n != &node.name)
                 .map(|n| format!(" (took over from {n})"))
                 .unwrap_or_default();
-            demo.say(&node.name, format_args!("claimed {cell} at epoch {epoch}{from}"));
+            demo.say(
+                &node.name,
+                format_args!("claimed {cell} at epoch {epoch}{from}"),
+            );
             demo.ledger()
                 .claims
                 .entry(cell.to_owned())
@@ -294,9 +310,10 @@ async fn summarize(
     victim: &str,
 ) -> Result<bool, Error> {
     let observer = Ownership::new(store.clone(), "observer");
-    let l = demo.ledger();
+    // The fleet has stopped: the ledger is final.
+    let l = std::mem::take(&mut *demo.ledger());
     let mut broken = Vec::new();
-    println!("\nsummary");
+    outln!("\nsummary");
     for cell in cells {
         let owner = observer.read_owner(cell).await?;
         let head = fence_core::runtime::read_cell(&observer, cell).await?;
@@ -305,7 +322,7 @@ async fn summarize(
         let (owner_node, owner_epoch) = owner
             .map(|o| (o.node.unwrap_or_else(|| "-".into()), o.epoch))
             .unwrap_or(("-".into(), 0));
-        println!(
+        outln!(
             "  {cell:<8} owner {owner_node:<7} epoch {owner_epoch}  claims {}  acked writes {}",
             claims.len(),
             acked.len()
@@ -318,7 +335,7 @@ async fn summarize(
         .values()
         .map(|c| c.windows(2).filter(|w| w[0].1 != w[1].1).count())
         .sum();
-    println!("  takeovers: {takeovers}; stale writes rejected by the store: {rejected_victim} (from {victim}); acknowledged writes from {victim} after waking: {}", l.acked_after_wake);
+    outln!("  takeovers: {takeovers}; stale writes rejected by the store: {rejected_victim} (from {victim}); acknowledged writes from {victim} after waking: {}", l.acked_after_wake);
     if takeovers == 0 {
         broken.push(format!("{victim}'s cells were never taken over"));
     }
@@ -326,14 +343,16 @@ async fn summarize(
         broken.push(format!("no stale write of {victim} was rejected"));
     }
     if l.acked_after_wake > 0 {
-        broken.push(format!("{victim} had writes acknowledged after its cells were taken over"));
+        broken.push(format!(
+            "{victim} had writes acknowledged after its cells were taken over"
+        ));
     }
     if broken.is_empty() {
-        println!("all invariants held: one writer per epoch, epochs only rise, no acknowledged write lost, stale writes rejected");
+        outln!("all invariants held: one writer per epoch, epochs only rise, no acknowledged write lost, stale writes rejected");
         Ok(true)
     } else {
         for b in &broken {
-            println!("INVARIANT BROKEN: {b}");
+            outln!("INVARIANT BROKEN: {b}");
         }
         Ok(false)
     }
@@ -347,7 +366,9 @@ fn check_cell(
     broken: &mut Vec<String>,
 ) {
     if claims.windows(2).any(|w| w[1].0 <= w[0].0) {
-        broken.push(format!("{cell}: epochs did not strictly rise across claims"));
+        broken.push(format!(
+            "{cell}: epochs did not strictly rise across claims"
+        ));
     }
     if acked.windows(2).any(|w| w[1].0 < w[0].0) {
         broken.push(format!("{cell}: an acknowledged write went back in epoch"));
@@ -360,7 +381,9 @@ fn check_cell(
     }
     if let (Some(last), Some(head)) = (acked.last(), head) {
         if head.payload != last.2.as_bytes() {
-            broken.push(format!("{cell}: the last acknowledged write is not the stored data"));
+            broken.push(format!(
+                "{cell}: the last acknowledged write is not the stored data"
+            ));
         }
     } else if !acked.is_empty() {
         broken.push(format!("{cell}: acknowledged data is missing"));

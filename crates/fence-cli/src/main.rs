@@ -1,27 +1,141 @@
-//! The `fence` command.
+//! The `fence` command. See docs/cli.md.
 
-mod demo;
-mod stores;
-
+use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use fence_cli::exit::{Failure, CHECK_FAILED, OK, USAGE};
+use fence_cli::{demo, kv, probe, run, status, stores};
+
+/// `println!` that ignores a closed stdout.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
 
 /// fence: exactly one owner per resource, through an object store's conditional writes.
 #[derive(Debug, Parser)]
-#[command(name = "fence", version, about)]
+#[command(
+    name = "fence",
+    version,
+    about,
+    after_help = "Example:\n  mkdir -p /tmp/locks\n  fence run --store file:///tmp/locks --lease backup --wait -- ./backup.sh\n\nExit codes and JSON shapes: docs/cli.md"
+)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Cmd,
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Subcommand)]
-enum Command {
+enum Cmd {
+    /// Holds a lease while a command runs; the command gets FENCE_EPOCH, FENCE_LEASE,
+    /// FENCE_STORE and FENCE_NODE. Exits with the command's code; 75 if the lease is busy; 76
+    /// if the lease was lost (the command is terminated).
+    #[command(
+        after_help = "Example:\n  fence run --store file:///tmp/locks --lease nightly --ttl 10s --wait --timeout 5m -- sh -c 'echo epoch $FENCE_EPOCH; ./job.sh'"
+    )]
+    Run {
+        /// Store URL: file:///path, s3://bucket/prefix, gs://bucket/prefix (or memory://).
+        #[arg(long, env = "FENCE_STORE")]
+        store: String,
+        /// The lease (cell) name.
+        #[arg(long)]
+        lease: String,
+        /// Lease TTL: how long a paused or dead holder keeps others waiting.
+        #[arg(long, default_value = "10s", value_parser = duration)]
+        ttl: Duration,
+        /// Wait for the lease instead of failing at once (exit 75).
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: give up after this long (default: wait forever).
+        #[arg(long, requires = "wait", value_parser = duration)]
+        timeout: Option<Duration>,
+        /// Time between SIGTERM and SIGKILL when the lease is lost.
+        #[arg(long, default_value = "5s", value_parser = duration)]
+        grace: Duration,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true, num_args = 1..)]
+        command: Vec<String>,
+    },
+    /// A fenced write of KEY in the lease's data: refused (exit 76) when EPOCH is no longer
+    /// current. Reads the value from FILE, `-` (stdin, the default) or --value.
+    #[command(
+        after_help = "Example (inside `fence run`, which sets FENCE_STORE, FENCE_LEASE, FENCE_EPOCH):\n  fence put state ./state.json\n  fence put --store file:///tmp/locks --lease nightly --epoch 7 last-run --value 2026-01-01"
+    )]
+    Put {
+        /// Store URL.
+        #[arg(long, env = "FENCE_STORE")]
+        store: String,
+        /// The lease (cell) name.
+        #[arg(long, env = "FENCE_LEASE")]
+        lease: String,
+        /// The epoch the write is made under.
+        #[arg(long, env = "FENCE_EPOCH")]
+        epoch: u64,
+        /// The writer's name recorded with the data (default: put-PID).
+        #[arg(long, env = "FENCE_NODE")]
+        node: Option<String>,
+        /// The key.
+        key: String,
+        /// A file with the value, or `-` for stdin.
+        #[arg(conflicts_with = "value")]
+        file: Option<String>,
+        /// The value as text.
+        #[arg(long)]
+        value: Option<String>,
+    },
+    /// Prints KEY's value from the lease's data (exit 3 if absent).
+    #[command(
+        after_help = "Example:\n  fence get --store file:///tmp/locks --lease nightly last-run"
+    )]
+    Get {
+        /// Store URL.
+        #[arg(long, env = "FENCE_STORE")]
+        store: String,
+        /// The lease (cell) name.
+        #[arg(long, env = "FENCE_LEASE")]
+        lease: String,
+        /// The key.
+        key: String,
+    },
+    /// Shows node leases and cells: holder, epoch, expiry, version.
+    #[command(
+        after_help = "Example:\n  fence status --store file:///tmp/locks\n  fence status --store file:///tmp/locks nightly --json"
+    )]
+    Status {
+        /// Store URL.
+        #[arg(long, env = "FENCE_STORE")]
+        store: String,
+        /// Only this lease (cell).
+        name: Option<String>,
+        /// Stable JSON instead of a table (shape: docs/cli.md).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Checks that a store honours conditional writes: exit 0 only if it is honest, 1 if it
+    /// violates the contract, 69 if the probe could not tell.
+    #[command(
+        after_help = "Example:\n  fence probe file:///tmp/locks\n  AWS_ENDPOINT=http://127.0.0.1:9000 AWS_ALLOW_HTTP=true fence probe s3://bucket/fence --rounds 10 --json"
+    )]
+    Probe {
+        /// Store URL.
+        url: String,
+        /// Rounds of each concurrent race.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Print the report as JSON (shape: docs/cli.md).
+        #[arg(long)]
+        json: bool,
+    },
     /// Runs a small fleet in one process: claims, a suspended node, takeover, rejected stale
     /// writes; exits non-zero if an invariant broke.
-    ///
-    /// Example: fence demo --nodes 3 --cells 8 --ttl 2s
+    #[command(after_help = "Example:\n  fence demo --nodes 3 --cells 8 --ttl 2s")]
     Demo {
         /// Fleet size.
         #[arg(long, default_value_t = 3)]
@@ -30,12 +144,25 @@ enum Command {
         #[arg(long, default_value_t = 8)]
         cells: usize,
         /// Lease TTL (e.g. 2s, 1500ms).
-        #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+        #[arg(long, default_value = "2s", value_parser = duration)]
         ttl: Duration,
-        /// Store URL: file:///path (default: a fresh directory under ./.fence-demo) or memory://
+        /// Store URL (default: local files in a fresh temporary directory, kept afterwards).
         #[arg(long)]
         store: Option<String>,
     },
+}
+
+impl Cmd {
+    fn name(&self) -> &'static str {
+        match self {
+            Cmd::Run { .. } => "run",
+            Cmd::Put { .. } => "put",
+            Cmd::Get { .. } => "get",
+            Cmd::Status { .. } => "status",
+            Cmd::Probe { .. } => "probe",
+            Cmd::Demo { .. } => "demo",
+        }
+    }
 }
 
 #[tokio::main]
@@ -48,40 +175,145 @@ async fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    match cli.command {
-        Command::Demo {
+    let name = cli.command.name();
+    match dispatch(cli.command).await {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => {
+            eprintln!("fence {name}: {f}");
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
+    match cmd {
+        Cmd::Run {
+            store,
+            lease,
+            ttl,
+            wait,
+            timeout,
+            grace,
+            command,
+        } => {
+            let store = stores::open(&store, Some(ttl))?;
+            run::run(run::RunOptions {
+                store,
+                lease,
+                ttl,
+                wait,
+                timeout,
+                grace,
+                command,
+            })
+            .await
+        }
+        Cmd::Put {
+            store,
+            lease,
+            epoch,
+            node,
+            key,
+            file,
+            value,
+        } => {
+            let store = stores::open(&store, None)?;
+            let value = read_value(file.as_deref(), value)?;
+            let node = node.unwrap_or_else(|| format!("put-{}", std::process::id()));
+            kv::put(&store.store, &node, &lease, epoch, &key, &value).await?;
+            Ok(OK)
+        }
+        Cmd::Get { store, lease, key } => {
+            let store = stores::open(&store, None)?;
+            let value = kv::get(&store.store, &lease, &key).await?;
+            write_stdout(&value)?;
+            Ok(OK)
+        }
+        Cmd::Status { store, name, json } => show_status(&store, name.as_deref(), json).await,
+        Cmd::Probe { url, rounds, json } => run_probe(&url, rounds, json).await,
+        Cmd::Demo {
             nodes,
             cells,
             ttl,
             store,
-        } => run_demo(nodes, cells, ttl, store).await,
+        } => run_demo(nodes, cells, ttl, store.as_deref()).await,
     }
 }
 
-async fn run_demo(nodes: usize, cells: usize, ttl: Duration, store: Option<String>) -> ExitCode {
-    if nodes < 2 || cells == 0 {
-        eprintln!("fence demo: needs at least 2 nodes and 1 cell");
-        return ExitCode::from(2);
+fn read_value(file: Option<&str>, value: Option<String>) -> Result<Vec<u8>, Failure> {
+    if let Some(v) = value {
+        return Ok(v.into_bytes());
     }
-    let (store, label) = match stores::open_demo_store(store.as_deref()) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("fence demo: {e}");
-            return ExitCode::from(2);
+    match file {
+        None | Some("-") => {
+            let mut buf = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut buf)
+                .map_err(|e| Failure::usage(format!("cannot read stdin: {e}")))?;
+            Ok(buf)
         }
-    };
+        Some(path) => {
+            std::fs::read(path).map_err(|e| Failure::usage(format!("cannot read {path}: {e}")))
+        }
+    }
+}
+
+fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .map_err(|e| Failure::new(USAGE, format!("cannot write stdout: {e}")))
+}
+
+async fn show_status(url: &str, name: Option<&str>, json: bool) -> Result<u8, Failure> {
+    let store = stores::open(url, None)?;
+    let status = status::read(&store.store, &store.url, name).await?;
+    if json {
+        let text = serde_json::to_string_pretty(&status)
+            .map_err(|e| Failure::new(CHECK_FAILED, e.to_string()))?;
+        outln!("{text}");
+    } else {
+        outln!("{}", status::table(&status).trim_end());
+    }
+    Ok(OK)
+}
+
+async fn run_probe(url: &str, rounds: usize, json: bool) -> Result<u8, Failure> {
+    let store = stores::open(url, None)?;
+    let report = probe::run(store.store.as_ref(), rounds, true).await;
+    if json {
+        let text = serde_json::to_string_pretty(&probe::ProbeJson::from(&report))
+            .map_err(|e| Failure::new(CHECK_FAILED, e.to_string()))?;
+        outln!("{text}");
+    } else {
+        outln!("{report}");
+    }
+    let code = probe::exit_code(&report.verdict);
+    if code != OK {
+        eprintln!("fence probe: {}", report.verdict);
+    }
+    Ok(code)
+}
+
+async fn run_demo(
+    nodes: usize,
+    cells: usize,
+    ttl: Duration,
+    store: Option<&str>,
+) -> Result<u8, Failure> {
+    if nodes < 2 || cells == 0 {
+        return Err(Failure::usage("needs at least 2 nodes and 1 cell"));
+    }
+    let opened = stores::open_demo(store)?;
     let cfg = demo::DemoConfig {
         nodes,
         cells,
         ttl,
-        store_label: label,
+        store_label: opened.url.clone(),
     };
-    match demo::run(store, cfg).await {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
-        Err(e) => {
-            eprintln!("fence demo: {e}");
-            ExitCode::from(1)
-        }
+    let ok = demo::run(opened.store, cfg).await?;
+    if opened.url.starts_with("file://") {
+        outln!("the store is kept: fence status --store {}", opened.url);
     }
+    Ok(if ok { OK } else { CHECK_FAILED })
 }

@@ -1,0 +1,37 @@
+//! # fence-cli
+//!
+//! The `fence` command's library: every subcommand is a `pub` function over a
+//! [`ConditionalStore`](fence_core::ConditionalStore), so it can be tested (and reused)
+//! without spawning the binary.
+//!
+//! - [`run`]: hold a lease while a command runs (`fence run`);
+//! - [`kv`]: fenced writes and reads of named values in a cell (`fence put`, `fence get`);
+//! - [`status`]: leases and cells (`fence status`);
+//! - [`probe`]: the contract probe (`fence probe`);
+//! - [`demo`]: the fleet demo (`fence demo`);
+//! - [`stores`]: stores named by URL; [`exit`]: exit codes.
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let opened = fence_cli::stores::open("memory://", None).unwrap();
+//! let report = fence_cli::probe::run(opened.store.as_ref(), 1, false).await;
+//! assert!(report.verdict.is_honest());
+//! # });
+//! ```
+#![deny(missing_docs)]
+
+/// `println!` that ignores a closed stdout (`fence demo | head` must not panic).
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+pub mod demo;
+pub mod exit;
+pub mod kv;
+pub mod probe;
+pub mod run;
+pub mod status;
+pub mod stores;
