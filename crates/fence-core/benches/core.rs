@@ -50,7 +50,7 @@ fn decide_events(c: &mut Criterion) {
                 wall_ms: 1_000 + t,
             };
             black_box(core.step(now, LeaseEvent::Tick));
-            let v = if t % 2 == 0 {
+            let v = if t.is_multiple_of(2) {
                 v2.clone()
             } else {
                 Version::new("v3").unwrap()
