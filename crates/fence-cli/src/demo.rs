@@ -9,12 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
-use bytes::Bytes;
 use fence_core::{
-    CasGuard, CellClaim, Clock, ConditionalStore, DeleteOutcome, Error, ErrorKind, Fence, Key,
-    LeaseKeeper, Ownership, PutOutcome, Stored, Suspension, Version,
+    CellClaim, Clock, ConditionalStore, Error, ErrorKind, Fence, LeaseKeeper, Ownership, Suspension,
 };
+use fence_testkit::sim::PausableStore;
 use tokio::sync::watch;
 
 /// Demo parameters.
@@ -28,43 +26,6 @@ pub struct DemoConfig {
     pub ttl: Duration,
     /// A label for the store, printed in the header.
     pub store_label: String,
-}
-
-/// A store path of one node that can be frozen, like a stopped process's sockets.
-#[derive(Debug)]
-struct NodeLink {
-    inner: Arc<dyn ConditionalStore>,
-    frozen: watch::Sender<bool>,
-}
-
-impl NodeLink {
-    async fn gate(&self) {
-        let mut rx = self.frozen.subscribe();
-        let _ = rx.wait_for(|f| !*f).await;
-    }
-}
-
-#[async_trait]
-impl ConditionalStore for NodeLink {
-    async fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
-        self.gate().await;
-        self.inner.get(key).await
-    }
-    async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
-        self.gate().await;
-        self.inner.put(key, body, guard).await
-    }
-    async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
-        self.gate().await;
-        self.inner.delete(key, version).await
-    }
-    async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
-        self.gate().await;
-        self.inner.list(prefix).await
-    }
-    fn capabilities(&self) -> fence_core::Capabilities {
-        self.inner.capabilities()
-    }
 }
 
 /// What happened, for the summary and the invariant checks.
@@ -100,7 +61,9 @@ impl Demo {
 
 struct Node {
     name: String,
-    link: Arc<NodeLink>,
+    /// This node's path to the store: frozen while the node is suspended.
+    link: Arc<PausableStore>,
+    store: Arc<dyn ConditionalStore>,
     suspension: Arc<Suspension>,
     lease: LeaseKeeper,
     claims: tokio::sync::Mutex<BTreeMap<String, CellClaim>>,
@@ -153,7 +116,7 @@ pub async fn run(store: Arc<dyn ConditionalStore>, cfg: DemoConfig) -> Result<bo
         format_args!("SUSPENDED (its clock stops; its requests hang)"),
     );
     victim.suspension.suspend();
-    victim.link.frozen.send_replace(true);
+    victim.link.freeze();
     tokio::time::sleep(ttl * 2).await;
     demo.say(
         &victim.name,
@@ -161,7 +124,7 @@ pub async fn run(store: Arc<dyn ConditionalStore>, cfg: DemoConfig) -> Result<bo
     );
     victim.suspension.resume();
     demo.woke.store(1, Ordering::SeqCst);
-    victim.link.frozen.send_replace(false);
+    victim.link.thaw();
     tokio::time::sleep(ttl / 2 + Duration::from_millis(500)).await;
     stop.send_replace(true);
     for t in tasks {
@@ -182,10 +145,7 @@ async fn start_node(
     i: usize,
 ) -> Result<Node, Error> {
     let name = format!("node-{i}");
-    let link = Arc::new(NodeLink {
-        inner: store.clone(),
-        frozen: watch::channel(false).0,
-    });
+    let link = Arc::new(PausableStore::new(store.clone()));
     let suspension = Arc::new(Suspension::default());
     let fence = Fence::builder(link.clone(), name.clone())
         .ttl(demo.cfg.ttl)
@@ -197,6 +157,7 @@ async fn start_node(
     Ok(Node {
         name,
         link,
+        store: store.clone(),
         suspension,
         lease,
         claims: tokio::sync::Mutex::new(BTreeMap::new()),
@@ -204,7 +165,7 @@ async fn start_node(
 }
 
 async fn try_claim(demo: &Demo, node: &Node, cell: &str) {
-    let before = Ownership::new(node.link.inner.clone(), "observer")
+    let before = Ownership::new(node.store.clone(), "observer")
         .read_owner(cell)
         .await
         .ok()
@@ -229,6 +190,8 @@ async fn try_claim(demo: &Demo, node: &Node, cell: &str) {
             node.claims.lock().await.insert(cell.to_owned(), claim);
         }
         Err(e) if e.kind() == ErrorKind::Busy => {}
+        // A suspended node prints nothing: its requests merely time out.
+        Err(_) if node.link.is_blocked() => {}
         Err(e) => demo.say(&node.name, format_args!("claim of {cell} failed: {e}")),
     }
 }
@@ -270,6 +233,7 @@ async fn writer(demo: Arc<Demo>, node: Arc<Node>, mut stop: watch::Receiver<bool
                     *demo.ledger().fenced.entry(node.name.clone()).or_default() += 1;
                     claims.remove(&cell);
                 }
+                Err(_) if node.link.is_blocked() => {}
                 Err(e) => demo.say(&node.name, format_args!("write to {cell} failed: {e}")),
             }
         }
@@ -292,7 +256,8 @@ async fn rebalancer(
             _ = tokio::time::sleep(Duration::from_millis(250)) => {}
             _ = stop.changed() => return,
         }
-        if !node.lease.is_held() {
+        // A suspended process runs nothing.
+        if !node.lease.is_held() || node.link.is_blocked() {
             continue;
         }
         for cell in &cells {
