@@ -3,11 +3,9 @@
 //! `cargo bench -p fence-core --bench core`
 #![allow(missing_docs)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use fence_core::decide::*;
@@ -98,86 +96,20 @@ fn memory_cas(c: &mut Criterion) {
     });
 }
 
-/// Counts requests, to print the round trips of each lease operation.
-#[derive(Debug, Default)]
-struct Counting {
-    inner: MemoryStore,
-    gets: AtomicU64,
-    puts: AtomicU64,
-}
-
-#[async_trait]
-impl ConditionalStore for Counting {
-    async fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
-        self.gets.fetch_add(1, Ordering::Relaxed);
-        self.inner.get(key).await
-    }
-    async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
-        self.puts.fetch_add(1, Ordering::Relaxed);
-        self.inner.put(key, body, guard).await
-    }
-    async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
-        self.inner.delete(key, version).await
-    }
-    async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
-        self.inner.list(prefix).await
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-}
-
-impl Counting {
-    fn take(&self) -> (u64, u64) {
-        (
-            self.gets.swap(0, Ordering::Relaxed),
-            self.puts.swap(0, Ordering::Relaxed),
-        )
-    }
-}
-
+/// Round trips of each lease operation through the runtime, counted by the testkit.
 fn round_trips(_: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
-        .start_paused(true)
         .build()
         .unwrap();
-    rt.block_on(async {
-        let store = Arc::new(Counting::default());
-        let ttl = Duration::from_secs(3);
-        let mk = |node: &str, skew: i64| {
-            Fence::builder(store.clone(), node)
-                .ttl(ttl)
-                .clock(Clock::virtual_at(1_700_000_000_000).with_skew_ms(skew))
-                .build()
-                .unwrap()
-        };
-        let mut rows = Vec::new();
-        let a = mk("a", -3_600_000);
-        let lease_a = a.acquire().await.unwrap();
-        rows.push(("acquire lease", store.take()));
-        tokio::time::sleep(Duration::from_millis(1_050)).await;
-        rows.push(("renew lease", store.take()));
-        let cell_a = lease_a.claim("c").await.unwrap();
-        rows.push(("claim new cell", store.take()));
-        cell_a.write("x").await.unwrap();
-        rows.push(("first fenced write", store.take()));
-        cell_a.write("y").await.unwrap();
-        rows.push(("fenced write", store.take()));
-        let b = mk("b", 0);
-        let lease_b = b.acquire().await.unwrap();
-        store.take();
-        let cell_b = lease_b.claim("c").await.unwrap();
-        rows.push(("takeover cell", store.take()));
-        let _ = cell_a.write("stale").await;
-        rows.push(("stale write (rejected)", store.take()));
-        cell_b.release().await.unwrap();
-        rows.push(("release cell", store.take()));
-        println!("\nround trips per lease operation (gets + puts):");
-        for (op, (g, p)) in rows {
-            println!("  {op:<24} {:>2} = {g} get + {p} put", g + p);
-        }
-    });
+    let rows = rt
+        .block_on(fence_testkit::round_trips::measure(
+            Arc::new(MemoryStore::new()),
+            &Key::new("rt").unwrap(),
+            Duration::from_millis(600),
+        ))
+        .unwrap();
+    println!("\n{rows}");
 }
 
 criterion_group! {

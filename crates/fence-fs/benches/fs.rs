@@ -99,6 +99,7 @@ fn main() {
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
+        .enable_time()
         .build()
         .unwrap();
     let plain_dir = base.path().join("plain");
@@ -147,4 +148,16 @@ fn main() {
         "ratio fence-fs chain / object_store Create: {:.2}x",
         chain / os
     );
+    let rows = runtime
+        .block_on(async {
+            let store = std::sync::Arc::new(FsStore::open(&fs_dir).unwrap());
+            fence_testkit::round_trips::measure(
+                store,
+                &Key::new("rt").unwrap(),
+                std::time::Duration::from_secs(3),
+            )
+            .await
+        })
+        .expect("round trips");
+    print!("{rows}");
 }

@@ -10,9 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use fence_core::{
-    CasGuard, ConditionalStore, Entropy, Key, NodeLeaseRecord, Ownership, PutOutcome, Version,
-};
+use fence_core::{CasGuard, ConditionalStore, Entropy, Key, PutOutcome};
 use fence_gcs::GcsStore;
 
 struct Raw {
@@ -116,74 +114,19 @@ async fn cas_latency(store: &GcsStore, raw: &Raw, iters: usize) {
     );
 }
 
+/// Round trips of each lease operation through the runtime (fence-testkit), and the HTTP
+/// requests they took on the wire (equal: the adapter never retries a write).
 async fn round_trips(store: Arc<GcsStore>) {
-    let dyn_store: Arc<dyn ConditionalStore> = store.clone();
-    let ownership = Ownership::new(dyn_store, "bench-node")
-        .with_prefix("rt")
-        .unwrap();
-    let record = NodeLeaseRecord {
-        node: "bench-node".into(),
-        expires_ms: fence_core::now_ms() + 10_000,
-        addr: "127.0.0.1:1".into(),
-        peer_protocol: 1,
-        generation: "g1".into(),
-    };
-    let count = |label: &str, before: u64| {
-        println!(
-            "round trips  {label:<36} {}",
-            store.requests_sent() - before
-        );
-    };
-    let b = store.requests_sent();
-    let v = match ownership
-        .cas_node_lease(CasGuard::Absent, &record)
+    let before = store.requests_sent();
+    let prefix = Key::new("rt").unwrap();
+    let rows = fence_testkit::round_trips::measure(store.clone(), &prefix, Duration::from_secs(3))
         .await
-        .unwrap()
-    {
-        fence_core::LeaseCasOutcome::Applied { etag } => etag,
-        other => panic!("{other:?}"),
-    };
-    count("acquire lease (cas Absent)", b);
-    let b = store.requests_sent();
-    ownership
-        .cas_node_lease(CasGuard::Match(v), &record)
-        .await
-        .unwrap();
-    count("renew lease (cas Match, known)", b);
-    let b = store.requests_sent();
-    let lease = ownership
-        .read_node_lease("bench-node")
-        .await
-        .unwrap()
-        .unwrap();
-    count("read lease", b);
-    let fresh = Ownership::new(store.clone(), "peer")
-        .with_prefix("rt")
-        .unwrap();
-    let b = store.requests_sent();
-    let _ = fresh
-        .cas_node_lease(CasGuard::Match(lease.etag.clone()), &record)
-        .await;
-    count("take over lease (cas Match, unknown)", b);
-    let b = store.requests_sent();
-    ownership
-        .cas_owner("c1", CasGuard::Absent, 1)
-        .await
-        .unwrap();
-    count("claim cell (cas_owner Absent)", b);
-    let b = store.requests_sent();
-    ownership.read_owner("c1").await.unwrap();
-    count("read owner", b);
-    let stale = Version::new("1").unwrap();
-    let b = store.requests_sent();
-    let _ = store
-        .put(
-            &Key::new("rt/x").unwrap(),
-            "x".into(),
-            CasGuard::Match(stale),
-        )
-        .await;
-    count("rejected CAS (412)", b);
+        .expect("round trips");
+    print!("{rows}");
+    println!(
+        "HTTP requests on the wire for these operations and background renewals: {}",
+        store.requests_sent() - before
+    );
 }
 
 fn main() {

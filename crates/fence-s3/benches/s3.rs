@@ -122,6 +122,14 @@ async fn bench_target(t: &Target, bucket: &str, ops: usize) {
         }
     }
     report(t.name, ops, &mut fence_ns, &mut raw_ns);
+    let rows = fence_testkit::round_trips::measure(
+        std::sync::Arc::new(fence),
+        &Key::new("rt").expect("key"),
+        Duration::from_secs(3),
+    )
+    .await
+    .expect("round trips");
+    print!("{}: {rows}", t.name);
 }
 
 fn update(e_tag: String) -> PutMode {

@@ -35,6 +35,7 @@ pub mod counting;
 pub mod faulty;
 pub mod linearizability;
 pub mod probe;
+pub mod round_trips;
 pub mod sabotage;
 pub mod scenarios;
 pub mod sim;
