@@ -204,8 +204,10 @@ impl Fence {
             generation,
         };
         let read = self.ownership.read_node_lease(&holder.node);
+        // A read commits nothing: its failures are safe to retry.
         let observed = bounded(self.cfg.attempt_timeout(self.cfg.ttl_ms), read)
-            .await?
+            .await
+            .map_err(Error::not_committed)?
             .map(|l| ObservedLease {
                 record: l.record,
                 version: l.etag,
@@ -238,23 +240,22 @@ impl Fence {
         loop {
             match self.acquire().await {
                 Ok(k) => return Ok(k),
-                Err(e) if e.kind() == ErrorKind::Busy || e.is_retryable() => {
+                Err(e)
+                    if matches!(e.kind(), ErrorKind::Busy | ErrorKind::Fenced)
+                        || e.is_retryable() =>
+                {
                     let now = self.clock.mono_ms();
                     if now >= deadline {
                         return Err(e);
                     }
-                    let pause = (self.cfg.ttl_ms / 4).clamp(10, 1_000);
+                    // Busy: the holder's lease has a while to run. Fenced: a racer just won
+                    // (or our write provably failed); look again soon, with jitter.
+                    let pause = if e.kind() == ErrorKind::Fenced {
+                        10 + self.entropy.below(self.cfg.ttl_ms / 10 + 1)
+                    } else {
+                        (self.cfg.ttl_ms / 4).clamp(10, 1_000)
+                    };
                     self.clock.sleep_until((now + pause).min(deadline)).await;
-                }
-                Err(e) if e.kind() == ErrorKind::Fenced => {
-                    let now = self.clock.mono_ms();
-                    if now >= deadline {
-                        return Err(e);
-                    }
-                    let jitter = self.entropy.below(self.cfg.ttl_ms / 10 + 1);
-                    self.clock
-                        .sleep_until((now + 10 + jitter).min(deadline))
-                        .await;
                 }
                 Err(e) => return Err(e),
             }

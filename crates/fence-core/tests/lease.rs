@@ -1,7 +1,5 @@
 //! The lease, takeover and fenced-write behaviour of the runtime on the in-memory store.
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -9,88 +7,37 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use fence_core::decide::{FenceReason, LeaseStatus};
 use fence_core::*;
-use tokio::sync::{watch, Barrier};
+use fence_testkit::sim::PausableStore;
+use fence_testkit::{CountingStore, Fault, FaultyStore, OpKind};
+use tokio::sync::Barrier;
 
-/// A wrapper that can freeze every request (a paused process) and script faults on puts
-/// whose key contains `fault_keys`.
+/// A path that lets another writer's body land in place of our next put, then answers
+/// ambiguously (the one fault the testkit's `FaultyStore` does not model).
 #[derive(Debug)]
-struct Scripted {
-    inner: MemoryStore,
-    faults: Mutex<VecDeque<Fault>>,
-    fault_keys: String,
-    frozen: watch::Sender<bool>,
-    ops: AtomicUsize,
-}
-
-#[derive(Debug, Clone)]
-enum Fault {
-    /// Apply the write, then lose the answer.
-    LoseAnswer,
-    /// Lose the request: nothing applied, answer ambiguous.
-    LoseRequest,
-    /// Another writer's body lands instead; our answer is ambiguous.
-    OtherWriter(Bytes),
-}
-
-impl Scripted {
-    fn new(fault_keys: &str) -> Arc<Self> {
-        Arc::new(Scripted {
-            inner: MemoryStore::new(),
-            faults: Mutex::new(VecDeque::new()),
-            fault_keys: fault_keys.into(),
-            frozen: watch::channel(false).0,
-            ops: AtomicUsize::new(0),
-        })
-    }
-    fn script(&self, f: Fault) {
-        self.faults.lock().unwrap().push_back(f);
-    }
-    fn freeze(&self, on: bool) {
-        self.frozen.send_replace(on);
-    }
-    async fn gate(&self) {
-        self.ops.fetch_add(1, Ordering::SeqCst);
-        let mut rx = self.frozen.subscribe();
-        let _ = rx.wait_for(|f| !*f).await;
-    }
-}
-
-fn ambiguous() -> Error {
-    Error::new(ErrorKind::Unavailable, "answer lost")
+struct Overtaken {
+    inner: Arc<MemoryStore>,
+    other: Mutex<Option<Bytes>>,
 }
 
 #[async_trait]
-impl ConditionalStore for Scripted {
+impl ConditionalStore for Overtaken {
     async fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
-        self.gate().await;
         self.inner.get(key).await
     }
     async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
-        self.gate().await;
-        let fault = if key.as_str().contains(&self.fault_keys) {
-            self.faults.lock().unwrap().pop_front()
-        } else {
-            None
-        };
-        match fault {
+        let other = self.other.lock().unwrap().take();
+        match other {
             None => self.inner.put(key, body, guard).await,
-            Some(Fault::LoseAnswer) => {
-                self.inner.put(key, body, guard).await?;
-                Err(ambiguous())
-            }
-            Some(Fault::LoseRequest) => Err(ambiguous()),
-            Some(Fault::OtherWriter(other)) => {
+            Some(other) => {
                 self.inner.put(key, other, guard).await?;
-                Err(ambiguous())
+                Err(Error::new(ErrorKind::Unavailable, "answer lost"))
             }
         }
     }
     async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
-        self.gate().await;
         self.inner.delete(key, version).await
     }
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
-        self.gate().await;
         self.inner.list(prefix).await
     }
     fn capabilities(&self) -> Capabilities {
@@ -187,20 +134,18 @@ async fn renewal_with_stale_etag_fences_and_writes_fail() {
 
 #[tokio::test(start_paused = true)]
 async fn paused_holder_is_taken_over_only_after_expiry() {
-    let store = Scripted::new("never");
-    let frozen_side: Arc<dyn ConditionalStore> = store.clone();
-    let a = fence(frozen_side, "a");
+    let store: Arc<dyn ConditionalStore> = Arc::new(MemoryStore::new());
+    let a_path = Arc::new(PausableStore::new(store.clone()));
+    let a = fence(a_path.clone(), "a");
     let lease_a = a.acquire().await.unwrap();
     let cell_a = lease_a.claim("c").await.unwrap();
     assert_eq!(cell_a.epoch(), 1);
     cell_a.write("a1").await.unwrap();
 
-    // b talks to the same data through an unfrozen path.
-    let b_store: Arc<dyn ConditionalStore> = Arc::new(Passthrough(store.clone()));
-    let b = fence(b_store, "b");
+    let b = fence(store.clone(), "b");
     let lease_b = b.acquire().await.unwrap();
 
-    store.freeze(true); // a is paused: its requests hang
+    a_path.freeze(); // a is paused: its requests hang
     advance(500).await;
     let early = lease_b.claim("c").await.unwrap_err();
     assert_eq!(early.kind(), ErrorKind::Busy, "a's lease is still live");
@@ -211,36 +156,13 @@ async fn paused_holder_is_taken_over_only_after_expiry() {
     assert_eq!(cell_b.epoch(), 2);
     let ack = cell_b.write("b1").await.unwrap();
     assert_eq!(ack.epoch, 2);
-    store.freeze(false);
+    a_path.thaw();
     assert_eq!(
         cell_a.write("late").await.unwrap_err().kind(),
         ErrorKind::Fenced
     );
     let data = cell_b.read().await.unwrap().unwrap();
     assert_eq!((data.epoch, &data.payload[..]), (2, &b"b1"[..]));
-}
-
-/// Same store, but never frozen and never faulted (b's view in the pause test).
-#[derive(Debug)]
-struct Passthrough(Arc<Scripted>);
-
-#[async_trait]
-impl ConditionalStore for Passthrough {
-    async fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
-        self.0.inner.get(key).await
-    }
-    async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
-        self.0.inner.put(key, body, guard).await
-    }
-    async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
-        self.0.inner.delete(key, version).await
-    }
-    async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
-        self.0.inner.list(prefix).await
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.0.inner.capabilities()
-    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -270,18 +192,19 @@ async fn stale_writer_that_believes_it_holds_is_rejected_by_the_store() {
     assert_ne!(&data.payload[..], b"stale");
 }
 
-async fn ambiguous_renewal(fault: Fault) -> (LeaseKeeper, Arc<Scripted>) {
-    let store = Scripted::new("nodes/");
+async fn ambiguous_renewal(fault: Fault) -> (LeaseKeeper, Arc<FaultyStore>) {
+    let store = Arc::new(FaultyStore::new(Arc::new(MemoryStore::new()), 7));
     let a = fence(store.clone(), "a");
     let lease = a.acquire().await.unwrap();
-    store.script(fault);
+    store.script(OpKind::Put, [fault]);
     advance(TTL.as_millis() as u64 / 3 + 50).await;
     (lease, store)
 }
 
 #[tokio::test(start_paused = true)]
 async fn ambiguous_renewal_that_landed_is_held() {
-    let (lease, _store) = ambiguous_renewal(Fault::LoseAnswer).await;
+    let (lease, store) = ambiguous_renewal(Fault::LoseAnswer).await;
+    assert_eq!(store.injected(), 1);
     assert_eq!(lease.status(), LeaseStatus::Held);
     advance(TTL.as_millis() as u64 * 3).await;
     assert!(
@@ -293,19 +216,25 @@ async fn ambiguous_renewal_that_landed_is_held() {
 #[tokio::test(start_paused = true)]
 async fn ambiguous_renewal_that_did_not_land_keeps_the_prior_and_retries() {
     let (lease, store) = ambiguous_renewal(Fault::LoseRequest).await;
+    assert_eq!(store.injected(), 1);
     assert_eq!(lease.status(), LeaseStatus::Held);
     assert!(lease.is_held());
     advance(TTL.as_millis() as u64 * 3).await;
     assert!(lease.is_held());
-    assert!(store.ops.load(Ordering::SeqCst) > 4);
 }
 
 #[tokio::test(start_paused = true)]
 async fn ambiguous_renewal_overtaken_by_another_writer_fences() {
-    let other = Bytes::from_static(
+    let store = Arc::new(Overtaken {
+        inner: Arc::new(MemoryStore::new()),
+        other: Mutex::new(None),
+    });
+    let a = fence(store.clone(), "a");
+    let lease = a.acquire().await.unwrap();
+    *store.other.lock().unwrap() = Some(Bytes::from_static(
         br#"{"v":1,"node":"a","expires_ms":9,"addr":"","peer_protocol":1,"generation":"x","nonce":"other"}"#,
-    );
-    let (lease, _store) = ambiguous_renewal(Fault::OtherWriter(other)).await;
+    ));
+    advance(TTL.as_millis() as u64 / 3 + 50).await;
     assert_eq!(
         lease.status(),
         LeaseStatus::Fenced {
@@ -379,7 +308,7 @@ async fn corrupt_records_are_reported_and_never_overwritten() {
 
 #[tokio::test]
 async fn invalid_names_are_refused_before_any_io() {
-    let store = Scripted::new("never");
+    let store = Arc::new(CountingStore::new(Arc::new(MemoryStore::new())));
     let own = Ownership::new(store.clone(), "a");
     for bad in ["", "..", "a/b", "."] {
         assert_eq!(
@@ -408,7 +337,7 @@ async fn invalid_names_are_refused_before_any_io() {
         .await
         .unwrap_err();
     assert!(matches!(err, LeaseCasError::NotCommitted(ref e) if e.kind() == ErrorKind::InvalidKey));
-    assert_eq!(store.ops.load(Ordering::SeqCst), 0, "no request was sent");
+    assert_eq!(store.counts().total(), 0, "no request was sent");
 }
 
 #[tokio::test]
