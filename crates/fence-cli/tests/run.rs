@@ -238,3 +238,37 @@ fn signals_sent_to_fence_reach_the_command() {
         "released afterwards"
     );
 }
+
+#[test]
+fn a_command_that_ignores_sigterm_is_killed_after_the_grace_period() {
+    let store = Store::new();
+    let pid_file = store.path("child.pid");
+    let script = format!(
+        "trap '' TERM; echo $$ > {}; while true; do sleep 0.1; done",
+        pid_file.display()
+    );
+    let mut holder = fence(&[
+        "run", "--store", &store.url, "--lease", "stubborn", "--ttl", "1s", "--grace", "500ms",
+        "--", "sh", "-c", &script,
+    ])
+    .spawn()
+    .expect("spawn holder");
+    let child = Pid::from_raw(
+        wait_for_file(&pid_file, Duration::from_secs(10))
+            .parse()
+            .unwrap(),
+    );
+    // Pause the holder past its TTL: when it wakes it must fence itself, SIGTERM the command
+    // (ignored), and SIGKILL it after the grace period.
+    let fence_pid = Pid::from_raw(holder.id() as i32);
+    kill(fence_pid, Signal::SIGSTOP).expect("SIGSTOP");
+    std::thread::sleep(Duration::from_millis(1_500));
+    kill(fence_pid, Signal::SIGCONT).expect("SIGCONT");
+    let status = wait_bounded(&mut holder, Duration::from_secs(10), "the fenced holder");
+    assert_eq!(status.code(), Some(76), "a fenced holder exits 76");
+    assert_eq!(
+        kill(child, None),
+        Err(nix::errno::Errno::ESRCH),
+        "the command that ignored SIGTERM must have been killed"
+    );
+}
