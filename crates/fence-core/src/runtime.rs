@@ -669,36 +669,22 @@ impl CellClaim {
     /// Rewrites the data head at our epoch, so every earlier epoch's guard is stale.
     async fn seal(&self) -> Result<(), Error> {
         let own = &self.shared.fence.ownership;
-        for _ in 0..4 {
-            let head = self.shared.bounded(own.read_data(&self.cell)).await?;
-            let guard = match decide::decide_data_write(
-                self.epoch,
-                head.as_ref().map(|(b, v)| (b.epoch, v)),
-            ) {
+        let head = self.shared.bounded(own.read_data(&self.cell)).await?;
+        let guard =
+            match decide::decide_data_write(self.epoch, head.as_ref().map(|(b, v)| (b.epoch, v))) {
                 DataDecision::Fenced { found } => return Err(superseded(&self.cell, found)),
                 DataDecision::Write(g) => g,
             };
-            let body = DataBody {
-                epoch: self.epoch,
-                node: self.shared.node().to_owned(),
-                nonce: own.fresh_nonce(),
-                extra: head
-                    .as_ref()
-                    .map(|(b, _)| b.extra.clone())
-                    .unwrap_or_default(),
-                payload: head.map(|(b, _)| b.payload).unwrap_or_default(),
-            };
-            let put = own.put_data(&self.cell, guard, &body);
-            if let PutOutcome::Applied(v) = self.shared.bounded(put).await? {
-                self.set_head(v);
-                return Ok(());
-            }
-        }
-        Err(Error::new(
-            ErrorKind::Busy,
-            format!("cell {}: could not seal the data head", self.cell),
-        )
-        .not_committed())
+        // The payload is carried forward: whatever landed before the claim stays readable.
+        let (extra, payload) = head.map(|(b, _)| (b.extra, b.payload)).unwrap_or_default();
+        let body = DataBody {
+            epoch: self.epoch,
+            node: self.shared.node().to_owned(),
+            nonce: own.fresh_nonce(),
+            extra,
+            payload,
+        };
+        self.put_head(&body, guard).await.map(|_| ())
     }
 
     /// A fenced write of the cell's data head.
@@ -724,18 +710,19 @@ impl CellClaim {
             extra: Default::default(),
             payload: payload.into(),
         };
-        let version = self.put_head(&body).await?;
+        let guard = match self.cached_head() {
+            Some(v) => CasGuard::Match(v),
+            None => self.guard_from_store(&body).await?.1,
+        };
+        let version = self.put_head(&body, guard).await?;
         self.acknowledge(version).await
     }
 
-    /// Writes `body` on the head chain; same body (same nonce) on every attempt, so a
-    /// read-back recognises any attempt that landed.
-    async fn put_head(&self, body: &DataBody) -> Result<Version, Error> {
+    /// Writes `body` on the head chain, first under `guard`; the same body (same nonce) on
+    /// every attempt, so a read-back recognises any attempt that landed. A rejected or
+    /// ambiguous attempt re-reads the head: ours → done; a later epoch → `Fenced`; else retry.
+    async fn put_head(&self, body: &DataBody, mut guard: CasGuard) -> Result<Version, Error> {
         let own = &self.shared.fence.ownership;
-        let mut guard = match self.cached_head() {
-            Some(v) => CasGuard::Match(v),
-            None => self.guard_from_store(body).await?.1,
-        };
         let mut last = None;
         for _ in 0..4 {
             let timeout = self

@@ -383,3 +383,24 @@ async fn epochs_never_go_back() {
     }
     assert_eq!(own.read_owner("c").await.unwrap().unwrap().epoch, 5);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_whose_seal_answer_is_lost_still_holds_the_cell() {
+    let store = Arc::new(FaultyStore::new(Arc::new(MemoryStore::new()), 11));
+    let a = fence(store.clone(), "a");
+    let lease = a.acquire().await.unwrap();
+    // The claim's puts: the owner record (untouched), then the seal, whose answer is lost.
+    store.script(
+        OpKind::Put,
+        [Fault::Latency(Duration::from_millis(1)), Fault::LoseAnswer],
+    );
+    let cell = lease.claim("c").await.unwrap();
+    assert_eq!(store.injected(), 2);
+    assert_eq!(cell.epoch(), 1);
+    assert_eq!(
+        cell.read().await.unwrap().unwrap().epoch,
+        1,
+        "the seal landed"
+    );
+    assert_eq!(cell.write("x").await.unwrap().epoch, 1);
+}
