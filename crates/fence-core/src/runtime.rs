@@ -399,6 +399,7 @@ async fn bounded<T>(
     }
 }
 
+#[derive(Debug)]
 enum Command {
     Release,
 }
@@ -411,12 +412,6 @@ pub struct LeaseKeeper {
     shared: Arc<Shared>,
     commands: mpsc::Sender<Command>,
     task: Option<JoinHandle<()>>,
-}
-
-impl fmt::Debug for Command {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Release")
-    }
 }
 
 impl LeaseKeeper {
