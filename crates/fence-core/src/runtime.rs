@@ -22,7 +22,6 @@
 //! # });
 //! ```
 
-use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
