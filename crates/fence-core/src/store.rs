@@ -101,6 +101,12 @@ pub struct Capabilities {
     pub conditional_delete: bool,
     /// The largest body `put` accepts, if bounded.
     pub max_body: Option<usize>,
+    /// Versions are derived from the bytes (S3 ETags are content hashes): rewriting
+    /// identical bytes yields the same version, so `Match` cannot tell an intervening
+    /// identical write apart (ABA). Every body fence writes is unique (a per-write nonce, or
+    /// a unique object name), so fence is safe on such a store; the testkit checks this
+    /// capability instead of failing the store, and the probe reports it.
+    pub content_versions: bool,
 }
 
 impl Capabilities {
@@ -109,6 +115,7 @@ impl Capabilities {
         Capabilities {
             conditional_delete: true,
             max_body: None,
+            content_versions: false,
         }
     }
 
@@ -117,6 +124,7 @@ impl Capabilities {
         Capabilities {
             conditional_delete: false,
             max_body: None,
+            content_versions: false,
         }
     }
 
@@ -124,6 +132,13 @@ impl Capabilities {
     #[must_use]
     pub const fn with_max_body(mut self, max: usize) -> Self {
         self.max_body = Some(max);
+        self
+    }
+
+    /// The same, declaring content-derived versions ([`Capabilities::content_versions`]).
+    #[must_use]
+    pub const fn with_content_versions(mut self) -> Self {
+        self.content_versions = true;
         self
     }
 }
@@ -156,6 +171,12 @@ impl Capabilities {
 /// - **`delete`** removes the object only if its current version equals `version`, if
 ///   [`Capabilities::conditional_delete`]; otherwise it answers [`ErrorKind::Unsupported`]
 ///   without I/O.
+/// - **`delete_immutable`** removes an object that is written once (with
+///   [`CasGuard::Absent`], under a name never reused) and never rewritten, without a
+///   condition: for such an object an unconditional delete that lands late can only remove
+///   that same object. The provided implementation reads the version and deletes with it
+///   (stores with conditional delete); stores without conditional delete override it with
+///   their plain delete. Deleting an absent object is `Ok`.
 /// - **`list`** returns the keys equal to `prefix` or under `prefix/` (all keys for `None`),
 ///   sorted. It is for inspection only and never decides anything about safety.
 /// - **Linearizable**: every history of concurrent `get`/`put`/`delete` on one key has a legal
@@ -177,6 +198,17 @@ pub trait ConditionalStore: Send + Sync + fmt::Debug {
     /// Deletes `key` if its current version is `version`.
     async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error>;
 
+    /// Deletes an immutable object (see the trait's contract): `Ok` also when it is absent.
+    async fn delete_immutable(&self, key: &Key) -> Result<(), Error> {
+        if !self.capabilities().conditional_delete {
+            return Err(delete_unsupported(key));
+        }
+        match self.get(key).await? {
+            None => Ok(()),
+            Some(stored) => self.delete(key, &stored.version).await.map(|_| ()),
+        }
+    }
+
     /// Lists keys equal to or under `prefix`, sorted. For inspection only.
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error>;
 
@@ -194,6 +226,9 @@ impl<S: ConditionalStore + ?Sized> ConditionalStore for Arc<S> {
     }
     async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
         (**self).delete(key, version).await
+    }
+    async fn delete_immutable(&self, key: &Key) -> Result<(), Error> {
+        (**self).delete_immutable(key).await
     }
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
         (**self).list(prefix).await
