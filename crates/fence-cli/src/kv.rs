@@ -83,6 +83,9 @@ impl KeyMap {
     }
 }
 
+/// The bound of each store request of a put.
+const PUT_REQUEST_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Writes `key = value` into cell `lease` under `epoch`, as node `node`.
 ///
 /// Errors: exit 76 when `epoch` is not the cell's current epoch (superseded, released, never
@@ -110,19 +113,27 @@ pub async fn put(
     check_key(key)?;
     let own = Ownership::new(store.clone(), node);
     let bad_head: Mutex<Option<Failure>> = Mutex::new(None);
-    let result = update_cell(&own, lease, epoch, |current| {
-        let current = current.cloned().unwrap_or_default();
-        match KeyMap::parse(&current) {
+    // The closure's error aborts the write: nothing is written over a head that is not a
+    // key map.
+    let result = update_cell(
+        &own,
+        lease,
+        epoch,
+        PUT_REQUEST_BOUND,
+        |current| match KeyMap::parse(current) {
             Ok(mut map) => {
                 map.insert(key, value);
-                map.encode()
+                Ok(map.encode())
             }
             Err(f) => {
                 *bad_head.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
-                current
+                Err(
+                    fence_core::Error::new(ErrorKind::InvalidInput, "not a key map")
+                        .not_committed(),
+                )
             }
-        }
-    })
+        },
+    )
     .await;
     if let Some(f) = bad_head.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(f);

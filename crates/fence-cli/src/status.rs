@@ -187,11 +187,11 @@ async fn cell_row(
         .node
         .as_deref()
         .and_then(|n| leases.iter().find(|l| l.node == n));
-    let data = own.read_data(name).await?.map(|(body, version)| DataRow {
-        epoch: body.epoch,
-        node: body.node,
-        version: version.as_str().to_owned(),
-        keys: KeyMap::parse(&body.payload)
+    let data = fence_core::read_cell(own, name).await?.map(|d| DataRow {
+        epoch: d.epoch,
+        node: d.owner.unwrap_or_default(),
+        version: owner.etag.as_str().to_owned(),
+        keys: KeyMap::parse(&d.payload)
             .ok()
             .map(|m| m.keys().map(str::to_owned).collect()),
     });

@@ -30,7 +30,7 @@ fn decide_events(c: &mut Criterion) {
             mono_ms: 0,
             wall_ms: 1,
         },
-        LeaseEvent::Acquire(None),
+        LeaseEvent::Acquire { wait: false },
     );
     core.step(
         Now {
@@ -56,14 +56,13 @@ fn decide_events(c: &mut Criterion) {
             black_box(core.step(now, LeaseEvent::Written(WriteResult::Applied(v))));
         })
     });
-    let cfg = LeaseConfig::default();
-    let owner = OwnerView {
+    let owner = HeadView {
         node: Some("peer".into()),
         epoch: 7,
         version: Version::new("o").unwrap(),
     };
     c.bench_function("decide: claim decision (1 event)", |b| {
-        b.iter(|| black_box(decide_claim("me", Some(&owner), Some(5), 10_000, &cfg)))
+        b.iter(|| black_box(decide_claim("me", Some(&owner), Some(Liveness::Dead))))
     });
     c.bench_function("decide: is_held (1 query)", |b| {
         b.iter(|| black_box(core.is_held(black_box(t + 1))))

@@ -37,6 +37,47 @@ pub struct Clock {
     /// Monotonic time this clock did not see (a suspended machine: Linux's
     /// `CLOCK_MONOTONIC` stops during system suspend while the wall clock jumps).
     lag: Option<Arc<Suspension>>,
+    /// A stopped process (SIGSTOP, a paused VM): its timers fire only once it runs again.
+    stop: Option<Arc<Stop>>,
+}
+
+/// Stops a process, to simulate `SIGSTOP` or a paused VM whose clock keeps running: while
+/// stopped, a [`Clock`]'s sleeps and timeouts do not complete; when it continues, whatever
+/// became ready meanwhile is seen at once — a timeout and an answer that both arrived
+/// during the stop resolve in favour of the answer, as `tokio::time::timeout` does.
+#[derive(Debug, Default)]
+pub struct Stop {
+    stopped: std::sync::atomic::AtomicBool,
+    changed: tokio::sync::Notify,
+}
+
+impl Stop {
+    /// Stops the process.
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+    }
+
+    /// Lets it run again.
+    pub fn resume(&self) {
+        self.stopped.store(false, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+
+    /// Whether it is stopped now.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
+    }
+
+    /// Returns once the process runs.
+    pub async fn running(&self) {
+        loop {
+            let changed = self.changed.notified();
+            if !self.is_stopped() {
+                return;
+            }
+            changed.await;
+        }
+    }
 }
 
 /// Makes a [`Clock`]'s monotonic time stand still, to simulate a suspended machine (a laptop
@@ -88,6 +129,7 @@ impl Clock {
             wall: Wall::System,
             skew_ms: 0,
             lag: None,
+            stop: None,
         }
     }
 
@@ -99,6 +141,7 @@ impl Clock {
             wall: Wall::Virtual { base_ms },
             skew_ms: 0,
             lag: None,
+            stop: None,
         }
     }
 
@@ -114,6 +157,13 @@ impl Clock {
     #[must_use]
     pub fn with_suspension(mut self, suspension: Arc<Suspension>) -> Self {
         self.lag = Some(suspension);
+        self
+    }
+
+    /// The same clock, whose sleeps and timeouts wait while `stop` is stopped.
+    #[must_use]
+    pub fn with_stop(mut self, stop: Arc<Stop>) -> Self {
+        self.stop = Some(stop);
         self
     }
 
@@ -148,14 +198,32 @@ impl Clock {
         self.origin + Duration::from_millis(mono_ms + lag)
     }
 
-    /// Sleeps until monotonic time `mono_ms`.
+    /// Sleeps until monotonic time `mono_ms` (and, for a stopped process, until it runs).
     pub async fn sleep_until(&self, mono_ms: u64) {
-        tokio::time::sleep_until(self.instant_at(mono_ms)).await
+        tokio::time::sleep_until(self.instant_at(mono_ms)).await;
+        self.running().await;
     }
 
-    /// Sleeps for `d`.
+    /// Sleeps for `d` (and, for a stopped process, until it runs).
     pub async fn sleep(&self, d: Duration) {
-        tokio::time::sleep(d).await
+        tokio::time::sleep(d).await;
+        self.running().await;
+    }
+
+    async fn running(&self) {
+        if let Some(stop) = &self.stop {
+            stop.running().await;
+        }
+    }
+
+    /// Runs `op` for at most `ms` of this clock's time: `None` if the time ran out first.
+    /// When both are ready at once, `op` wins.
+    pub async fn timeout<T>(&self, ms: u64, op: impl std::future::Future<Output = T>) -> Option<T> {
+        tokio::select! {
+            biased;
+            r = op => Some(r),
+            _ = self.sleep(Duration::from_millis(ms)) => None,
+        }
     }
 }
 

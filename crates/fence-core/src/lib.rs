@@ -6,31 +6,38 @@
 //! Two fences:
 //! - a **node lease** (`nodes/<node>.json`): a record with a TTL, renewed by compare-and-swap;
 //!   a holder that cannot renew in time stops writing (protects the process);
-//! - an **ownership epoch** per cell (`cells/<cell>/own.json`): raised by CAS on every claim;
-//!   data writes chain off it, so a stale writer is rejected by the store even if its clock or
-//!   its lease check is wrong (protects the data).
+//! - an **ownership epoch** per cell (`cells/<cell>/own.json`): raised by CAS on every claim.
+//!   The cell's data lives in the same object, so a write is a CAS on the object that holds
+//!   the epoch: a stale writer is rejected by the store even if its clock or its lease check
+//!   is wrong (protects the data).
 //!
-//! Layers: [`store`] (the [`ConditionalStore`] contract) → [`ownership`] (records and keys) →
-//! [`decide`] (the pure decision core) → [`runtime`] (the tokio driver).
+//! Layers: [`store`] (the [`ConditionalStore`] contract) → [`record`] and [`ownership`]
+//! (records and keys) → [`decide`] (the pure decision core) → [`runtime`] (the tokio driver).
 #![deny(missing_docs)]
 
 pub mod clock;
 pub mod decide;
 pub mod error;
+mod flaws;
 pub mod key;
 pub mod memory;
 pub mod ownership;
 pub mod record;
 pub mod runtime;
+#[cfg(feature = "sabotage")]
+pub mod sabotage;
 pub mod store;
 
-pub use clock::{now_ms, Clock, Entropy, Suspension};
+pub use clock::{now_ms, Clock, Entropy, Stop, Suspension};
+pub use decide::{FenceReason, LeaseConfig, LeaseStatus};
 pub use error::{Commit, Error, ErrorKind, Result};
 pub use key::{Key, MAX_KEY_LEN};
 pub use memory::MemoryStore;
 pub use ownership::{CasOutcome, LeaseCasError, LeaseCasOutcome, Ownership};
 pub use record::{NodeLease, NodeLeaseRecord, OwnerRecord};
-pub use runtime::{CellClaim, CellData, Fence, FenceBuilder, LeaseKeeper, WriteAck};
+pub use runtime::{
+    read_cell, update_cell, CellClaim, CellData, Fence, FenceBuilder, LeaseKeeper, WriteAck,
+};
 pub use store::{
     Capabilities, CasGuard, ConditionalStore, DeleteOutcome, PutOutcome, Stored, Version,
 };

@@ -1,18 +1,21 @@
-//! The seed's ownership API over any [`ConditionalStore`]: node leases at
-//! `nodes/<node>.json`, cell owners at `cells/<cell>/own.json`, cell data heads at
-//! `cells/<cell>/data` — all under an optional prefix.
+//! The seed's ownership API over any [`ConditionalStore`], and the keys fence uses: node
+//! leases at `nodes/<node>.json`, cell heads at `cells/<cell>/own.json`, payload objects at
+//! `cells/<cell>/blobs/<name>` — all under an optional prefix.
+//!
+//! `Ownership` keeps no cache: every call is what it says, and nothing is retained per key.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
 use crate::clock::Entropy;
 use crate::error::{Commit, Error, ErrorKind};
 use crate::key::Key;
+use crate::record::legacy::DataBody;
 use crate::record::{
-    fresh_nonce, DataBody, Extra, LeaseBody, NodeLease, NodeLeaseRecord, OwnerBody, OwnerRecord,
+    fresh_nonce, BlobRef, CellHead, CellPayload, Extra, HeadFormat, LeaseBody, NodeLease,
+    NodeLeaseRecord, OwnerRecord,
 };
 use crate::store::{CasGuard, ConditionalStore, PutOutcome, Version};
 
@@ -73,15 +76,6 @@ pub enum CasOutcome {
     Rejected,
 }
 
-/// What we last saw of a record: lets a rewrite keep unknown fields and check the epoch rule
-/// without an extra read.
-#[derive(Clone, Debug)]
-struct Known {
-    version: Version,
-    extra: Extra,
-    epoch: Option<u64>,
-}
-
 /// The ownership store of one node: the seed's API.
 ///
 /// ```
@@ -104,7 +98,6 @@ pub struct Ownership {
     node: String,
     prefix: Option<Key>,
     entropy: Entropy,
-    known: Mutex<HashMap<Key, Known>>,
 }
 
 impl fmt::Debug for Ownership {
@@ -117,12 +110,20 @@ impl fmt::Debug for Ownership {
     }
 }
 
-/// Checks that `id` can stand as one key segment (a node or cell name).
+/// Longest node or cell name, in bytes.
+pub const MAX_NAME_LEN: usize = 200;
+
+/// Checks that `id` can stand as one key segment (a node or cell name). The error echoes at
+/// most the first 100 bytes of the name.
 pub fn check_name(what: &str, id: &str) -> Result<(), Error> {
-    if id.is_empty() || id.contains('/') || id == "." || id == ".." || id.len() > 200 {
+    if id.is_empty() || id.contains('/') || id == "." || id == ".." || id.len() > MAX_NAME_LEN {
+        let shown: String = id.chars().take(100).collect();
+        let more = if shown.len() < id.len() { "…" } else { "" };
         return Err(Error::new(
             ErrorKind::InvalidKey,
-            format!("{what} name {id:?} must be one non-empty path segment of at most 200 bytes"),
+            format!(
+                "{what} name {shown:?}{more} must be one non-empty path segment of at most {MAX_NAME_LEN} bytes"
+            ),
         )
         .not_committed());
     }
@@ -137,7 +138,6 @@ impl Ownership {
             node: node.into(),
             prefix: None,
             entropy: Entropy::from_os(),
-            known: Mutex::new(HashMap::new()),
         }
     }
 
@@ -187,285 +187,307 @@ impl Ownership {
         self.key(format!("nodes/{node}.json"))
     }
 
-    /// `cells/<cell>/own.json`.
+    /// `cells/<cell>/own.json`: the cell head (owner, epoch, data).
     pub fn owner_key(&self, cell: &str) -> Result<Key, Error> {
         check_name("cell", cell)?;
         self.key(format!("cells/{cell}/own.json"))
     }
 
-    /// `cells/<cell>/data`.
-    pub fn data_key(&self, cell: &str) -> Result<Key, Error> {
+    /// `cells/<cell>/blobs/<name>`: a payload object.
+    pub fn blob_key(&self, cell: &str, name: &str) -> Result<Key, Error> {
+        check_name("cell", cell)?;
+        self.key(format!("cells/{cell}/blobs/{name}"))
+    }
+
+    /// `cells/<cell>/blobs`: the folder of a cell's payload objects.
+    pub fn blobs_prefix(&self, cell: &str) -> Result<Key, Error> {
+        check_name("cell", cell)?;
+        self.key(format!("cells/{cell}/blobs"))
+    }
+
+    /// `cells/<cell>/data`: the version-1 data head.
+    pub fn legacy_data_key(&self, cell: &str) -> Result<Key, Error> {
         check_name("cell", cell)?;
         self.key(format!("cells/{cell}/data"))
-    }
-
-    fn remember(&self, key: &Key, known: Known) {
-        self.known
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.clone(), known);
-    }
-
-    fn recall(&self, key: &Key, version: &Version) -> Option<Known> {
-        let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
-        known.get(key).filter(|k| &k.version == version).cloned()
-    }
-
-    /// What we know of the record at `key` at version `version`: from memory, else by one
-    /// read. `None` when the store's current version is another one (the guard cannot hold).
-    async fn known_at(
-        &self,
-        key: &Key,
-        version: &Version,
-        decode: impl Fn(&Bytes) -> Result<Known, Error>,
-    ) -> Result<Option<Known>, Error> {
-        if let Some(k) = self.recall(key, version) {
-            return Ok(Some(k));
-        }
-        let Some(stored) = self.store.get(key).await? else {
-            return Ok(None);
-        };
-        if &stored.version != version {
-            return Ok(None);
-        }
-        let mut known = decode(&stored.body)?;
-        known.version = stored.version;
-        self.remember(key, known.clone());
-        Ok(Some(known))
     }
 
     // ----- node leases ---------------------------------------------------------------------
 
     /// Writes `record` as the lease of `record.node` if `guard` holds: `Absent` to acquire,
-    /// `Match(etag)` to renew or take over. Each write carries a fresh nonce; unknown fields of
-    /// the record being replaced are kept.
+    /// `Match(etag)` to renew or take over. Each write carries a fresh nonce. With `Match`,
+    /// the record being replaced is read first (its unknown fields are kept; a version other
+    /// than `etag` answers `Rejected` without writing): two requests. The runtime's keeper
+    /// renews in one.
     pub async fn cas_node_lease(
         &self,
         guard: CasGuard,
         record: &NodeLeaseRecord,
     ) -> Result<LeaseCasOutcome, LeaseCasError> {
-        let nonce = self.fresh_nonce();
-        match self.put_node_lease(guard, record, &nonce).await {
+        let extra = match &guard {
+            CasGuard::Absent => Extra::new(),
+            CasGuard::Match(v) => match self.read_lease_body(&record.node).await {
+                Ok(Some((body, current))) if current == *v => body.extra,
+                Ok(_) => return Ok(LeaseCasOutcome::Rejected),
+                Err(e) => return Err(LeaseCasError::NotCommitted(e.not_committed())),
+            },
+        };
+        let body = LeaseBody {
+            record: record.clone(),
+            nonce: self.fresh_nonce(),
+            ttl_ms: None,
+            extra,
+        };
+        match self.put_lease_body(guard, &body).await {
             Ok(PutOutcome::Applied(etag)) => Ok(LeaseCasOutcome::Applied { etag }),
             Ok(PutOutcome::Rejected) => Ok(LeaseCasOutcome::Rejected),
             Err(e) => Err(LeaseCasError::from_error(e)),
         }
     }
 
-    /// [`cas_node_lease`](Self::cas_node_lease) with a caller-chosen nonce, so the caller can
-    /// recognise its own write when reading back after an ambiguous answer.
-    pub async fn put_node_lease(
+    /// Writes a lease body as it is (the caller chose its nonce) if `guard` holds.
+    pub async fn put_lease_body(
         &self,
         guard: CasGuard,
-        record: &NodeLeaseRecord,
-        nonce: &str,
+        body: &LeaseBody,
     ) -> Result<PutOutcome, Error> {
-        let key = self.lease_key(&record.node)?;
-        let extra = match &guard {
-            CasGuard::Absent => Extra::new(),
-            CasGuard::Match(v) => match self.known_at(&key, v, |b| lease_known(&key, b)).await {
-                Ok(Some(k)) => k.extra,
-                Ok(None) => return Ok(PutOutcome::Rejected),
-                Err(e) => return Err(e.not_committed()),
-            },
-        };
-        let body = LeaseBody {
-            record: record.clone(),
-            nonce: nonce.to_owned(),
-            extra: extra.clone(),
-        };
-        let outcome = self.store.put(&key, body.encode(), guard).await?;
-        if let PutOutcome::Applied(v) = &outcome {
-            self.remember(&key, known(v, extra, None));
-        }
-        Ok(outcome)
+        let key = self.lease_key(&body.record.node)?;
+        self.store.put(&key, body.encode(), guard).await
     }
 
     /// Reads the lease of `node`.
     pub async fn read_node_lease(&self, node: &str) -> Result<Option<NodeLease>, Error> {
+        Ok(self
+            .read_lease_body(node)
+            .await?
+            .map(|(body, etag)| NodeLease {
+                record: body.record,
+                etag,
+                nonce: body.nonce,
+                ttl_ms: body.ttl_ms,
+            }))
+    }
+
+    /// Reads the lease body of `node` with its version.
+    pub async fn read_lease_body(&self, node: &str) -> Result<Option<(LeaseBody, Version)>, Error> {
         let key = self.lease_key(node)?;
         let Some(stored) = self.store.get(&key).await? else {
             return Ok(None);
         };
-        let body = LeaseBody::decode(&key, &stored.body)?;
-        self.remember(&key, known(&stored.version, body.extra, None));
-        Ok(Some(NodeLease {
-            record: body.record,
-            etag: stored.version,
-            nonce: body.nonce,
+        Ok(Some((
+            LeaseBody::decode(&key, &stored.body)?,
+            stored.version,
+        )))
+    }
+
+    // ----- cell heads ----------------------------------------------------------------------
+
+    /// Reads the head of `cell` (any format) with its version.
+    pub async fn read_head(&self, cell: &str) -> Result<Option<(CellHead, Version)>, Error> {
+        let key = self.owner_key(cell)?;
+        let Some(stored) = self.store.get(&key).await? else {
+            return Ok(None);
+        };
+        Ok(Some((
+            CellHead::decode(&key, &stored.body)?,
+            stored.version,
+        )))
+    }
+
+    /// Writes `head` (in the current format) as the head of `cell` if `guard` holds.
+    pub async fn put_head(
+        &self,
+        cell: &str,
+        head: &CellHead,
+        guard: CasGuard,
+    ) -> Result<PutOutcome, Error> {
+        let key = self.owner_key(cell)?;
+        self.store.put(&key, head.encode(), guard).await
+    }
+
+    /// Reads the owner record of `cell`.
+    pub async fn read_owner(&self, cell: &str) -> Result<Option<OwnerRecord>, Error> {
+        Ok(self.read_head(cell).await?.map(|(h, etag)| OwnerRecord {
+            node: h.node,
+            epoch: h.epoch,
+            etag,
         }))
     }
 
-    // ----- cell owners ---------------------------------------------------------------------
-
-    /// Claims `cell` for this node at `epoch` if `guard` holds. With `Match`, `epoch` must be
-    /// above the replaced record's epoch (epochs never go back): otherwise
-    /// [`ErrorKind::InvalidInput`] and nothing is written.
+    /// Claims `cell` for this node at `epoch` if `guard` holds. With `Match`, the head being
+    /// replaced is read first: a version other than the guard answers `Rejected` without
+    /// writing; `epoch` must be above its epoch (epochs never go back), otherwise
+    /// [`ErrorKind::InvalidInput`] and nothing is written; its data and unknown fields are
+    /// carried forward. Two requests; the runtime's claims take two as well, including the
+    /// read that decides.
     pub async fn cas_owner(
         &self,
         cell: &str,
         guard: CasGuard,
         epoch: u64,
     ) -> Result<CasOutcome, Error> {
-        let nonce = self.fresh_nonce();
-        let outcome = self
-            .put_owner(cell, guard, Some(&self.node), epoch, &nonce)
-            .await?;
-        Ok(cas_outcome(&outcome))
+        let node = self.node.clone();
+        self.rewrite_owner(cell, guard, Some(node), epoch).await
     }
 
-    /// Writes the owner record of `cell` (`node: None` releases) at `epoch` with a
-    /// caller-chosen nonce, enforcing the epoch rule: a claim raises the epoch, a release
-    /// keeps it.
-    pub async fn put_owner(
+    async fn rewrite_owner(
         &self,
         cell: &str,
         guard: CasGuard,
-        node: Option<&str>,
+        node: Option<String>,
         epoch: u64,
-        nonce: &str,
-    ) -> Result<PutOutcome, Error> {
+    ) -> Result<CasOutcome, Error> {
         let key = self.owner_key(cell)?;
-        if let Some(n) = node {
+        if let Some(n) = &node {
             check_name("node", n)?;
         }
-        let extra = match &guard {
-            CasGuard::Absent => Extra::new(),
-            CasGuard::Match(v) => match self.known_at(&key, v, |b| owner_known(&key, b)).await {
-                Ok(Some(k)) => {
-                    check_epoch_rule(&key, k.epoch.unwrap_or(0), node.is_some(), epoch)?;
-                    k.extra
-                }
-                Ok(None) => return Ok(PutOutcome::Rejected),
-                Err(e) => return Err(e.not_committed()),
+        let prior = match &guard {
+            CasGuard::Absent => None,
+            CasGuard::Match(v) => match self.read_head(cell).await.map_err(Error::not_committed)? {
+                Some((head, current)) if current == *v => Some(head),
+                _ => return Ok(CasOutcome::Rejected),
             },
         };
-        if epoch == 0 {
-            return Err(bad_epoch(
-                &key,
-                "epoch 0 is never written; the first claim is 1",
-            ));
-        }
-        let body = OwnerBody {
-            node: node.map(str::to_owned),
-            epoch,
-            nonce: nonce.to_owned(),
-            extra: extra.clone(),
-        };
-        let outcome = self.store.put(&key, body.encode(), guard).await?;
-        if let PutOutcome::Applied(v) = &outcome {
-            self.remember(&key, known(v, extra, Some(epoch)));
-        }
-        Ok(outcome)
-    }
-
-    /// Reads the owner record of `cell`.
-    pub async fn read_owner(&self, cell: &str) -> Result<Option<OwnerRecord>, Error> {
-        Ok(self
-            .read_owner_body(cell)
-            .await?
-            .map(|(body, etag)| OwnerRecord {
-                node: body.node,
-                epoch: body.epoch,
-                etag,
-            }))
-    }
-
-    /// Reads the owner record of `cell` with its nonce and unknown fields.
-    pub async fn read_owner_body(&self, cell: &str) -> Result<Option<(OwnerBody, Version)>, Error> {
-        let key = self.owner_key(cell)?;
-        let Some(stored) = self.store.get(&key).await? else {
-            return Ok(None);
-        };
-        let body = OwnerBody::decode(&key, &stored.body)?;
-        self.remember(
+        check_epoch_rule(
             &key,
-            known(&stored.version, body.extra.clone(), Some(body.epoch)),
-        );
-        Ok(Some((body, stored.version)))
+            prior.as_ref().map_or(0, |h| h.epoch),
+            node.is_some(),
+            epoch,
+        )?;
+        let (payload, extra) = match prior {
+            Some(h) if h.format == HeadFormat::V1 => (self.migrate_legacy(cell).await?, h.extra),
+            Some(h) => (h.payload, h.extra),
+            None => (CellPayload::Empty, Extra::new()),
+        };
+        let head = CellHead {
+            node,
+            epoch,
+            nonce: self.fresh_nonce(),
+            generation: None,
+            payload,
+            extra,
+            format: HeadFormat::V2,
+        };
+        Ok(match self.put_head(cell, &head, guard).await? {
+            PutOutcome::Applied(_) => CasOutcome::Applied,
+            PutOutcome::Rejected => CasOutcome::Rejected,
+        })
     }
 
-    /// Releases `cell` if this node owns it at `epoch`: writes an unowned record that keeps
-    /// the epoch, so the next claim takes `epoch + 1`. `Rejected` when the cell is no longer
-    /// ours at that epoch.
+    /// Releases `cell` if this node owns it at `epoch`: writes an unowned head that keeps the
+    /// epoch and the data, so the next claim takes `epoch + 1`. `Rejected` when the cell is no
+    /// longer ours at that epoch.
     pub async fn release_owner(&self, cell: &str, epoch: u64) -> Result<CasOutcome, Error> {
         for _ in 0..2 {
-            let Some((body, version)) = self.read_owner_body(cell).await? else {
+            let Some((head, version)) = self.read_head(cell).await? else {
                 return Ok(CasOutcome::Rejected);
             };
-            if body.node.as_deref() != Some(self.node.as_str()) || body.epoch != epoch {
+            if !head.is_owned_by(&self.node, epoch) {
                 return Ok(CasOutcome::Rejected);
             }
-            let nonce = self.fresh_nonce();
             match self
-                .put_owner(cell, CasGuard::Match(version), None, epoch, &nonce)
+                .rewrite_owner(cell, CasGuard::Match(version), None, epoch)
                 .await?
             {
-                PutOutcome::Applied(_) => return Ok(CasOutcome::Applied),
-                // The record moved between our read and write: look again once.
-                PutOutcome::Rejected => continue,
+                CasOutcome::Applied => return Ok(CasOutcome::Applied),
+                // The head moved between our read and write: look again once.
+                CasOutcome::Rejected => continue,
             }
         }
         Ok(CasOutcome::Rejected)
     }
 
-    // ----- cell data heads -----------------------------------------------------------------
+    // ----- payloads ------------------------------------------------------------------------
 
-    /// Reads the data head of `cell`.
-    pub async fn read_data(&self, cell: &str) -> Result<Option<(DataBody, Version)>, Error> {
-        let key = self.data_key(cell)?;
+    /// Reads the version-1 data head of `cell`.
+    pub async fn read_legacy_data(&self, cell: &str) -> Result<Option<(DataBody, Version)>, Error> {
+        let key = self.legacy_data_key(cell)?;
         let Some(stored) = self.store.get(&key).await? else {
             return Ok(None);
         };
-        let body = DataBody::decode(&key, &stored.body)?;
-        self.remember(
-            &key,
-            known(&stored.version, body.extra.clone(), Some(body.epoch)),
-        );
-        Ok(Some((body, stored.version)))
+        Ok(Some((
+            DataBody::decode(&key, &stored.body)?,
+            stored.version,
+        )))
     }
 
-    /// Writes the data head of `cell` if `guard` holds.
-    pub async fn put_data(
+    /// The payload of a version-1 cell, moved into a payload the version-2 head can carry:
+    /// inline when small, else copied once into a payload object.
+    async fn migrate_legacy(&self, cell: &str) -> Result<CellPayload, Error> {
+        match self.read_legacy_data(cell).await? {
+            None => Ok(CellPayload::Empty),
+            Some((data, _)) => {
+                self.store_payload(cell, 0, data.payload, INLINE_MAX_DEFAULT)
+                    .await
+            }
+        }
+    }
+
+    /// Stores `payload` where a head can point at it: inline up to `inline_max` bytes, else
+    /// as a new payload object named `<epoch>-<nonce>`, created with `Absent` (so it is never
+    /// overwritten) before any head refers to it.
+    pub async fn store_payload(
         &self,
         cell: &str,
-        guard: CasGuard,
-        body: &DataBody,
-    ) -> Result<PutOutcome, Error> {
-        let key = self.data_key(cell)?;
-        let outcome = self.store.put(&key, body.encode(), guard).await?;
-        if let PutOutcome::Applied(v) = &outcome {
-            self.remember(&key, known(v, body.extra.clone(), Some(body.epoch)));
+        epoch: u64,
+        payload: Bytes,
+        inline_max: usize,
+    ) -> Result<CellPayload, Error> {
+        if payload.is_empty() {
+            return Ok(CellPayload::Empty);
         }
-        Ok(outcome)
+        if payload.len() <= inline_max {
+            return Ok(CellPayload::Inline(payload));
+        }
+        let blob = BlobRef {
+            name: format!("{epoch}-{}", self.fresh_nonce()),
+            len: payload.len() as u64,
+        };
+        let key = self.blob_key(cell, &blob.name)?;
+        // The name is unique: a create that is rejected, or answered ambiguously and then
+        // rejected on a second try, found our own object.
+        for attempt in 0..2 {
+            match self
+                .store
+                .put(&key, payload.clone(), CasGuard::Absent)
+                .await
+            {
+                Ok(_) => return Ok(CellPayload::Blob(blob)),
+                Err(e) if attempt == 0 && (e.is_ambiguous() || e.is_retryable()) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Error::new(
+            ErrorKind::Unavailable,
+            "payload object not stored",
+        ))
+    }
+
+    /// The bytes of `payload`: inline, or read from its object (`None` if that object is
+    /// gone — the head moved on and it was collected).
+    pub async fn load_payload(
+        &self,
+        cell: &str,
+        payload: &CellPayload,
+    ) -> Result<Option<Bytes>, Error> {
+        match payload {
+            CellPayload::Empty => Ok(Some(Bytes::new())),
+            CellPayload::Inline(b) => Ok(Some(b.clone())),
+            CellPayload::Blob(blob) => {
+                let key = self.blob_key(cell, &blob.name)?;
+                Ok(self.store.get(&key).await?.map(|s| s.body))
+            }
+        }
+    }
+
+    /// Deletes a payload object no head refers to any more.
+    pub async fn delete_blob(&self, cell: &str, blob: &BlobRef) -> Result<(), Error> {
+        let key = self.blob_key(cell, &blob.name)?;
+        self.store.delete_immutable(&key).await
     }
 }
 
-fn known(v: &Version, extra: Extra, epoch: Option<u64>) -> Known {
-    Known {
-        version: v.clone(),
-        extra,
-        epoch,
-    }
-}
-
-fn lease_known(key: &Key, bytes: &Bytes) -> Result<Known, Error> {
-    let body = LeaseBody::decode(key, bytes)?;
-    Ok(Known {
-        version: Version::new("-")?,
-        extra: body.extra,
-        epoch: None,
-    })
-}
-
-fn owner_known(key: &Key, bytes: &Bytes) -> Result<Known, Error> {
-    let body = OwnerBody::decode(key, bytes)?;
-    Ok(Known {
-        version: Version::new("-")?,
-        extra: body.extra,
-        epoch: Some(body.epoch),
-    })
-}
+/// The default inline bound of a payload, in bytes: larger payloads become payload objects.
+pub const INLINE_MAX_DEFAULT: usize = 8 * 1024;
 
 fn bad_epoch(key: &Key, why: &str) -> Error {
     Error::new(ErrorKind::InvalidInput, why)
@@ -474,6 +496,12 @@ fn bad_epoch(key: &Key, why: &str) -> Error {
 }
 
 fn check_epoch_rule(key: &Key, prior: u64, claim: bool, epoch: u64) -> Result<(), Error> {
+    if epoch == 0 {
+        return Err(bad_epoch(
+            key,
+            "epoch 0 is never written; the first claim is 1",
+        ));
+    }
     if claim && epoch <= prior {
         return Err(bad_epoch(
             key,
@@ -487,11 +515,4 @@ fn check_epoch_rule(key: &Key, prior: u64, claim: bool, epoch: u64) -> Result<()
         ));
     }
     Ok(())
-}
-
-fn cas_outcome(outcome: &PutOutcome) -> CasOutcome {
-    match outcome {
-        PutOutcome::Applied(_) => CasOutcome::Applied,
-        PutOutcome::Rejected => CasOutcome::Rejected,
-    }
 }

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use fence_core::record::{CellHead, LeaseBody};
 use fence_core::{
     now_ms, CasGuard, CasOutcome, Commit, ConditionalStore, ErrorKind, Key, LeaseCasOutcome,
     NodeLeaseRecord, Ownership, Version,
@@ -326,14 +327,19 @@ pub async fn ambiguous_resolution(
         let claimed = owner_step("claim", a.cas_owner(&cell, CasGuard::Absent, 1).await)?;
         expect("claim", claimed, CasOutcome::Applied)?;
         let (prior, etag) = a
-            .read_owner_body(&cell)
+            .read_head(&cell)
             .await
             .map_err(|e| e.to_string())?
             .ok_or("owner missing")?;
         faulty.script(OpKind::Put, [case.fault]);
         let desired = a.fresh_nonce();
+        let next = CellHead {
+            epoch: 2,
+            nonce: desired.clone(),
+            ..prior.clone()
+        };
         let write = a
-            .put_owner(&cell, CasGuard::Match(etag.clone()), Some("a"), 2, &desired)
+            .put_head(&cell, &next, CasGuard::Match(etag.clone()))
             .await;
         match write {
             Err(e) if e.commit() == case.commit => {}
@@ -352,7 +358,7 @@ pub async fn ambiguous_resolution(
                 CasOutcome::Applied,
             )?;
         }
-        let found = a.read_owner_body(&cell).await.map_err(|e| e.to_string())?;
+        let found = a.read_head(&cell).await.map_err(|e| e.to_string())?;
         let got = resolve(
             found.as_ref().map(|(body, _)| body.nonce.as_str()),
             &desired,
@@ -377,10 +383,13 @@ async fn ambiguous_lease(a: &Ownership, faulty: &FaultyStore) -> Result<(), Stri
     let etag = lease_outcome("acquire", acquire)?.ok_or("acquire rejected")?;
     faulty.script(OpKind::Put, [Fault::LoseAnswer]);
     let nonce = a.fresh_nonce();
-    match a
-        .put_node_lease(CasGuard::Match(etag), &lease("amb", t + 1, "g"), &nonce)
-        .await
-    {
+    let body = LeaseBody {
+        record: lease("amb", t + 1, "g"),
+        nonce: nonce.clone(),
+        ttl_ms: None,
+        extra: Default::default(),
+    };
+    match a.put_lease_body(CasGuard::Match(etag), &body).await {
         Err(e) if e.is_ambiguous() => {}
         other => {
             return Err(format!(

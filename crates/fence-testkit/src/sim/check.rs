@@ -1,6 +1,6 @@
 //! The properties, checked on a finished run's events and the store's final state.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 
 use bytes::Bytes;
@@ -11,23 +11,32 @@ use super::trace::Event;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Property {
     /// (a) No two nodes (or two processes) ever claim, write or acknowledge at the same
-    /// `(cell, epoch)`.
+    /// `(cell, epoch)`, and a claim is returned only after the store applied a head naming
+    /// its node at its epoch (the claim's seal).
     OneWriterPerEpoch,
-    /// (b) Per cell, every applied claim raises the epoch, a release keeps it, and claims
-    /// return in strictly increasing epoch order.
+    /// (b) Per cell, every applied head keeps or raises the epoch; a head at a new epoch is
+    /// a claim; at the same epoch only the owner writes or releases. (Claims may *return*
+    /// out of order: a stopped process learns of its claim late.)
     EpochsIncrease,
-    /// (c) Every acknowledged write landed, the data head's epoch never goes back, and the
-    /// final head is the last acknowledged write or something written after it.
+    /// (c) Every acknowledged write landed before it was acknowledged; every head carries
+    /// the previous head's payload forward or holds a payload written for the first time (no
+    /// write applied twice, nothing rolled back); the final head is the last one applied.
     NoAckedWriteLost,
-    /// (d) No write of a node is acknowledged at a superseded epoch after a takeover, and no
-    /// process says it holds a lease whose authority ended by its own monotonic clock.
+    /// (d) No process says it holds a lease whose authority ended by its own monotonic clock,
+    /// and no write it made after that is acknowledged. (An acknowledgement may *arrive*
+    /// after a takeover — a stopped process learns late — but (b) and (c) together say the
+    /// acknowledged write landed before it.)
     NoExpiredLeaseComesBack,
     /// (e) After the last fault, every cell is owned by a live node within a bounded time.
     OwnershipSettles,
+    /// (f) No two processes believe they own one cell at the same instant of real time: no
+    /// process acts on its claim after another process's claim at a later epoch returned
+    /// (processes whose clock was suspended are exempt: only the store fences them).
+    ExclusiveBelief,
 }
 
 impl Property {
-    /// The short label used in reports: `(a)`…`(e)` and a name.
+    /// The short label used in reports: `(a)`…`(f)` and a name.
     pub fn label(self) -> &'static str {
         match self {
             Property::OneWriterPerEpoch => "(a) one writer per epoch",
@@ -35,6 +44,7 @@ impl Property {
             Property::NoAckedWriteLost => "(c) no acknowledged write lost",
             Property::NoExpiredLeaseComesBack => "(d) no expired lease comes back",
             Property::OwnershipSettles => "(e) ownership settles",
+            Property::ExclusiveBelief => "(f) one believer per cell",
         }
     }
 }
@@ -54,7 +64,7 @@ impl fmt::Display for Violation {
     }
 }
 
-/// The final data head of a cell as the store holds it.
+/// The final head of a cell as the store holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct FinalHead {
     pub(crate) epoch: u64,
@@ -66,10 +76,11 @@ fn violation(out: &mut Vec<Violation>, property: Property, detail: String) {
 }
 
 fn show(payload: &Bytes) -> String {
-    String::from_utf8_lossy(payload).into_owned()
+    let s = String::from_utf8_lossy(payload);
+    s.trim_end_matches('-').to_owned()
 }
 
-/// Checks (a)–(d); (e) is judged by the driver while the run is still going.
+/// Checks (a)–(d) and (f); (e) is judged by the driver while the run is still going.
 pub(crate) fn check(
     events: &[Event],
     finals: &BTreeMap<String, Option<FinalHead>>,
@@ -80,37 +91,45 @@ pub(crate) fn check(
     epochs_increase(events, &mut out);
     no_acked_write_lost(events, finals, &mut out);
     no_expired_lease_comes_back(events, ttl_ms, &mut out);
+    exclusive_belief(events, &mut out);
     out
 }
 
 fn one_writer_per_epoch(events: &[Event], out: &mut Vec<Violation>) {
     let mut nodes: BTreeMap<(&str, u64), BTreeSet<&str>> = BTreeMap::new();
     let mut gens: BTreeMap<(&str, u64), BTreeSet<&str>> = BTreeMap::new();
+    let mut sealed: HashSet<(&str, u64, &str)> = HashSet::new();
     for e in events {
         let (cell, epoch, node, gen) = match e {
             Event::Claimed {
+                t,
                 cell,
                 epoch,
                 node,
                 gen,
-                ..
+            } => {
+                if !sealed.contains(&(cell.as_str(), *epoch, node.as_str())) {
+                    let detail = format!("cell {cell} at {t} ms: {node} was given epoch {epoch}, but the store never applied a head naming it at that epoch");
+                    violation(out, Property::OneWriterPerEpoch, detail);
+                }
+                (cell, *epoch, node, Some(gen))
             }
-            | Event::Acked {
+            Event::Acked {
                 cell,
                 epoch,
                 node,
                 gen,
                 ..
             } => (cell, *epoch, node, Some(gen)),
-            Event::OwnerApplied {
+            Event::HeadApplied {
                 cell,
                 node: Some(node),
                 epoch,
                 ..
+            } => {
+                sealed.insert((cell.as_str(), *epoch, node.as_str()));
+                (cell, *epoch, node, None)
             }
-            | Event::DataApplied {
-                cell, epoch, node, ..
-            } => (cell, *epoch, node, None),
             _ => continue,
         };
         nodes.entry((cell, epoch)).or_default().insert(node);
@@ -130,46 +149,41 @@ fn one_writer_per_epoch(events: &[Event], out: &mut Vec<Violation>) {
 }
 
 fn epochs_increase(events: &[Event], out: &mut Vec<Violation>) {
-    let mut record: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut claimed: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut head: BTreeMap<&str, (Option<&str>, u64)> = BTreeMap::new();
     for e in events {
-        match e {
-            Event::OwnerApplied {
-                t,
-                cell,
-                node,
-                epoch,
-            } => {
-                let prior = record.insert(cell, *epoch).unwrap_or(0);
-                let bad = match node {
-                    Some(_) => *epoch <= prior,
-                    None => *epoch != prior,
-                };
-                if bad {
-                    let what = if node.is_some() { "claim" } else { "release" };
-                    let detail = format!(
-                        "cell {cell} at {t} ms: a {what} by {node:?} wrote epoch {epoch} over {prior}"
-                    );
-                    violation(out, Property::EpochsIncrease, detail);
-                }
-            }
-            Event::Claimed {
-                t,
-                cell,
-                epoch,
-                node,
-                ..
-            } => {
-                let prior = claimed.insert(cell, *epoch).unwrap_or(0);
-                if *epoch <= prior {
-                    let detail = format!(
-                        "cell {cell} at {t} ms: {node} claimed epoch {epoch} after a claim of {prior}"
-                    );
-                    violation(out, Property::EpochsIncrease, detail);
-                }
-            }
-            _ => {}
+        let Event::HeadApplied {
+            t,
+            cell,
+            node,
+            epoch,
+            ..
+        } = e
+        else {
+            continue;
+        };
+        let (prior_node, prior) = head.get(cell.as_str()).copied().unwrap_or((None, 0));
+        let node = node.as_deref();
+        let bad = if *epoch < prior {
+            Some(format!("epoch {epoch} replaced {prior}"))
+        } else if *epoch > prior && node.is_none() {
+            Some(format!(
+                "a release raised the epoch from {prior} to {epoch}"
+            ))
+        } else if *epoch == prior && node.is_some() && node != prior_node {
+            Some(format!(
+                "{node:?} wrote epoch {epoch} over {prior_node:?} without raising it"
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = bad {
+            violation(
+                out,
+                Property::EpochsIncrease,
+                format!("cell {cell} at {t} ms: {why}"),
+            );
         }
+        head.insert(cell, (node, *epoch));
     }
 }
 
@@ -178,14 +192,13 @@ fn epochs_increase(events: &[Event], out: &mut Vec<Violation>) {
 struct CellHistory<'a> {
     chain: Vec<(usize, u64, &'a Bytes)>,
     acks: Vec<(usize, u64, &'a Bytes, &'a str)>,
-    attempted: BTreeSet<&'a Bytes>,
 }
 
 fn cell_histories(events: &[Event]) -> BTreeMap<&str, CellHistory<'_>> {
     let mut cells: BTreeMap<&str, CellHistory<'_>> = BTreeMap::new();
     for (i, e) in events.iter().enumerate() {
         match e {
-            Event::DataApplied {
+            Event::HeadApplied {
                 cell,
                 epoch,
                 payload,
@@ -199,16 +212,13 @@ fn cell_histories(events: &[Event]) -> BTreeMap<&str, CellHistory<'_>> {
                 cell,
                 epoch,
                 payload,
-                node,
+                gen,
                 ..
             } => cells
                 .entry(cell)
                 .or_default()
                 .acks
-                .push((i, *epoch, payload, node)),
-            Event::Attempt { cell, payload } => {
-                cells.entry(cell).or_default().attempted.insert(payload);
-            }
+                .push((i, *epoch, payload, gen)),
             _ => {}
         }
     }
@@ -220,34 +230,39 @@ fn no_acked_write_lost(
     finals: &BTreeMap<String, Option<FinalHead>>,
     out: &mut Vec<Violation>,
 ) {
+    let attempted: HashSet<&Bytes> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Attempt { payload, .. } => Some(payload),
+            _ => None,
+        })
+        .collect();
     let cells = cell_histories(events);
     for (cell, h) in &cells {
-        chain_is_sound(cell, h, out);
-        let mut last_pos = 0;
-        for (ack_at, epoch, payload, node) in &h.acks {
+        chain_is_sound(cell, h, &attempted, out);
+        let mut last_pos: HashMap<&str, usize> = HashMap::new();
+        for (ack_at, epoch, payload, gen) in &h.acks {
             let landed = h
                 .chain
                 .iter()
                 .position(|(i, e, p)| i < ack_at && e == epoch && p == payload);
-            match landed {
-                None => violation(
-                    out,
-                    Property::NoAckedWriteLost,
-                    format!(
-                        "cell {cell}: {node}'s acknowledged write {} at epoch {epoch} never landed",
-                        show(payload)
-                    ),
-                ),
-                Some(pos) if pos < last_pos => violation(
-                    out,
-                    Property::NoAckedWriteLost,
-                    format!(
-                        "cell {cell}: acknowledgement of {} out of the head's order",
-                        show(payload)
-                    ),
-                ),
-                Some(pos) => last_pos = pos,
+            let Some(pos) = landed else {
+                let detail = format!(
+                    "cell {cell}: {gen}'s acknowledged write {} at epoch {epoch} never landed",
+                    show(payload)
+                );
+                violation(out, Property::NoAckedWriteLost, detail);
+                continue;
+            };
+            let last = last_pos.entry(gen).or_default();
+            if pos < *last {
+                let detail = format!(
+                    "cell {cell}: {gen}'s acknowledgement of {} out of the head's order",
+                    show(payload)
+                );
+                violation(out, Property::NoAckedWriteLost, detail);
             }
+            *last = pos;
         }
     }
     for (cell, head) in finals {
@@ -259,24 +274,35 @@ fn no_acked_write_lost(
         };
         if !same {
             let detail = format!(
-                "cell {cell}: the final head {head:?} is not the last write the store applied"
+                "cell {cell}: the final head {head:?} is not the last one the store applied"
             );
             violation(out, Property::NoAckedWriteLost, detail);
         }
     }
 }
 
-/// The head chain never goes back in epoch, and every head holds either the previous head's
-/// payload carried forward (a seal), or a payload some writer attempted.
-fn chain_is_sound(cell: &str, h: &CellHistory<'_>, out: &mut Vec<Violation>) {
-    let mut prev: Option<(u64, &Bytes)> = None;
+/// Every head carries the previous head's payload forward, or holds a payload some writer
+/// attempted and no earlier head held: a payload that comes back is a write applied twice or
+/// a rollback of whatever was written after it.
+fn chain_is_sound(
+    cell: &str,
+    h: &CellHistory<'_>,
+    attempted: &HashSet<&Bytes>,
+    out: &mut Vec<Violation>,
+) {
+    let empty = Bytes::new();
+    let mut seen: HashSet<&Bytes> = HashSet::from([&empty]);
+    let mut prev: &Bytes = &empty;
     for (_, epoch, payload) in &h.chain {
-        if let Some((pe, pp)) = prev {
-            if *epoch < pe {
-                let detail = format!("cell {cell}: a head at epoch {epoch} replaced one at {pe}");
+        if *payload != prev {
+            if seen.contains(payload) {
+                let detail = format!(
+                    "cell {cell}: head at epoch {epoch} brought back {:?} over {:?} (applied twice, or rolled back)",
+                    show(payload),
+                    show(prev)
+                );
                 violation(out, Property::NoAckedWriteLost, detail);
-            }
-            if *payload != pp && !h.attempted.contains(payload) {
+            } else if !attempted.contains(payload) {
                 let detail = format!(
                     "cell {cell}: head {} is neither carried forward nor written by anyone",
                     show(payload)
@@ -284,44 +310,35 @@ fn chain_is_sound(cell: &str, h: &CellHistory<'_>, out: &mut Vec<Violation>) {
                 violation(out, Property::NoAckedWriteLost, detail);
             }
         }
-        prev = Some((*epoch, payload));
+        seen.insert(payload);
+        prev = payload;
     }
 }
 
 fn no_expired_lease_comes_back(events: &[Event], ttl_ms: u64, out: &mut Vec<Violation>) {
-    // (d1) A takeover (an owner record naming another node replacing one naming N at epoch e)
-    // ends N's epochs ≤ e on that cell: no acknowledgement of them may follow.
-    let mut owner: BTreeMap<&str, (Option<&str>, u64)> = BTreeMap::new();
-    let mut superseded: BTreeMap<(&str, &str), u64> = BTreeMap::new();
-    // (d2) The latest lease write each process issued, by its own monotonic clock.
+    // The latest lease write each process issued, by its own monotonic clock.
     let mut issued: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut late_attempts: HashMap<&Bytes, (u64, Option<u64>)> = HashMap::new();
     for e in events {
         match e {
-            Event::OwnerApplied {
-                cell, node, epoch, ..
-            } => {
-                if let (Some((Some(prev), prev_epoch)), Some(next)) =
-                    (owner.get(cell.as_str()), node.as_deref())
-                {
-                    if *prev != next {
-                        let s = superseded.entry((cell, prev)).or_insert(0);
-                        *s = (*s).max(*prev_epoch);
-                    }
-                }
-                owner.insert(cell, (node.as_deref(), *epoch));
-            }
             Event::Acked {
                 t,
                 cell,
-                epoch,
-                node,
+                payload,
+                gen,
                 ..
             } => {
-                if let Some(s) = superseded.get(&(cell.as_str(), node.as_str())) {
-                    if epoch <= s {
-                        let detail = format!("cell {cell} at {t} ms: {node}'s write acknowledged at epoch {epoch} after a takeover superseded epoch {s}");
-                        violation(out, Property::NoExpiredLeaseComesBack, detail);
-                    }
+                if let Some((mono, last)) = late_attempts.get(payload) {
+                    let detail = format!("cell {cell} at {t} ms: {gen} made a write at its monotonic {mono} ms, after its authority ended (last lease write issued at {last:?}, TTL {ttl_ms} ms), and it was acknowledged");
+                    violation(out, Property::NoExpiredLeaseComesBack, detail);
+                }
+            }
+            Event::Attempt {
+                payload, gen, mono, ..
+            } => {
+                let last = issued.get(gen.as_str()).copied();
+                if last.is_none_or(|p| *mono >= p + ttl_ms) {
+                    late_attempts.insert(payload, (*mono, last));
                 }
             }
             Event::LeaseIssued { gen, mono, .. } => {
@@ -342,16 +359,59 @@ fn no_expired_lease_comes_back(events: &[Event], ttl_ms: u64, out: &mut Vec<Viol
     }
 }
 
+fn exclusive_belief(events: &[Event], out: &mut Vec<Violation>) {
+    let mut suspended: HashSet<&str> = HashSet::new();
+    let mut claims: BTreeMap<&str, Vec<(u64, u64, &str, &str)>> = BTreeMap::new();
+    let mut reported: HashSet<(&str, u64, &str)> = HashSet::new();
+    for e in events {
+        match e {
+            Event::Suspended { process, .. } => {
+                suspended.insert(process);
+            }
+            Event::Claimed {
+                t,
+                cell,
+                epoch,
+                node,
+                gen,
+            } => claims
+                .entry(cell)
+                .or_default()
+                .push((*t, *epoch, node, gen)),
+            Event::Believes {
+                t,
+                cell,
+                epoch,
+                node,
+                gen,
+                process,
+            } if !suspended.contains(process.as_str()) => {
+                let later = claims.get(cell.as_str()).and_then(|c| {
+                    c.iter()
+                        .find(|(_, e2, _, g2)| e2 > epoch && *g2 != gen.as_str())
+                });
+                if let Some((t2, e2, n2, _)) = later {
+                    if reported.insert((cell, *epoch, gen)) {
+                        let detail = format!("cell {cell} at {t} ms: {node} ({gen}) acts on its claim at epoch {epoch}, but {n2} claimed epoch {e2} at {t2} ms");
+                        violation(out, Property::ExclusiveBelief, detail);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn data(cell: &str, epoch: u64, payload: &'static str) -> Event {
-        Event::DataApplied {
+    fn head(cell: &str, node: Option<&str>, epoch: u64, payload: &'static str) -> Event {
+        Event::HeadApplied {
             t: 0,
             cell: cell.into(),
+            node: node.map(str::to_owned),
             epoch,
-            node: "n".into(),
             payload: Bytes::from_static(payload.as_bytes()),
         }
     }
@@ -371,6 +431,27 @@ mod tests {
         Event::Attempt {
             cell: "c".into(),
             payload: Bytes::from_static(payload.as_bytes()),
+            gen: "g".into(),
+            mono: 0,
+        }
+    }
+
+    fn issued() -> Event {
+        Event::LeaseIssued {
+            t: 0,
+            node: "n".into(),
+            gen: "g".into(),
+            mono: 0,
+        }
+    }
+
+    fn claimed(epoch: u64, node: &str, gen: &str, t: u64) -> Event {
+        Event::Claimed {
+            t,
+            cell: "c".into(),
+            epoch,
+            node: node.into(),
+            gen: gen.into(),
         }
     }
 
@@ -392,17 +473,27 @@ mod tests {
     #[test]
     fn a_sound_history_passes() {
         let events = [
+            issued(),
+            head("c", Some("n"), 1, ""),
+            claimed(1, "n", "g", 0),
             attempt("x"),
-            data("c", 1, "x"),
+            head("c", Some("n"), 1, "x"),
             ack(1, "x"),
-            data("c", 2, "x"),
+            head("c", None, 1, "x"),
+            head("c", Some("m"), 2, "x"),
         ];
         assert!(violated(&events, &finals(2, "x")).is_empty());
     }
 
     #[test]
     fn an_acknowledged_write_that_never_landed_is_lost() {
-        let events = [attempt("x"), data("c", 1, "x"), attempt("y"), ack(1, "y")];
+        let events = [
+            issued(),
+            attempt("x"),
+            head("c", Some("n"), 1, "x"),
+            attempt("y"),
+            ack(1, "y"),
+        ];
         assert_eq!(
             violated(&events, &finals(1, "x")),
             [Property::NoAckedWriteLost]
@@ -410,35 +501,98 @@ mod tests {
     }
 
     #[test]
-    fn a_stale_epoch_replacing_the_head_is_caught() {
+    fn a_rolled_back_or_reapplied_payload_is_caught() {
+        // An acknowledged write y is rolled back to x by a later head carrying x again.
         let events = [
+            issued(),
             attempt("x"),
             attempt("y"),
-            data("c", 2, "x"),
-            ack(2, "x"),
-            data("c", 1, "y"),
+            head("c", Some("n"), 1, "x"),
+            head("c", Some("n"), 1, "y"),
+            ack(1, "y"),
+            head("c", Some("n"), 2, "x"),
         ];
-        assert!(violated(&events, &finals(1, "y")).contains(&Property::NoAckedWriteLost));
+        assert!(violated(&events, &finals(2, "x")).contains(&Property::NoAckedWriteLost));
+        // A claim that drops the data (back to empty) is a rollback too.
+        let events = [
+            issued(),
+            attempt("x"),
+            head("c", Some("n"), 1, "x"),
+            ack(1, "x"),
+            head("c", Some("m"), 2, ""),
+        ];
+        assert!(violated(&events, &finals(2, "")).contains(&Property::NoAckedWriteLost));
     }
 
     #[test]
-    fn holding_past_the_last_lease_write_is_caught() {
-        let issued = Event::LeaseIssued {
-            t: 0,
+    fn a_stale_epoch_replacing_the_head_is_caught() {
+        let events = [
+            issued(),
+            attempt("x"),
+            attempt("y"),
+            head("c", Some("m"), 2, "x"),
+            head("c", Some("n"), 1, "y"),
+        ];
+        assert!(violated(&events, &finals(1, "y")).contains(&Property::EpochsIncrease));
+    }
+
+    #[test]
+    fn an_unsealed_claim_and_overlapping_beliefs_are_caught() {
+        let events = [issued(), claimed(1, "n", "g", 0)];
+        assert!(violated(&events, &BTreeMap::new()).contains(&Property::OneWriterPerEpoch));
+        let believes = |t, gen: &str, epoch| Event::Believes {
+            t,
+            cell: "c".into(),
+            epoch,
             node: "n".into(),
-            gen: "g".into(),
-            mono: 100,
+            gen: gen.into(),
+            process: "n#1".into(),
         };
+        let events = [
+            head("c", Some("n"), 1, ""),
+            claimed(1, "n", "g", 0),
+            head("c", Some("m"), 2, ""),
+            claimed(2, "m", "h", 5),
+            believes(4, "g", 1),
+            believes(6, "g", 1),
+        ];
+        assert_eq!(
+            violated(&events, &BTreeMap::new()),
+            [Property::ExclusiveBelief]
+        );
+        let exempt = [
+            Event::Suspended {
+                t: 1,
+                process: "n#1".into(),
+            },
+            events[4].clone(),
+            events[5].clone(),
+        ];
+        let mut with = events[..4].to_vec();
+        with.extend(exempt);
+        assert!(violated(&with, &BTreeMap::new()).is_empty());
+    }
+
+    #[test]
+    fn holding_or_writing_past_the_last_lease_write_is_caught() {
         let held = |mono| Event::Held {
             t: mono,
             node: "n".into(),
             gen: "g".into(),
             mono,
         };
-        assert!(violated(&[issued.clone(), held(1_099)], &BTreeMap::new()).is_empty());
+        assert!(violated(&[issued(), held(999)], &BTreeMap::new()).is_empty());
         assert_eq!(
-            violated(&[issued, held(1_100)], &BTreeMap::new()),
+            violated(&[issued(), held(1_000)], &BTreeMap::new()),
             [Property::NoExpiredLeaseComesBack]
         );
+        let late = Event::Attempt {
+            cell: "c".into(),
+            payload: Bytes::from_static(b"z"),
+            gen: "g".into(),
+            mono: 1_500,
+        };
+        let events = [issued(), late, head("c", Some("n"), 1, "z"), ack(1, "z")];
+        assert!(violated(&events, &finals(1, "z")).contains(&Property::NoExpiredLeaseComesBack));
     }
 }

@@ -9,10 +9,16 @@
 //! 409s, 5xx after applying, latency, hangs).
 //!
 //! Each node runs the real runtime ([`fence_core::Fence`]): acquires its lease, claims cells,
-//! writes fenced data with a per-process sequence, and releases now and then. Every claim,
-//! acknowledged write, `is_held() == true` answer and every write the store applied is
+//! writes fenced data with a per-process sequence (sometimes two writes at once through one
+//! claim, sometimes payloads large enough for payload objects), releases now and then, and
+//! tries one more write on each claim after losing its lease. Some writes are held up in the
+//! network and land after their caller gave up ([`late`]). Every claim, acknowledged write,
+//! `is_held() == true` answer, belief in a claim, and every write the store applied is
 //! recorded; the [properties](Property) are checked on that record and the store's final
 //! state.
+//!
+//! With [`SimConfig::sabotage`] every node runs a deliberately broken core
+//! ([`fence_core::sabotage`]); the properties must catch each switch.
 //!
 //! ```
 //! use fence_testkit::sim::{run_seed, SimConfig};
@@ -23,9 +29,9 @@
 //! ```
 
 mod check;
+mod late;
 mod node;
 mod pause;
-mod rogue;
 mod trace;
 
 use std::collections::BTreeMap;
@@ -33,9 +39,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fence_core::decide::LeaseConfig;
+pub use fence_core::sabotage::Sabotage;
 use fence_core::{
-    Clock, ConditionalStore, Entropy, Fence, LeaseKeeper, MemoryStore, Ownership, Suspension,
+    Clock, ConditionalStore, Entropy, Fence, LeaseKeeper, MemoryStore, Ownership, Stop, Suspension,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -44,10 +50,9 @@ use tokio::task::JoinHandle;
 use crate::faulty::{FaultyStore, OpKind, RandomFaults};
 use check::FinalHead;
 pub use check::{Property, Violation};
+use late::LateStore;
 use node::{KeeperSlot, Process};
 pub use pause::PausableStore;
-use rogue::Rogue;
-pub use rogue::{Sabotage, ROGUE};
 pub use trace::{trace_hash, Event, Log};
 use trace::{HistoryStore, LeaseProbe};
 
@@ -91,9 +96,12 @@ pub struct SimConfig {
     pub pauses: bool,
     /// Random crashes and restarts.
     pub crashes: bool,
+    /// Share of puts held up in the network for up to 1.5 × TTL, landing after their caller
+    /// gave up.
+    pub late_writes: f64,
     /// Clock skew between processes.
     pub skew: SkewMode,
-    /// A broken core run as one extra node ([`ROGUE`]).
+    /// A broken core run by every node.
     pub sabotage: Option<Sabotage>,
 }
 
@@ -127,6 +135,7 @@ impl Default for SimConfig {
             }),
             pauses: true,
             crashes: true,
+            late_writes: 0.02,
             skew: SkewMode::WithinMargin,
             sabotage: None,
         }
@@ -146,10 +155,12 @@ impl SimConfig {
         }
     }
 
-    /// How long after the chaos phase every cell must be owned by a live node:
-    /// 3 × TTL + 2 × the largest skew + the margin + TTL/2 (the nodes' polling).
+    /// How long after the chaos phase every cell must be owned by a live node: the late
+    /// writes still in flight (1.5 × TTL), then a restarted node's acquisition (one TTL of
+    /// observation), a takeover (another TTL of observation), and the nodes' own pacing
+    /// (TTL).
     pub fn settle_bound_ms(&self) -> u64 {
-        3 * self.ttl() + 2 * self.max_skew_ms() + self.skew_margin_ms + self.ttl() / 2
+        5 * self.ttl() + self.ttl() / 2
     }
 }
 
@@ -225,6 +236,10 @@ pub fn replay_seed() -> Option<u64> {
 pub fn run_seed(seed: u64, cfg: &SimConfig) -> SimOutcome {
     run_seed_on(seed, cfg, || Arc::new(MemoryStore::new()))
 }
+
+/// Payloads above this go to payload objects in the simulation (small, so that some writes
+/// exercise them).
+const INLINE_MAX: usize = 64;
 
 /// Runs one seed over a fresh [`MemoryStore`] and returns its whole event trace too (for
 /// studying a failing seed).
@@ -302,8 +317,14 @@ pub struct SimSummary {
 }
 
 /// Runs every seed of `seeds` on `threads` OS threads (each seed on its own runtime) and
-/// summarises. Failing seeds are printed with their replay line as they are found.
-pub fn run_seeds(seeds: std::ops::Range<u64>, cfg: &SimConfig, threads: usize) -> SimSummary {
+/// summarises. With `print`, failing seeds are printed with their replay line as they are
+/// found.
+pub fn run_seeds(
+    seeds: std::ops::Range<u64>,
+    cfg: &SimConfig,
+    threads: usize,
+    print: bool,
+) -> SimSummary {
     let next = Mutex::new(seeds.clone());
     let summary = Mutex::new(SimSummary::default());
     std::thread::scope(|s| {
@@ -319,7 +340,9 @@ pub fn run_seeds(seeds: std::ops::Range<u64>, cfg: &SimConfig, threads: usize) -
                 sum.crashes += u64::from(outcome.crashes);
                 sum.max_settle_ms = sum.max_settle_ms.max(outcome.settle_ms.unwrap_or(0));
                 if !outcome.is_ok() {
-                    println!("{outcome}");
+                    if print {
+                        println!("{outcome}");
+                    }
                     sum.failures.push(outcome);
                 }
             });
@@ -330,12 +353,40 @@ pub fn run_seeds(seeds: std::ops::Range<u64>, cfg: &SimConfig, threads: usize) -
     sum
 }
 
+/// How a process is paused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PauseKind {
+    /// Its path to the store is stalled; it keeps running.
+    Stall,
+    /// The machine is suspended: path stalled and monotonic clock stopped.
+    Suspend,
+    /// The process is stopped (SIGSTOP): path stalled, answers held, timers held; its
+    /// monotonic clock keeps running.
+    Stop,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Action {
-    Pause { idx: usize, suspend: bool, ms: u64 },
-    Thaw { idx: usize, incarnation: u32 },
-    Crash { idx: usize },
-    Restart { idx: usize },
+    Pause {
+        idx: usize,
+        kind: PauseKind,
+        ms: u64,
+    },
+    /// Stop the process right after its next lease write applies, for `ms`.
+    StopMidRenewal {
+        idx: usize,
+        ms: u64,
+    },
+    Thaw {
+        idx: usize,
+        incarnation: u32,
+    },
+    Crash {
+        idx: usize,
+    },
+    Restart {
+        idx: usize,
+    },
 }
 
 /// One process slot: a node and its current process.
@@ -344,6 +395,7 @@ struct Slot {
     incarnation: u32,
     path: Arc<PausableStore>,
     suspension: Arc<Suspension>,
+    stop: Arc<Stop>,
     task: Option<JoinHandle<()>>,
     keeper: KeeperSlot,
     dead: bool,
@@ -355,9 +407,8 @@ struct World {
     cfg: SimConfig,
     log: Log,
     base: Arc<dyn ConditionalStore>,
-    /// The store with every applied write recorded (the rogue's path: no injected faults).
-    history: Arc<dyn ConditionalStore>,
     faulty: Arc<FaultyStore>,
+    late: Arc<LateStore>,
     rng: SmallRng,
     slots: Vec<Slot>,
     /// Keepers of crashed processes, kept alive so that no drop sends a graceful release.
@@ -380,20 +431,27 @@ impl World {
         let log = Log::new(Clock::virtual_at(BASE_WALL_MS));
         let history: Arc<dyn ConditionalStore> =
             Arc::new(HistoryStore::new(base.clone(), log.clone()));
-        let faulty = Arc::new(FaultyStore::new(history.clone(), mix(seed, 1, 0)));
+        let faulty = Arc::new(FaultyStore::new(history, mix(seed, 1, 0)));
         if let Some(r) = cfg.put_faults {
             faulty.set_random(OpKind::Put, r);
         }
         if let Some(r) = cfg.get_faults {
             faulty.set_random(OpKind::Get, r);
         }
+        let max_delay = Duration::from_millis(cfg.ttl() * 3 / 2);
+        let late = Arc::new(LateStore::new(
+            faulty.clone(),
+            mix(seed, 5, 0),
+            cfg.late_writes,
+            max_delay,
+        ));
         World {
             seed,
             cfg,
             log,
             base,
-            history,
             faulty,
+            late,
             rng: SmallRng::seed_from_u64(mix(seed, 2, 0)),
             slots: Vec::new(),
             graveyard: Vec::new(),
@@ -419,61 +477,57 @@ impl World {
         self.queue.insert((at, self.queued), action);
     }
 
-    /// A fresh path (through the faulty store) and clock for a new process of slot `idx`.
-    fn process_parts(&mut self, idx: usize) -> (Arc<PausableStore>, Arc<Suspension>, Clock) {
-        let faulty: Arc<dyn ConditionalStore> = self.faulty.clone();
-        self.process_parts_over(idx, faulty)
-    }
-
-    fn process_parts_over(
+    /// A fresh path (through the faulty network) and clock for a new process of slot `idx`.
+    fn process_parts(
         &mut self,
         idx: usize,
-        store: Arc<dyn ConditionalStore>,
-    ) -> (Arc<PausableStore>, Arc<Suspension>, Clock) {
+    ) -> (Arc<PausableStore>, Arc<Suspension>, Arc<Stop>, Clock) {
+        let store: Arc<dyn ConditionalStore> = self.late.clone();
         let skew = self.cfg.max_skew_ms() as i64;
         let skew = self.rng.gen_range(-skew..=skew);
         let suspension = Arc::new(Suspension::default());
+        let stop = Arc::new(Stop::default());
         let clock = Clock::virtual_at(BASE_WALL_MS + self.log.now())
             .with_skew_ms(skew)
-            .with_suspension(suspension.clone());
+            .with_suspension(suspension.clone())
+            .with_stop(stop.clone());
         let path = Arc::new(PausableStore::new(store));
         self.action(format!(
             "start process {} of slot {idx}, skew {skew} ms",
             self.slots.get(idx).map_or(1, |s| s.incarnation + 1)
         ));
-        (path, suspension, clock)
-    }
-
-    fn lease_config(&self) -> LeaseConfig {
-        let mut lc = LeaseConfig::with_ttl_ms(self.cfg.ttl());
-        lc.skew_margin_ms = self.cfg.skew_margin_ms;
-        lc
+        (path, suspension, stop, clock)
     }
 
     /// Starts (or restarts) node `idx` as a new process.
     fn start_node(&mut self, idx: usize) {
         let node = format!("n{idx}");
         let incarnation = self.slots.get(idx).map_or(1, |s| s.incarnation + 1);
-        let (path, suspension, clock) = self.process_parts(idx);
+        let (path, suspension, stop, clock) = self.process_parts(idx);
         let view: Arc<dyn ConditionalStore> = Arc::new(LeaseProbe::new(
             path.clone(),
             clock.clone(),
             self.log.clone(),
         ));
-        let built = Fence::builder(view, node.clone())
+        let mut builder = Fence::builder(view, node.clone())
             .ttl(Duration::from_millis(self.cfg.ttl()))
             .skew_margin(Duration::from_millis(self.cfg.skew_margin_ms))
+            .inline_max(INLINE_MAX)
             .clock(clock.clone())
             .entropy(Entropy::seeded(mix(
                 self.seed,
                 3 + idx as u64,
                 u64::from(incarnation),
-            )))
-            .build();
+            )));
+        if let Some(s) = self.cfg.sabotage {
+            builder = builder.sabotage(s);
+        }
+        let built = builder.build();
         let keeper: KeeperSlot = Arc::new(Mutex::new(None));
         let task = built.ok().map(|fence| {
             let process = Process {
                 node: node.clone(),
+                process: format!("{node}#{incarnation}"),
                 fence,
                 clock,
                 log: self.log.clone(),
@@ -485,6 +539,7 @@ impl World {
                 cells: self.cells(),
                 ttl_ms: self.cfg.ttl(),
                 slot: keeper.clone(),
+                large: INLINE_MAX,
             };
             tokio::spawn(process.run())
         });
@@ -493,6 +548,7 @@ impl World {
             incarnation,
             path,
             suspension,
+            stop,
             task,
             keeper,
             dead: false,
@@ -504,54 +560,6 @@ impl World {
         }
     }
 
-    fn start_rogue(&mut self, sabotage: Sabotage) {
-        let idx = self.slots.len();
-        // No injected faults on the rogue's path: its flaw is under test, not its luck.
-        let (path, suspension, clock) = self.process_parts_over(idx, self.history.clone());
-        let view: Arc<dyn ConditionalStore> = Arc::new(LeaseProbe::new(
-            path.clone(),
-            clock.clone(),
-            self.log.clone(),
-        ));
-        let own = Ownership::new(view, ROGUE).with_entropy(Entropy::seeded(mix(self.seed, 99, 0)));
-        let rogue = Rogue {
-            own,
-            clock,
-            log: self.log.clone(),
-            rng: SmallRng::seed_from_u64(mix(self.seed, 98, 0)),
-            cells: self.cells(),
-            cfg: self.lease_config(),
-            claims: BTreeMap::new(),
-            seq: 0,
-        };
-        let task = Some(tokio::spawn(rogue.run(sabotage)));
-        let keeper = Arc::new(Mutex::new(None));
-        self.slots.push(Slot {
-            node: ROGUE.into(),
-            incarnation: 1,
-            path,
-            suspension,
-            task,
-            keeper,
-            dead: false,
-            paused: false,
-        });
-        if sabotage == Sabotage::NoFenceAfterExpiry {
-            let ms = self.cfg.ttl() * 5 / 2;
-            for at in [3_000, self.cfg.chaos_ms / 2] {
-                let at = at + self.rng.gen_range(0..1_000);
-                self.schedule(
-                    at,
-                    Action::Pause {
-                        idx,
-                        suspend: false,
-                        ms,
-                    },
-                );
-            }
-        }
-    }
-
     /// Draws the chaos plan: pauses and crashes of the ordinary nodes.
     fn plan(&mut self) {
         let span = self.cfg.chaos_ms.saturating_sub(1_000).max(1);
@@ -560,10 +568,21 @@ impl World {
             if self.cfg.pauses {
                 for _ in 0..self.rng.gen_range(0..=2) {
                     let at = 500 + self.rng.gen_range(0..span);
-                    let suspend = self.rng.gen_bool(0.5);
+                    let kind = match self.rng.gen_range(0..3) {
+                        0 => PauseKind::Stall,
+                        1 => PauseKind::Suspend,
+                        _ => PauseKind::Stop,
+                    };
                     let ms = self.rng.gen_range(ttl / 4..=3 * ttl);
-                    self.schedule(at, Action::Pause { idx, suspend, ms });
+                    self.schedule(at, Action::Pause { idx, kind, ms });
                 }
+            }
+            // A stop while a renewal is held up in the network, long enough that it lands
+            // after the prior authority ended but before the new one would end.
+            for _ in 0..u32::from(self.cfg.pauses) * 2 {
+                let at = 500 + self.rng.gen_range(0..span);
+                let ms = self.rng.gen_range(ttl * 75 / 100..=ttl * 90 / 100);
+                self.schedule(at, Action::StopMidRenewal { idx, ms });
             }
             if self.cfg.crashes && self.rng.gen_bool(0.6) {
                 let at = 500 + self.rng.gen_range(0..span);
@@ -575,22 +594,39 @@ impl World {
     fn apply(&mut self, action: Action) {
         let now = self.log.now();
         match action {
-            Action::Pause { idx, suspend, ms } => {
+            Action::Pause { idx, kind, ms } => {
                 let s = &mut self.slots[idx];
-                if s.dead || s.paused {
+                if s.dead || s.paused || s.path.is_blocked() {
                     return;
                 }
-                s.path.freeze();
-                if suspend {
-                    s.suspension.suspend();
+                match kind {
+                    PauseKind::Stall => s.path.freeze(),
+                    PauseKind::Suspend => {
+                        s.path.freeze();
+                        s.suspension.suspend();
+                        let process = format!("{}#{}", s.node, s.incarnation);
+                        self.log.push(|t| Event::Suspended { t, process });
+                    }
+                    PauseKind::Stop => {
+                        s.path.stop();
+                        s.stop.stop();
+                    }
                 }
                 s.paused = true;
                 let incarnation = s.incarnation;
                 self.pauses += 1;
-                self.action(format!(
-                    "pause slot {idx} for {ms} ms (suspended: {suspend})"
-                ));
+                self.action(format!("pause slot {idx} for {ms} ms ({kind:?})"));
                 self.schedule(now + ms, Action::Thaw { idx, incarnation });
+            }
+            Action::StopMidRenewal { idx, ms } => {
+                let s = &self.slots[idx];
+                if !s.dead && !s.paused {
+                    s.path.stop_around_next_lease_write(ms, s.stop.clone());
+                    self.pauses += 1;
+                    self.action(format!(
+                        "slot {idx} stops for {ms} ms at its next lease write"
+                    ));
+                }
             }
             Action::Thaw { idx, incarnation } => {
                 if self.slots[idx].incarnation == incarnation {
@@ -617,6 +653,7 @@ impl World {
             s.paused = false;
             s.path.thaw();
             s.suspension.resume();
+            s.stop.resume();
             self.action(format!("thaw slot {idx}"));
         }
     }
@@ -631,6 +668,7 @@ impl World {
         }
         s.path.kill();
         s.suspension.resume();
+        s.stop.resume();
         if let Some(task) = &s.task {
             task.abort();
         }
@@ -652,9 +690,6 @@ impl World {
         for idx in 0..self.cfg.nodes.max(1) {
             self.start_node(idx);
         }
-        if let Some(sabotage) = self.cfg.sabotage {
-            self.start_rogue(sabotage);
-        }
         self.plan();
         let chaos_end = self.cfg.chaos_ms;
         while let Some(entry) = self.queue.first_entry() {
@@ -674,6 +709,7 @@ impl World {
     /// Stops every fault: faults cleared, paused processes thawed, crashed ones restarted.
     fn end_chaos(&mut self) {
         self.faulty.clear();
+        self.late.clear();
         self.queue.clear();
         for idx in 0..self.slots.len() {
             self.thaw(idx);
@@ -737,14 +773,16 @@ impl World {
         let reader = Ownership::new(self.base.clone(), "observer");
         let mut finals = BTreeMap::new();
         for cell in self.cells() {
-            let head = reader.read_data(&cell).await.ok().flatten();
-            finals.insert(
-                cell,
-                head.map(|(b, _)| FinalHead {
-                    epoch: b.epoch,
-                    payload: b.payload,
-                }),
-            );
+            let head = reader.read_head(&cell).await.ok().flatten();
+            let mut fin = None;
+            if let Some((h, _)) = head {
+                let payload = reader.load_payload(&cell, &h.payload).await.ok().flatten();
+                fin = Some(FinalHead {
+                    epoch: h.epoch,
+                    payload: payload.unwrap_or_default(),
+                });
+            }
+            finals.insert(cell, fin);
         }
         let events = self.log.events();
         for s in &self.slots {

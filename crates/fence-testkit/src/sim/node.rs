@@ -1,14 +1,13 @@
 //! One simulated process of a node: the real runtime ([`Fence`], [`LeaseKeeper`],
 //! [`CellClaim`]) doing random work, everything it observes recorded in the [`Log`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use fence_core::decide::LeaseStatus;
-use fence_core::{CellClaim, Clock, ErrorKind, Fence, LeaseKeeper};
+use fence_core::{CellClaim, Clock, ErrorKind, Fence, LeaseKeeper, LeaseStatus};
 use rand::rngs::SmallRng;
 use rand::Rng;
 
@@ -20,6 +19,8 @@ pub(crate) type KeeperSlot = Arc<Mutex<Option<Arc<LeaseKeeper>>>>;
 /// Everything one process needs.
 pub(crate) struct Process {
     pub(crate) node: String,
+    /// `node#incarnation`.
+    pub(crate) process: String,
     pub(crate) fence: Fence,
     pub(crate) clock: Clock,
     pub(crate) log: Log,
@@ -27,10 +28,11 @@ pub(crate) struct Process {
     pub(crate) cells: Vec<String>,
     pub(crate) ttl_ms: u64,
     pub(crate) slot: KeeperSlot,
+    /// Payloads of this size or more go to payload objects; some writes are made this large.
+    pub(crate) large: usize,
 }
 
-/// Runs `f` for at most `ms` virtual milliseconds (an application's own deadline: some store
-/// calls of the runtime have none, and a hung request must not stop the node forever).
+/// Runs `f` for at most `ms` virtual milliseconds (an application's own deadline).
 pub(crate) async fn within<T>(ms: u64, f: impl Future<Output = T>) -> Option<T> {
     tokio::time::timeout(Duration::from_millis(ms), f)
         .await
@@ -39,6 +41,15 @@ pub(crate) async fn within<T>(ms: u64, f: impl Future<Output = T>) -> Option<T> 
 
 fn lock(slot: &KeeperSlot) -> std::sync::MutexGuard<'_, Option<Arc<LeaseKeeper>>> {
     slot.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What happened to one write.
+enum Wrote {
+    Acked,
+    /// The claim is over (fenced).
+    Lost,
+    /// No verdict (an error that may or may not have landed, or our own deadline).
+    Unknown,
 }
 
 impl Process {
@@ -56,9 +67,6 @@ impl Process {
             let graceful = self.work(&keeper).await;
             lock(&self.slot).take();
             if let (true, Ok(keeper)) = (graceful, Arc::try_unwrap(keeper)) {
-                // Let a keeper woken at this same instant take its tick first: the runtime's
-                // keeper picks between a tick and a release at random when both are ready.
-                tokio::task::yield_now().await;
                 let _ = within(self.ttl_ms, keeper.release()).await;
             }
         }
@@ -73,24 +81,55 @@ impl Process {
     async fn work(&mut self, keeper: &LeaseKeeper) -> bool {
         let gen = keeper.generation();
         let mut claims: BTreeMap<String, CellClaim> = BTreeMap::new();
+        // Cells another live node held when we tried: polled until we get them, as a
+        // fleet member waiting for a dead node's cells would.
+        let mut wanted: BTreeSet<String> = BTreeSet::new();
         let mut seq = 0u64;
         loop {
-            let nap = self.rng.gen_range(10..self.ttl_ms / 3);
-            tokio::time::sleep(Duration::from_millis(nap)).await;
+            let pace = if wanted.is_empty() { 3 } else { 10 };
+            let nap = self.rng.gen_range(10..self.ttl_ms / pace);
+            self.clock.sleep(Duration::from_millis(nap)).await;
             let mono = self.clock.mono_ms();
             if !keeper.is_held() {
-                if keeper.status() != LeaseStatus::Held {
+                // The keeper's published status, not the judged-now one: an application that
+                // keeps asking `is_held()` acts again as soon as the keeper installs a renewal.
+                let status = keeper.watch().borrow().clone();
+                if status != LeaseStatus::Held {
+                    let (node, g, status) = (self.node.clone(), gen.clone(), status.to_string());
+                    self.log.push(|t| Event::LeaseLost {
+                        t,
+                        node,
+                        gen: g,
+                        status,
+                    });
+                    // A deposed owner's late writes: the core must refuse or the store reject.
+                    for claim in claims.values() {
+                        seq += 1;
+                        self.write(claim, &gen, seq).await;
+                    }
                     return false;
                 }
                 continue;
             }
-            let (node, g) = (self.node.clone(), gen.clone());
-            self.log.push(|t| Event::Held {
-                t,
-                node,
-                gen: g,
-                mono,
-            });
+            self.believe(keeper, &gen, mono, &claims);
+            // Every process competes for every cell it does not hold.
+            wanted.extend(
+                self.cells
+                    .iter()
+                    .filter(|c| !claims.contains_key(*c))
+                    .cloned(),
+            );
+            for cell in std::mem::take(&mut wanted) {
+                match self.claim(keeper, &cell, &gen).await {
+                    Ok(c) => {
+                        claims.insert(cell, c);
+                    }
+                    Err(true) => {
+                        wanted.insert(cell);
+                    }
+                    Err(false) => {}
+                }
+            }
             let cell = self.cells[self.rng.gen_range(0..self.cells.len())].clone();
             let roll = self.rng.gen_range(0..100);
             match claims.remove(&cell) {
@@ -98,23 +137,78 @@ impl Process {
                 Some(c) if roll >= 94 => {
                     let _ = within(self.ttl_ms, c.release()).await;
                 }
+                Some(c) if roll >= 80 => {
+                    seq += 2;
+                    let (a, b) =
+                        tokio::join!(self.write(&c, &gen, seq - 1), self.write(&c, &gen, seq));
+                    if !matches!((a, b), (Wrote::Lost, _) | (_, Wrote::Lost)) {
+                        claims.insert(cell, c);
+                    }
+                }
                 Some(c) => {
                     seq += 1;
-                    if self.write(&c, &gen, seq).await {
+                    if !matches!(self.write(&c, &gen, seq).await, Wrote::Lost) {
                         claims.insert(cell, c);
                     }
                 }
-                None => {
-                    if let Some(c) = self.claim(keeper, &cell, &gen).await {
+                None => match self.claim(keeper, &cell, &gen).await {
+                    Ok(c) => {
                         claims.insert(cell, c);
                     }
-                }
+                    Err(busy) => {
+                        if busy {
+                            wanted.insert(cell);
+                        }
+                    }
+                },
             }
         }
     }
 
-    async fn claim(&self, keeper: &LeaseKeeper, cell: &str, gen: &str) -> Option<CellClaim> {
-        let claim = within(self.ttl_ms, keeper.claim(cell)).await?.ok()?;
+    /// Records that the process believes it holds each of its claims now.
+    fn believe(
+        &self,
+        keeper: &LeaseKeeper,
+        gen: &str,
+        mono: u64,
+        claims: &BTreeMap<String, CellClaim>,
+    ) {
+        let (node, g) = (self.node.clone(), gen.to_owned());
+        self.log.push(|t| Event::Held {
+            t,
+            node,
+            gen: g,
+            mono,
+        });
+        if !keeper.is_held() {
+            return;
+        }
+        for (cell, claim) in claims {
+            let (cell, node, gen, epoch) = (
+                cell.clone(),
+                self.node.clone(),
+                gen.to_owned(),
+                claim.epoch(),
+            );
+            let process = self.process.clone();
+            self.log.push(|t| Event::Believes {
+                t,
+                cell,
+                epoch,
+                node,
+                gen,
+                process,
+            });
+        }
+    }
+
+    /// Claims `cell`; `Err(true)` when another node has it (worth waiting for).
+    async fn claim(&self, keeper: &LeaseKeeper, cell: &str, gen: &str) -> Result<CellClaim, bool> {
+        let claim = match within(self.ttl_ms, keeper.claim(cell)).await {
+            Some(Ok(c)) => c,
+            Some(Err(e)) => return Err(e.kind() == ErrorKind::Busy),
+            None => return Err(false),
+        };
         let (epoch, node, gen) = (claim.epoch(), self.node.clone(), gen.to_owned());
         let cell = cell.to_owned();
         self.log.push(|t| Event::Claimed {
@@ -124,17 +218,33 @@ impl Process {
             node,
             gen,
         });
-        Some(claim)
+        Ok(claim)
     }
 
-    /// One fenced write; `false` when the claim is over (fenced).
-    async fn write(&self, claim: &CellClaim, gen: &str, seq: u64) -> bool {
-        let payload = Bytes::from(format!("{}/{gen}/{seq}", self.node));
+    fn payload(&self, gen: &str, seq: u64) -> Bytes {
+        let text = format!("{}/{gen}/{seq}", self.node);
+        // Every fifth write is large enough for a payload object.
+        if seq.is_multiple_of(5) {
+            return Bytes::from(format!("{text:-<width$}", width = self.large + 1));
+        }
+        Bytes::from(text)
+    }
+
+    /// One fenced write.
+    async fn write(&self, claim: &CellClaim, gen: &str, seq: u64) -> Wrote {
+        let payload = self.payload(gen, seq);
         let cell = claim.cell().to_owned();
-        let (c, p) = (cell.clone(), payload.clone());
+        let (c, p, g, mono) = (
+            cell.clone(),
+            payload.clone(),
+            gen.to_owned(),
+            self.clock.mono_ms(),
+        );
         self.log.push(|_| Event::Attempt {
             cell: c,
             payload: p,
+            gen: g,
+            mono,
         });
         match within(self.ttl_ms, claim.write(payload.clone())).await {
             Some(Ok(ack)) => {
@@ -147,10 +257,10 @@ impl Process {
                     gen,
                     payload,
                 });
-                true
+                Wrote::Acked
             }
-            Some(Err(e)) => e.kind() != ErrorKind::Fenced,
-            None => true,
+            Some(Err(e)) if e.kind() == ErrorKind::Fenced => Wrote::Lost,
+            _ => Wrote::Unknown,
         }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use bytes::Bytes;
 use fence_core::{
-    Capabilities, CasGuard, ConditionalStore, DeleteOutcome, Error, Key, PutOutcome, Stored,
+    Capabilities, CasGuard, ConditionalStore, DeleteOutcome, Error, Key, PutOutcome, Stop, Stored,
     Version,
 };
 use tokio::sync::Notify;
@@ -15,6 +15,8 @@ use tokio::sync::Notify;
 enum PathState {
     Open,
     Frozen,
+    /// Frozen, and answers of requests already sent are held too (a stopped process).
+    Stopped,
     Dead,
 }
 
@@ -45,6 +47,8 @@ pub struct PausableStore {
     inner: Arc<dyn ConditionalStore>,
     state: Mutex<PathState>,
     changed: Notify,
+    /// Stop the process for this many ms right after its next lease write applied.
+    trap: Mutex<Option<(u64, Arc<Stop>)>>,
 }
 
 impl PausableStore {
@@ -54,6 +58,7 @@ impl PausableStore {
             inner,
             state: Mutex::new(PathState::Open),
             changed: Notify::new(),
+            trap: Mutex::new(None),
         }
     }
 
@@ -76,9 +81,54 @@ impl PausableStore {
         self.set(Some(PathState::Open), PathState::Frozen);
     }
 
-    /// Lets held requests through. No effect on a dead path.
+    /// Like [`freeze`](Self::freeze), and the answers of requests already past the gate are
+    /// held too until [`thaw`](Self::thaw): the store applied them, the stopped process has
+    /// not seen it yet.
+    pub fn stop(&self) {
+        self.set(Some(PathState::Open), PathState::Stopped);
+    }
+
+    /// Arms a trap: the next lease write (`nodes/…`) is held up in the network for `ms`
+    /// while the process stops (this path and `stop`); it lands then, and the process runs
+    /// again a moment later and finds its answer — a renewal that lands after its prior
+    /// authority ended, answered to a process that was not running to time it out.
+    pub fn stop_around_next_lease_write(&self, ms: u64, stop: Arc<Stop>) {
+        *self.trap.lock().unwrap_or_else(|p| p.into_inner()) = Some((ms, stop));
+    }
+
+    fn take_trap(&self, key: &Key) -> Option<(u64, Arc<Stop>)> {
+        if !key.as_str().starts_with("nodes/") {
+            return None;
+        }
+        self.trap.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    async fn trapped_put(
+        &self,
+        key: &Key,
+        body: Bytes,
+        guard: CasGuard,
+        (ms, stop): (u64, Arc<Stop>),
+    ) -> Result<PutOutcome, Error> {
+        self.stop();
+        stop.stop();
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        let r = self.inner.put(key, body, guard).await;
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        stop.resume();
+        // Undo only our own stop: a thaw or a kill meanwhile stands.
+        self.set(Some(PathState::Stopped), PathState::Open);
+        r
+    }
+
+    /// Lets held requests (and held answers) through. No effect on a dead path.
     pub fn thaw(&self) {
-        self.set(Some(PathState::Frozen), PathState::Open);
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if matches!(*state, PathState::Frozen | PathState::Stopped) {
+            *state = PathState::Open;
+            drop(state);
+            self.changed.notify_waiters();
+        }
     }
 
     /// Kills the path for good: no request of this process reaches the store any more.
@@ -89,6 +139,14 @@ impl PausableStore {
     /// Whether requests are being held (frozen or dead).
     pub fn is_blocked(&self) -> bool {
         self.state() != PathState::Open
+    }
+
+    /// Holds an answer while the process is stopped (or forever, once dead).
+    async fn answer<T>(&self, answer: T) -> T {
+        if matches!(self.state(), PathState::Stopped | PathState::Dead) {
+            self.gate().await;
+        }
+        answer
     }
 
     async fn gate(&self) {
@@ -109,19 +167,26 @@ impl PausableStore {
 impl ConditionalStore for PausableStore {
     async fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
         self.gate().await;
-        self.inner.get(key).await
+        let r = self.inner.get(key).await;
+        self.answer(r).await
     }
     async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
         self.gate().await;
-        self.inner.put(key, body, guard).await
+        if let Some(trap) = self.take_trap(key) {
+            return self.trapped_put(key, body, guard, trap).await;
+        }
+        let r = self.inner.put(key, body, guard).await;
+        self.answer(r).await
     }
     async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
         self.gate().await;
-        self.inner.delete(key, version).await
+        let r = self.inner.delete(key, version).await;
+        self.answer(r).await
     }
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
         self.gate().await;
-        self.inner.list(prefix).await
+        let r = self.inner.list(prefix).await;
+        self.answer(r).await
     }
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()

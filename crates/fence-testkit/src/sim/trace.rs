@@ -2,12 +2,13 @@
 //! happened (one thread, virtual time), and hashed for the determinism self-test.
 
 use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use fence_core::record::{DataBody, LeaseBody, OwnerBody};
+use fence_core::record::{CellHead, CellPayload, LeaseBody};
 use fence_core::{
     Capabilities, CasGuard, Clock, ConditionalStore, DeleteOutcome, Error, Key, PutOutcome, Stored,
     Version,
@@ -24,6 +25,14 @@ pub enum Event {
         /// What.
         what: String,
     },
+    /// A process's monotonic clock was stopped (a suspended machine): from here on its own
+    /// judgement of its authority is wrong by construction, and only the store fences it.
+    Suspended {
+        /// Virtual time.
+        t: u64,
+        /// The process (`node#incarnation`).
+        process: String,
+    },
     /// A lease write of `gen` entered the process's path to the store (after its anchor).
     LeaseIssued {
         /// Virtual time.
@@ -35,6 +44,17 @@ pub enum Event {
         /// The process's monotonic time.
         mono: u64,
     },
+    /// The process saw its lease end (fenced or expired), with the status it read.
+    LeaseLost {
+        /// Virtual time.
+        t: u64,
+        /// Node.
+        node: String,
+        /// Process generation.
+        gen: String,
+        /// The status, in words.
+        status: String,
+    },
     /// The process said it holds its lease (`is_held() == true`).
     Held {
         /// Virtual time.
@@ -45,6 +65,22 @@ pub enum Event {
         gen: String,
         /// The process's monotonic time, read just before asking.
         mono: u64,
+    },
+    /// The process holds a claim of `cell` at `epoch` and its lease says it may act now: it
+    /// believes it owns the cell.
+    Believes {
+        /// Virtual time.
+        t: u64,
+        /// Cell.
+        cell: String,
+        /// Epoch of its claim.
+        epoch: u64,
+        /// Node.
+        node: String,
+        /// Lease generation.
+        gen: String,
+        /// The process (`node#incarnation`).
+        process: String,
     },
     /// A claim returned successfully.
     Claimed {
@@ -59,12 +95,16 @@ pub enum Event {
         /// Process generation.
         gen: String,
     },
-    /// A fenced write is about to be sent with this payload.
+    /// A fenced write is about to be made with this payload.
     Attempt {
         /// Cell.
         cell: String,
         /// Payload (unique per attempt).
         payload: Bytes,
+        /// Process generation.
+        gen: String,
+        /// The process's monotonic time when it asked.
+        mono: u64,
     },
     /// A fenced write was acknowledged.
     Acked {
@@ -81,8 +121,8 @@ pub enum Event {
         /// Payload.
         payload: Bytes,
     },
-    /// The store applied an owner record (`node: None` is a release).
-    OwnerApplied {
+    /// The store applied a cell head (`node: None` is a release).
+    HeadApplied {
         /// Virtual time.
         t: u64,
         /// Cell.
@@ -91,18 +131,7 @@ pub enum Event {
         node: Option<String>,
         /// Epoch.
         epoch: u64,
-    },
-    /// The store applied a data head.
-    DataApplied {
-        /// Virtual time.
-        t: u64,
-        /// Cell.
-        cell: String,
-        /// Epoch in the header.
-        epoch: u64,
-        /// Writer in the header.
-        node: String,
-        /// Payload.
+        /// The payload the head refers to (inline or its payload object's bytes).
         payload: Bytes,
     },
     /// The store applied a node lease record.
@@ -166,8 +195,8 @@ pub fn trace_hash(events: &[Event]) -> u64 {
 
 /// What a key of the ownership layout is about.
 enum Kind<'a> {
-    Owner(&'a str),
-    Data(&'a str),
+    Head(&'a str),
+    Blob,
     Lease,
     Other,
 }
@@ -176,10 +205,10 @@ fn kind(key: &Key) -> Kind<'_> {
     let s = key.as_str();
     if let Some(rest) = s.strip_prefix("cells/") {
         if let Some(cell) = rest.strip_suffix("/own.json") {
-            return Kind::Owner(cell);
+            return Kind::Head(cell);
         }
-        if let Some(cell) = rest.strip_suffix("/data") {
-            return Kind::Data(cell);
+        if rest.contains("/blobs/") {
+            return Kind::Blob;
         }
     }
     if s.starts_with("nodes/") {
@@ -188,41 +217,59 @@ fn kind(key: &Key) -> Kind<'_> {
     Kind::Other
 }
 
-/// Records every applied owner, data and lease write of the store underneath, in the order
-/// the store applied them (the ground truth the properties are checked against).
+/// Records every applied head and lease write of the store underneath, in the order the
+/// store applied them (the ground truth the properties are checked against). Payload objects
+/// are remembered so a head that points at one is recorded with its bytes.
 #[derive(Debug)]
 pub(crate) struct HistoryStore {
     inner: Arc<dyn ConditionalStore>,
     log: Log,
+    blobs: Mutex<HashMap<Key, Bytes>>,
 }
 
 impl HistoryStore {
     pub(crate) fn new(inner: Arc<dyn ConditionalStore>, log: Log) -> Self {
-        HistoryStore { inner, log }
+        HistoryStore {
+            inner,
+            log,
+            blobs: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn payload(&self, key: &Key, cell: &str, head: &CellHead) -> Bytes {
+        match &head.payload {
+            CellPayload::Empty => Bytes::new(),
+            CellPayload::Inline(b) => b.clone(),
+            CellPayload::Blob(blob) => {
+                let name = key
+                    .as_str()
+                    .replace("/own.json", &format!("/blobs/{}", blob.name));
+                let blobs = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
+                Key::new(name)
+                    .ok()
+                    .and_then(|k| blobs.get(&k).cloned())
+                    .unwrap_or_else(|| Bytes::from(format!("<missing payload object of {cell}>")))
+            }
+        }
     }
 
     fn record(&self, key: &Key, body: &Bytes) {
         match kind(key) {
-            Kind::Owner(cell) => {
-                if let Ok(b) = OwnerBody::decode(key, body) {
-                    self.log.push(|t| Event::OwnerApplied {
+            Kind::Head(cell) => {
+                if let Ok(h) = CellHead::decode(key, body) {
+                    let payload = self.payload(key, cell, &h);
+                    self.log.push(|t| Event::HeadApplied {
                         t,
                         cell: cell.to_owned(),
-                        node: b.node,
-                        epoch: b.epoch,
+                        node: h.node,
+                        epoch: h.epoch,
+                        payload,
                     });
                 }
             }
-            Kind::Data(cell) => {
-                if let Ok(b) = DataBody::decode(key, body) {
-                    self.log.push(|t| Event::DataApplied {
-                        t,
-                        cell: cell.to_owned(),
-                        epoch: b.epoch,
-                        node: b.node,
-                        payload: b.payload,
-                    });
-                }
+            Kind::Blob => {
+                let mut blobs = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
+                blobs.insert(key.clone(), body.clone());
             }
             Kind::Lease => {
                 if let Ok(b) = LeaseBody::decode(key, body) {

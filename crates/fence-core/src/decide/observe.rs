@@ -1,0 +1,231 @@
+//! How a peer judges someone else's lease: by observation, not by wall clocks.
+//!
+//! A holder's authority ends at most one TTL after its last write was *sent* (it anchors on
+//! its monotonic clock before sending). A write lands after it is sent, and a reader sees it
+//! after it lands. So a peer that has seen one version of the lease record **unchanged for a
+//! full TTL on its own monotonic clock** — a read that returned at `first_seen`, and a later
+//! read, sent at `first_seen + TTL` or after, that still returns it — knows the authority
+//! that version gave has ended, whatever the two machines' wall clocks say (client-go's
+//! leader election judges the same way). A renewal that lands after that confirming read
+//! cannot revive it: it lands after the holder's authority ended, so the holder's answer comes
+//! too late and it fences itself. Elapsed time alone never confirms: a renewal may have
+//! landed since the last read.
+//!
+//! Two exceptions take over at once: a record the holder **released** (`expires_ms: 0`,
+//! written after it stopped acting), and a record whose `expires_ms` lies more than
+//! [`LeaseConfig::stale_after_ms`] in the past by our wall clock (a process that died long
+//! ago; this one trusts clocks to agree within that bound). The cost: a freshly started peer
+//! waits one TTL before it takes over from a holder that died recently.
+//!
+//! ```
+//! use fence_core::decide::{LeaseConfig, Liveness, Now, Observation};
+//! let cfg = LeaseConfig::with_ttl_ms(2_000);
+//! let seen = Observation::first(None, 100); // no lease record, first seen at mono 100
+//! let now = Now { mono_ms: 2_500, wall_ms: 5_000_000 };
+//! // Time alone does not confirm: a read sent at 2_100 or later must still show it.
+//! assert_eq!(seen.judge(now, &cfg), Liveness::Live { until_mono: 2_100 });
+//! let early = Observation::update(Some(&seen), None, 2_099, 2_110);
+//! assert_eq!(early.judge(now, &cfg), Liveness::Live { until_mono: 2_100 });
+//! let confirmed = Observation::update(Some(&early), None, 2_100, 2_120);
+//! assert_eq!(confirmed.judge(now, &cfg), Liveness::Dead);
+//! ```
+
+use super::{LeaseConfig, Now};
+use crate::record::NodeLeaseRecord;
+use crate::store::Version;
+
+/// A lease record as a peer reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObservedLease {
+    /// The record.
+    pub record: NodeLeaseRecord,
+    /// Its version.
+    pub version: Version,
+    /// Its write nonce (`""` for a seed record).
+    pub nonce: String,
+    /// The holder's TTL as the record states it.
+    pub ttl_ms: Option<u64>,
+}
+
+/// What a peer has seen of one lease key over time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observation {
+    /// The record, or `None` when there is none.
+    pub lease: Option<ObservedLease>,
+    /// Our monotonic time when a read first returned exactly this state.
+    pub first_seen_mono: u64,
+    /// Our monotonic time when the last read that returned it was *sent*.
+    pub read_mono: u64,
+}
+
+/// A peer's verdict on a lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Liveness {
+    /// The holder may still act, at the latest until our monotonic `until_mono`.
+    Live {
+        /// When (our monotonic clock) the observed state will have lasted a full TTL.
+        until_mono: u64,
+    },
+    /// The holder's authority has ended: released, stale, or observed unchanged for a TTL.
+    Dead,
+}
+
+impl Observation {
+    /// The first observation of `lease`, by a read that returned at `mono_ms` (taken as its
+    /// send time too: that only delays the verdict).
+    pub fn first(lease: Option<ObservedLease>, mono_ms: u64) -> Self {
+        Observation::read(lease, mono_ms, mono_ms)
+    }
+
+    fn read(lease: Option<ObservedLease>, sent_mono: u64, returned_mono: u64) -> Self {
+        Observation {
+            lease,
+            first_seen_mono: returned_mono,
+            read_mono: sent_mono.min(returned_mono),
+        }
+    }
+
+    /// `prior` updated by a read sent at `sent_mono` that returned `lease` at
+    /// `returned_mono`: the clock keeps running only while the state (version and write
+    /// identity, or absence) is the same.
+    pub fn update(
+        prior: Option<&Observation>,
+        lease: Option<ObservedLease>,
+        sent_mono: u64,
+        returned_mono: u64,
+    ) -> Self {
+        let same = prior.is_some_and(|p| same_state(p.lease.as_ref(), lease.as_ref()));
+        match prior {
+            Some(p) if same => Observation {
+                lease,
+                first_seen_mono: p.first_seen_mono,
+                read_mono: sent_mono.max(p.read_mono),
+            },
+            _ => Observation::read(lease, sent_mono, returned_mono),
+        }
+    }
+
+    /// How long the holder's authority can last from the first sighting: the longer of our
+    /// TTL and the one the record states.
+    pub fn hold_ms(&self, cfg: &LeaseConfig) -> u64 {
+        let theirs = self.lease.as_ref().and_then(|l| l.ttl_ms).unwrap_or(0);
+        cfg.ttl_ms.max(theirs)
+    }
+
+    /// The verdict at `now`. `Dead` by observation needs a read sent at `until_mono` or
+    /// later: `Live { until_mono }` with `until_mono <= now` means "read once more to
+    /// confirm".
+    pub fn judge(&self, now: Now, cfg: &LeaseConfig) -> Liveness {
+        if let Some(l) = &self.lease {
+            if l.record.is_released() {
+                return Liveness::Dead;
+            }
+            let stale_from = l.record.expires_ms.saturating_add(cfg.stale_after_ms);
+            if now.wall_ms > stale_from {
+                return Liveness::Dead;
+            }
+        }
+        let until_mono = self.first_seen_mono.saturating_add(self.hold_ms(cfg));
+        if self.read_mono >= until_mono {
+            Liveness::Dead
+        } else {
+            Liveness::Live { until_mono }
+        }
+    }
+}
+
+fn same_state(a: Option<&ObservedLease>, b: Option<&ObservedLease>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => a.version == b.version && a.nonce == b.nonce,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(version: &str, expires_ms: u64) -> ObservedLease {
+        ObservedLease {
+            record: NodeLeaseRecord {
+                node: "n".into(),
+                expires_ms,
+                addr: String::new(),
+                peer_protocol: 1,
+                generation: "g".into(),
+            },
+            version: Version::new(version).unwrap(),
+            nonce: version.into(),
+            ttl_ms: Some(1_000),
+        }
+    }
+
+    fn at(mono_ms: u64, wall_ms: u64) -> Now {
+        Now { mono_ms, wall_ms }
+    }
+
+    #[test]
+    fn a_live_looking_record_dies_only_after_a_full_ttl_unchanged() {
+        let cfg = LeaseConfig::with_ttl_ms(1_000);
+        // The holder's wall clock runs an hour ahead: its record looks alive for an hour.
+        let ahead = 10_000_000 + 3_600_000;
+        let o = Observation::first(Some(lease("v1", ahead)), 0);
+        let o = Observation::update(Some(&o), Some(lease("v1", ahead)), 999, 1_005);
+        assert_eq!(
+            o.judge(at(1_005, 10_000_000), &cfg),
+            Liveness::Live { until_mono: 1_000 }
+        );
+        let o = Observation::update(Some(&o), Some(lease("v1", ahead)), 1_000, 1_005);
+        assert_eq!(o.judge(at(1_005, 10_000_000), &cfg), Liveness::Dead);
+        // A record that looks expired by wall clock (the holder's clock runs behind) is
+        // still live until observed for a TTL.
+        let behind = Observation::first(Some(lease("v1", 9_999_000)), 0);
+        assert!(matches!(
+            behind.judge(at(10, 10_000_000), &cfg),
+            Liveness::Live { .. }
+        ));
+    }
+
+    #[test]
+    fn a_changed_record_restarts_the_clock_an_unchanged_one_does_not() {
+        let cfg = LeaseConfig::with_ttl_ms(1_000);
+        let o = Observation::first(Some(lease("v1", 5)), 0);
+        let same = Observation::update(Some(&o), Some(lease("v1", 5)), 800, 810);
+        assert_eq!((same.first_seen_mono, same.read_mono), (0, 800));
+        let renewed = Observation::update(Some(&same), Some(lease("v2", 5)), 1_200, 1_250);
+        assert_eq!((renewed.first_seen_mono, renewed.read_mono), (1_250, 1_200));
+        let gone = Observation::update(Some(&renewed), None, 1_300, 1_310);
+        assert_eq!(gone.first_seen_mono, 1_310);
+        assert!(matches!(
+            gone.judge(at(5_000, 0), &cfg),
+            Liveness::Live { .. }
+        ));
+    }
+
+    #[test]
+    fn released_and_long_stale_records_die_at_once_and_a_longer_holder_ttl_counts() {
+        let cfg = LeaseConfig::with_ttl_ms(1_000);
+        let released = Observation::first(Some(lease("v", 0)), 0);
+        assert_eq!(released.judge(at(1, 1), &cfg), Liveness::Dead);
+        let stale = Observation::first(Some(lease("v", 1_000)), 0);
+        let wall = 1_000 + cfg.stale_after_ms + 1;
+        assert_eq!(stale.judge(at(1, wall), &cfg), Liveness::Dead);
+        let mut long = lease("v", 10_000);
+        long.ttl_ms = Some(5_000);
+        let o = Observation::first(Some(long.clone()), 0);
+        let o = Observation::update(Some(&o), Some(long), 4_999, 5_000);
+        assert!(matches!(o.judge(at(5_000, 0), &cfg), Liveness::Live { .. }));
+        let hostile = ObservedLease {
+            ttl_ms: Some(u64::MAX),
+            ..lease("v", u64::MAX)
+        };
+        let o = Observation::first(Some(hostile), 7);
+        assert_eq!(
+            o.judge(at(u64::MAX - 1, u64::MAX), &cfg),
+            Liveness::Live {
+                until_mono: u64::MAX
+            }
+        );
+    }
+}

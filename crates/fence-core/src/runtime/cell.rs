@@ -1,0 +1,210 @@
+//! Reading a cell, and writing one without a keeper: a script or child process handed the
+//! epoch (as `fence run` does through `FENCE_EPOCH`).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::bounded;
+use super::claim::WriteAck;
+use super::head::{HeadWrite, Settled};
+use crate::clock::Clock;
+use crate::error::{Error, ErrorKind};
+use crate::flaws::Flaws;
+use crate::ownership::{Ownership, INLINE_MAX_DEFAULT};
+use crate::record::{CellHead, HeadFormat};
+use crate::store::{CasGuard, Version};
+
+/// A cell's data as a reader sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CellData {
+    /// The cell's current epoch (its head's).
+    pub epoch: u64,
+    /// The current owner, `None` if released.
+    pub owner: Option<String>,
+    /// The payload.
+    pub payload: Bytes,
+    /// `true` only for a version-1 cell whose data was written under an earlier epoch than
+    /// the owner record's (its last claim has not sealed it): not current data.
+    pub stale: bool,
+}
+
+/// Reads `cell`'s data: `None` if the cell has no head or no data yet.
+///
+/// The data lives in the head itself (or in a payload object the head points at), so it is
+/// always the current epoch's; a version-1 cell's separate data head is shown with
+/// [`CellData::stale`] when its epoch is not the owner record's.
+pub async fn read_cell(ownership: &Ownership, cell: &str) -> Result<Option<CellData>, Error> {
+    // A payload object can be collected between reading the head and reading the object,
+    // when a newer write replaced it: read the head again.
+    for _ in 0..4 {
+        let Some((head, _)) = ownership.read_head(cell).await? else {
+            return Ok(None);
+        };
+        if head.format == HeadFormat::V1 {
+            return read_legacy(ownership, cell, head).await;
+        }
+        if head.payload == Default::default() {
+            return Ok(None);
+        }
+        if let Some(payload) = ownership.load_payload(cell, &head.payload).await? {
+            return Ok(Some(CellData {
+                epoch: head.epoch,
+                owner: head.node,
+                payload,
+                stale: false,
+            }));
+        }
+    }
+    let key = ownership.owner_key(cell)?;
+    Err(Error::corrupt(
+        &key,
+        "the head points at a payload object that does not exist",
+    ))
+}
+
+async fn read_legacy(
+    ownership: &Ownership,
+    cell: &str,
+    head: CellHead,
+) -> Result<Option<CellData>, Error> {
+    Ok(ownership
+        .read_legacy_data(cell)
+        .await?
+        .map(|(data, _)| CellData {
+            epoch: head.epoch,
+            owner: head.node.clone(),
+            stale: data.epoch != head.epoch,
+            payload: data.payload,
+        }))
+}
+
+/// A fenced read-modify-write of `cell`'s data by a process that holds no keeper, at
+/// `epoch`, each store request bounded by `timeout`.
+///
+/// Reads the head and refuses with [`ErrorKind::Fenced`] unless it names an owner at exactly
+/// `epoch` (a released cell, an earlier or a later epoch: nothing is written, so nothing ever
+/// carries an epoch the owner record does not); runs `update` on the current payload (its
+/// error aborts, writing nothing); writes the result at `epoch` for that owner, guarded on the
+/// head's version. The store applies it only if the head is still that version, so a claim at
+/// a later epoch makes it fail. `update` runs again only when the store proved the previous
+/// attempt did not land.
+///
+/// ```
+/// # fn block(f: impl std::future::Future<Output = ()>) {
+/// #     tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(f)
+/// # }
+/// # block(async {
+/// use std::{sync::Arc, time::Duration};
+/// use fence_core::{runtime::update_cell, CasGuard, ErrorKind, MemoryStore, Ownership};
+/// let own = Ownership::new(Arc::new(MemoryStore::new()), "n1");
+/// own.cas_owner("jobs", CasGuard::Absent, 1).await.unwrap();
+/// let t = Duration::from_secs(5);
+/// let ack = update_cell(&own, "jobs", 1, t, |_| Ok("v1".into())).await.unwrap();
+/// assert_eq!(ack.epoch, 1);
+/// let err = update_cell(&own, "jobs", 2, t, |_| Ok("ahead".into())).await.unwrap_err();
+/// assert_eq!(err.kind(), ErrorKind::Fenced);
+/// # });
+/// ```
+pub async fn update_cell(
+    ownership: &Ownership,
+    cell: &str,
+    epoch: u64,
+    timeout: Duration,
+    update: impl Fn(&Bytes) -> Result<Bytes, Error>,
+) -> Result<WriteAck, Error> {
+    let bound = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+    let clock = Clock::system();
+    let read = bounded(&clock, bound, ownership.read_head(cell)).await?;
+    let mut current = read;
+    for _ in 0..8 {
+        let (head, version) = owned_at(ownership, cell, epoch, current.take())?;
+        let payload = bounded(&clock, bound, current_payload(ownership, cell, &head)).await?;
+        let next = update(&payload)?;
+        let stored = ownership.store_payload(cell, epoch, next, INLINE_MAX_DEFAULT);
+        let stored = bounded(&clock, bound, stored).await?;
+        let owner = head.node.clone().unwrap_or_default();
+        let body = CellHead {
+            node: head.node.clone(),
+            epoch,
+            nonce: ownership.fresh_nonce(),
+            generation: head.generation.clone(),
+            payload: stored,
+            extra: head.extra.clone(),
+            format: HeadFormat::V2,
+        };
+        let write = HeadWrite {
+            own: ownership,
+            cell,
+            owner: &owner,
+            epoch,
+            body: &body,
+            guard: CasGuard::Match(version),
+            flaws: Flaws::default(),
+            clock: &clock,
+        };
+        match write.settle(|| bound).await? {
+            Settled::Landed(version) => return Ok(WriteAck { epoch, version }),
+            Settled::Moved { head, version } => current = Some((head, version)),
+            Settled::Fenced { epoch: found, .. } => return Err(superseded(cell, epoch, found)),
+        }
+    }
+    Err(Error::new(
+        ErrorKind::Busy,
+        format!("cell {cell}: the head kept moving"),
+    )
+    .not_committed())
+}
+
+/// The head if it names an owner at exactly `epoch`.
+fn owned_at(
+    ownership: &Ownership,
+    cell: &str,
+    epoch: u64,
+    read: Option<(CellHead, Version)>,
+) -> Result<(CellHead, Version), Error> {
+    match read {
+        Some((h, v)) if h.node.is_some() && h.epoch == epoch => Ok((h, v)),
+        Some((h, _)) if h.node.is_none() && h.epoch == epoch => Err(Error::fenced(format!(
+            "cell {cell} was released at epoch {epoch}: nothing written"
+        ))),
+        Some((h, _)) => Err(superseded(cell, epoch, h.epoch)),
+        None => {
+            let key = ownership.owner_key(cell)?;
+            Err(Error::fenced(format!("cell {cell} has no owner: nothing written")).with_key(&key))
+        }
+    }
+}
+
+async fn current_payload(
+    ownership: &Ownership,
+    cell: &str,
+    head: &CellHead,
+) -> Result<Bytes, Error> {
+    if head.format == HeadFormat::V1 {
+        let legacy = ownership.read_legacy_data(cell).await?;
+        return Ok(legacy.map(|(d, _)| d.payload).unwrap_or_default());
+    }
+    match ownership.load_payload(cell, &head.payload).await? {
+        Some(b) => Ok(b),
+        None => {
+            let key = ownership.owner_key(cell)?;
+            Err(Error::corrupt(
+                &key,
+                "the head points at a payload object that does not exist",
+            ))
+        }
+    }
+}
+
+fn superseded(cell: &str, epoch: u64, found: u64) -> Error {
+    if found < epoch {
+        Error::fenced(format!(
+            "cell {cell} is at epoch {found}: epoch {epoch} was never claimed; nothing written"
+        ))
+    } else {
+        Error::fenced(format!(
+            "cell {cell}: epoch {epoch} superseded (now {found})"
+        ))
+    }
+}

@@ -1,0 +1,463 @@
+//! Claims and the fenced writes of a claimed cell.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tracing::{info, warn};
+
+use super::head::{HeadWrite, Settled};
+use super::keeper::Shared;
+use super::{bounded, cell, CellData};
+use crate::decide::{decide_claim, ClaimDecision, HeadView, Liveness};
+use crate::error::{Commit, Error, ErrorKind};
+use crate::flaws::sabotaged;
+use crate::ownership::check_name;
+use crate::record::{CellHead, CellPayload, Extra, HeadFormat};
+use crate::store::{CasGuard, Version};
+
+/// A fenced write's acknowledgement: the head is stored at `version`, and the store applied
+/// it under a guard on a version that named us at `epoch` — so we owned the cell at the
+/// instant the write landed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteAck {
+    /// The epoch the write was made under.
+    pub epoch: u64,
+    /// The head's new version.
+    pub version: Version,
+}
+
+/// What a claim knows of its cell's head: the guard of its next write.
+#[derive(Debug)]
+struct Known {
+    version: Version,
+    payload: CellPayload,
+    extra: Extra,
+}
+
+impl Known {
+    fn of(head: CellHead, version: Version) -> Self {
+        Known {
+            version,
+            payload: head.payload,
+            extra: head.extra,
+        }
+    }
+}
+
+/// A claimed cell: its epoch, and fenced writes of its head.
+///
+/// Writes through one claim are serialised (it is `&self`, so they may be issued
+/// concurrently): each is settled by evidence before the next is sent, so none is ever
+/// applied twice or over a later one.
+#[derive(Debug)]
+pub struct CellClaim {
+    shared: Arc<Shared>,
+    cell: Box<str>,
+    epoch: u64,
+    /// `None` after a write that got no verdict: the next write reads the head first.
+    known: tokio::sync::Mutex<Option<Known>>,
+}
+
+fn not_ours(cell: &str, found: u64) -> Error {
+    Error::fenced(format!("cell {cell}: epoch superseded (now {found})"))
+}
+
+pub(crate) async fn claim(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim, Error> {
+    check_name("cell", cell)?;
+    if !shared.is_held() {
+        return Err(Error::fenced("cannot claim a cell without a held lease"));
+    }
+    let fence = &shared.fence;
+    let own = &fence.ownership;
+    let bound = || shared.request_bound_ms();
+    let read_head = || async {
+        bounded(&fence.clock, bound(), own.read_head(cell))
+            .await
+            .map_err(Error::not_committed)
+    };
+    let mut read = read_head().await?;
+    let mut early = None;
+    if sabotaged!(fence.flaws, EarlySealRead) {
+        early = read.as_ref().map(|(h, _)| h.payload.clone());
+        fence
+            .clock
+            .sleep(std::time::Duration::from_millis(fence.cfg.ttl_ms / 4))
+            .await;
+        read = read_head().await?;
+    }
+    let writer = read.as_ref().and_then(|(h, _)| h.generation.clone());
+    let view = read.as_ref().map(|(h, v)| HeadView {
+        node: h.node.clone(),
+        epoch: h.epoch,
+        version: v.clone(),
+    });
+    let me = shared.node();
+    let mut decision = decide_claim(me, view.as_ref(), None);
+    if let ClaimDecision::NeedLease { node } = &decision {
+        let live = if sabotaged!(fence.flaws, StealLiveOwner) {
+            Liveness::Dead
+        } else {
+            let seen = fence
+                .observer
+                .liveness(fence, node, writer.as_deref(), bound())
+                .await;
+            seen.map_err(Error::not_committed)?
+        };
+        decision = decide_claim(me, view.as_ref(), Some(live));
+    }
+    let (guard, epoch, from) = match decision {
+        ClaimDecision::Claim {
+            guard,
+            epoch,
+            takeover_from,
+        } => (guard, epoch, takeover_from),
+        ClaimDecision::NotOurs {
+            node,
+            epoch,
+            until_mono,
+        } => {
+            let wait = until_mono.saturating_sub(fence.clock.mono_ms());
+            return Err(Error::new(
+                ErrorKind::Busy,
+                format!("cell {cell} is owned by live node {node} at epoch {epoch} (judged dead in {wait} ms at the earliest if its lease stays unchanged)"),
+            )
+            .not_committed());
+        }
+        ClaimDecision::EpochExhausted { epoch } => {
+            let key = own.owner_key(cell)?;
+            return Err(Error::corrupt(
+                &key,
+                format!("epoch {epoch} cannot be raised"),
+            ));
+        }
+        ClaimDecision::NeedLease { node } => {
+            return Err(Error::new(
+                ErrorKind::Busy,
+                format!("cell {cell}: owner {node} not judged"),
+            )
+            .not_committed())
+        }
+    };
+    let (prior, extra) = match read {
+        Some((h, _)) => {
+            let payload = carried_payload(shared, cell, epoch, &h).await?;
+            (payload, h.extra)
+        }
+        None => (CellPayload::Empty, Extra::new()),
+    };
+    let payload = sabotaged_carry(shared, cell, early, prior);
+    let body = CellHead {
+        node: Some(me.to_owned()),
+        epoch,
+        nonce: own.fresh_nonce(),
+        generation: Some(shared.generation()),
+        payload,
+        extra,
+        format: HeadFormat::V2,
+    };
+    if sabotaged!(fence.flaws, SkipSeal) {
+        let known = view.map(|v| Known::of(body, v.version));
+        return Ok(CellClaim::new(shared, cell, epoch, known));
+    }
+    let write = HeadWrite {
+        own,
+        cell,
+        owner: me,
+        epoch,
+        body: &body,
+        guard,
+        flaws: fence.flaws,
+        clock: &fence.clock,
+    };
+    match write.settle(bound).await {
+        Ok(Settled::Landed(v)) => {
+            info!(node = me, cell, epoch, from = ?from, "cell claimed");
+            Ok(CellClaim::new(
+                shared,
+                cell,
+                epoch,
+                Some(Known::of(body, v)),
+            ))
+        }
+        Ok(Settled::Moved { .. }) => Err(lost_race(cell, Commit::NotCommitted)),
+        Ok(Settled::Fenced { maybe_landed, .. }) => {
+            let commit = if maybe_landed {
+                Commit::Ambiguous
+            } else {
+                Commit::NotCommitted
+            };
+            Err(lost_race(cell, commit))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn lost_race(cell: &str, commit: Commit) -> Error {
+    Error::new(
+        ErrorKind::Busy,
+        format!("cell {cell}: another claim won the race"),
+    )
+    .with_commit(commit)
+}
+
+/// The payload a claim carries forward from head `h`: its own, or a version-1 cell's data
+/// head moved into it.
+async fn carried_payload(
+    shared: &Shared,
+    cell: &str,
+    epoch: u64,
+    h: &CellHead,
+) -> Result<CellPayload, Error> {
+    if h.format != HeadFormat::V1 {
+        return Ok(h.payload.clone());
+    }
+    let fence = &shared.fence;
+    let own = &fence.ownership;
+    let bound = shared.request_bound_ms();
+    let legacy = bounded(&fence.clock, bound, own.read_legacy_data(cell))
+        .await
+        .map_err(Error::not_committed)?;
+    match legacy {
+        None => Ok(CellPayload::Empty),
+        Some((data, _)) => {
+            let store = own.store_payload(cell, epoch, data.payload, fence.inline_max);
+            bounded(&fence.clock, bound, store).await
+        }
+    }
+}
+
+/// The payload a sabotaged claim carries instead of the current one.
+fn sabotaged_carry(
+    shared: &Shared,
+    cell: &str,
+    early: Option<CellPayload>,
+    current: CellPayload,
+) -> CellPayload {
+    let _ = (shared, cell);
+    if let Some(p) = early {
+        return p;
+    }
+    #[cfg(feature = "sabotage")]
+    if sabotaged!(shared.fence.flaws, RollbackAcknowledged) {
+        return shared.fence.last_written(cell).unwrap_or_default();
+    }
+    current
+}
+
+impl CellClaim {
+    fn new(shared: &Arc<Shared>, cell: &str, epoch: u64, known: Option<Known>) -> Self {
+        CellClaim {
+            shared: shared.clone(),
+            cell: cell.into(),
+            epoch,
+            known: tokio::sync::Mutex::new(known),
+        }
+    }
+
+    /// The cell.
+    pub fn cell(&self) -> &str {
+        &self.cell
+    }
+
+    /// The epoch this claim holds.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Whether the node lease is held now (a local check; the store is the real fence).
+    pub fn is_held(&self) -> bool {
+        self.shared.is_held()
+    }
+
+    /// A fenced write of the cell's data.
+    ///
+    /// One compare-and-swap of the cell head (plus, for a payload above the inline bound, one
+    /// create of a payload object first), guarded on the head version this claim last wrote
+    /// or saw at `(self, epoch)`. Applied means we owned the cell at the instant it landed:
+    /// the write is acknowledged. A claim at a later epoch rewrote the head, so from then on
+    /// this claim's writes are rejected **by the store** ([`ErrorKind::Fenced`]), whatever
+    /// this process believes about its lease. An error whose
+    /// [`commit`](Error::commit) is ambiguous means the write may have landed; it is never
+    /// re-sent on a newer head.
+    pub async fn write(&self, payload: impl Into<Bytes>) -> Result<WriteAck, Error> {
+        if !self.shared.is_held() && !sabotaged!(self.shared.fence.flaws, SkipFencedCheck) {
+            return Err(Error::fenced(format!(
+                "cell {}: lease not held; write refused locally",
+                self.cell
+            )));
+        }
+        let fence = &self.shared.fence;
+        let stored =
+            fence
+                .ownership
+                .store_payload(&self.cell, self.epoch, payload.into(), fence.inline_max);
+        let stored = bounded(&fence.clock, self.shared.request_bound_ms(), stored).await?;
+        if sabotaged!(fence.flaws, ReapplyAfterAmbiguity) {
+            // Not serialised: the state is copied out and the lock let go at once.
+            let known = self.known.lock().await.take();
+            let mut slot = known;
+            let result = self.write_on(&mut slot, stored).await;
+            *self.known.lock().await = slot;
+            return result;
+        }
+        let mut known = self.known.lock().await;
+        self.write_on(&mut known, stored).await
+    }
+
+    async fn write_on(
+        &self,
+        slot: &mut Option<Known>,
+        payload: CellPayload,
+    ) -> Result<WriteAck, Error> {
+        let fence = &self.shared.fence;
+        // Taken for the write: if it is cancelled or gets no verdict, the next write reads
+        // the head instead of trusting a guard the store may have moved past.
+        let mut known = slot.take();
+        for _ in 0..4 {
+            let base = match known.take() {
+                Some(k) => k,
+                None => self.read_known().await?,
+            };
+            let body = CellHead {
+                node: Some(self.shared.node().to_owned()),
+                epoch: self.epoch,
+                nonce: fence.ownership.fresh_nonce(),
+                generation: Some(self.shared.generation()),
+                payload: payload.clone(),
+                extra: base.extra.clone(),
+                format: HeadFormat::V2,
+            };
+            let write = HeadWrite {
+                own: &fence.ownership,
+                cell: &self.cell,
+                owner: self.shared.node(),
+                epoch: self.epoch,
+                body: &body,
+                guard: CasGuard::Match(base.version.clone()),
+                flaws: fence.flaws,
+                clock: &fence.clock,
+            };
+            match write.settle(|| self.shared.request_bound_ms()).await {
+                Ok(Settled::Landed(version)) => {
+                    self.collect_replaced(&base.payload, &payload);
+                    #[cfg(feature = "sabotage")]
+                    fence.wrote(&self.cell, &payload);
+                    *slot = Some(Known::of(body, version.clone()));
+                    return Ok(WriteAck {
+                        epoch: self.epoch,
+                        version,
+                    });
+                }
+                Ok(Settled::Moved { head, version }) => known = Some(Known::of(head, version)),
+                Ok(Settled::Fenced {
+                    epoch,
+                    maybe_landed,
+                }) => {
+                    if !maybe_landed {
+                        self.collect_unused(&payload);
+                    }
+                    warn!(node = self.shared.node(), cell = %self.cell, epoch = self.epoch, found = epoch,
+                          "write refused: the epoch was superseded");
+                    return Err(not_ours(&self.cell, epoch));
+                }
+                Err(e) => {
+                    if !e.is_ambiguous() {
+                        self.collect_unused(&payload);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Err(Error::new(
+            ErrorKind::Busy,
+            format!("cell {}: the head kept moving", self.cell),
+        )
+        .not_committed())
+    }
+
+    /// Reads the head for a write's guard: it must still be ours at our epoch.
+    async fn read_known(&self) -> Result<Known, Error> {
+        let own = &self.shared.fence.ownership;
+        let read = bounded(
+            &self.shared.fence.clock,
+            self.shared.request_bound_ms(),
+            own.read_head(&self.cell),
+        );
+        match read.await.map_err(Error::not_committed)? {
+            Some((h, v)) if h.is_owned_by(self.shared.node(), self.epoch) => Ok(Known::of(h, v)),
+            Some((h, _)) => Err(not_ours(&self.cell, h.epoch)),
+            None => Err(not_ours(&self.cell, 0)),
+        }
+    }
+
+    /// Deletes the payload object a landed write replaced (nothing refers to it any more).
+    fn collect_replaced(&self, old: &CellPayload, new: &CellPayload) {
+        if old.blob().is_some() && old.blob() != new.blob() {
+            self.collect_unused(old);
+        }
+    }
+
+    /// Deletes a payload object that no head refers to, in the background.
+    fn collect_unused(&self, payload: &CellPayload) {
+        let Some(blob) = payload.blob().cloned() else {
+            return;
+        };
+        let own = self.shared.fence.ownership.clone();
+        let cell = self.cell.to_string();
+        tokio::spawn(async move {
+            if let Err(e) = own.delete_blob(&cell, &blob).await {
+                tracing::debug!(cell, blob = blob.name, error = %e, "payload object left for collection");
+            }
+        });
+    }
+
+    /// Reads the cell's data.
+    pub async fn read(&self) -> Result<Option<CellData>, Error> {
+        cell::read_cell(&self.shared.fence.ownership, &self.cell).await
+    }
+
+    /// Releases the cell: an unowned head that keeps the epoch and the data. One request.
+    pub async fn release(self) -> Result<(), Error> {
+        let fence = &self.shared.fence;
+        let mut slot = self.known.lock().await;
+        let mut known = slot.take();
+        for _ in 0..4 {
+            let base = match known.take() {
+                Some(k) => k,
+                None => self.read_known().await?,
+            };
+            let body = CellHead {
+                node: None,
+                epoch: self.epoch,
+                nonce: fence.ownership.fresh_nonce(),
+                generation: Some(self.shared.generation()),
+                payload: base.payload,
+                extra: base.extra,
+                format: HeadFormat::V2,
+            };
+            let write = HeadWrite {
+                own: &fence.ownership,
+                cell: &self.cell,
+                owner: self.shared.node(),
+                epoch: self.epoch,
+                body: &body,
+                guard: CasGuard::Match(base.version),
+                flaws: fence.flaws,
+                clock: &fence.clock,
+            };
+            match write.settle(|| self.shared.request_bound_ms()).await? {
+                Settled::Landed(_) => {
+                    info!(node = self.shared.node(), cell = %self.cell, epoch = self.epoch, "cell released");
+                    return Ok(());
+                }
+                Settled::Moved { head, version } => known = Some(Known::of(head, version)),
+                Settled::Fenced { epoch, .. } => return Err(not_ours(&self.cell, epoch)),
+            }
+        }
+        Err(Error::new(
+            ErrorKind::Busy,
+            format!("cell {}: the head kept moving", self.cell),
+        )
+        .not_committed())
+    }
+}

@@ -1,0 +1,393 @@
+//! Acquiring and keeping this node's lease: the shell around [`LeaseCore`].
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use super::{bounded, claim, Fence};
+use crate::decide::{
+    Holder, LeaseCore, LeaseEffect, LeaseEvent, LeaseStatus, ObservedLease, ReadResult, WriteResult,
+};
+use crate::error::{Commit, Error, ErrorKind};
+use crate::record::{Extra, LeaseBody, NodeLeaseRecord};
+use crate::store::{CasGuard, PutOutcome};
+
+/// State shared by the keeper task, the handle and the cell claims.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) fence: Fence,
+    core: Mutex<LeaseCore>,
+    status: watch::Sender<LeaseStatus>,
+    /// Unknown fields of the lease record, kept across our rewrites.
+    extra: Mutex<Extra>,
+    /// The last store failure, reported when an acquisition gives up.
+    last_error: Mutex<Option<Error>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shared {
+    fn new(fence: &Fence) -> Arc<Self> {
+        let holder = Holder {
+            node: fence.ownership.node().to_owned(),
+            addr: fence.addr.clone(),
+            peer_protocol: 1,
+            generation: format!("{:016x}", fence.entropy.next_u64()),
+        };
+        let core = LeaseCore::new(holder, fence.cfg.clone()).with_flaws(fence.flaws);
+        Arc::new(Shared {
+            fence: fence.clone(),
+            core: Mutex::new(core),
+            status: watch::channel(LeaseStatus::Acquiring).0,
+            extra: Mutex::new(Extra::new()),
+            last_error: Mutex::new(None),
+        })
+    }
+
+    pub(crate) fn core(&self) -> MutexGuard<'_, LeaseCore> {
+        lock(&self.core)
+    }
+
+    pub(crate) fn is_held(&self) -> bool {
+        let now = self.fence.clock.mono_ms();
+        self.core().is_held(now)
+    }
+
+    fn status_now(&self) -> LeaseStatus {
+        let now = self.fence.clock.mono_ms();
+        self.core().status_at(now)
+    }
+
+    /// Remaining authority in ms (0 when not held).
+    pub(crate) fn remaining_ms(&self) -> u64 {
+        let now = self.fence.clock.mono_ms();
+        let core = self.core();
+        if !core.is_held(now) {
+            return 0;
+        }
+        core.authority_until().map_or(0, |u| u.saturating_sub(now))
+    }
+
+    /// The bound of one claim or data request: the attempt timeout for the remaining
+    /// authority, at least the configured minimum (so a just-expired lease still gets an
+    /// answer to report).
+    pub(crate) fn request_bound_ms(&self) -> u64 {
+        let cfg = &self.fence.cfg;
+        cfg.attempt_timeout(self.remaining_ms())
+            .max(cfg.attempt_min_ms)
+    }
+
+    pub(crate) fn node(&self) -> &str {
+        self.fence.ownership.node()
+    }
+
+    pub(crate) fn generation(&self) -> String {
+        self.core().holder().generation.clone()
+    }
+
+    /// Feeds `event` and performs effects until none are left; returns the last wake-up.
+    async fn drive(&self, event: LeaseEvent) -> Option<u64> {
+        let mut queue = vec![event];
+        let mut wake = None;
+        while let Some(event) = queue.pop() {
+            let effects = {
+                let now = self.fence.now();
+                self.core().step(now, event)
+            };
+            for effect in effects {
+                match effect {
+                    LeaseEffect::WakeAt(t) => wake = Some(t),
+                    LeaseEffect::Status(s) => self.publish(s),
+                    LeaseEffect::Write {
+                        guard,
+                        record,
+                        nonce,
+                        timeout_ms,
+                    } => queue.push(LeaseEvent::Written(
+                        self.write_lease(guard, record, nonce, timeout_ms).await,
+                    )),
+                    LeaseEffect::Read { timeout_ms } => {
+                        queue.push(LeaseEvent::Read(self.read_lease(timeout_ms).await))
+                    }
+                }
+            }
+        }
+        wake
+    }
+
+    fn publish(&self, status: LeaseStatus) {
+        match &status {
+            LeaseStatus::Fenced { reason } => {
+                warn!(node = self.node(), %reason, "lease fenced: stop writing")
+            }
+            s => info!(node = self.node(), status = %s, "lease status"),
+        }
+        self.status.send_replace(status);
+    }
+
+    fn failed(&self, e: Error) {
+        debug!(node = self.node(), error = %e, "lease request failed");
+        *lock(&self.last_error) = Some(e);
+    }
+
+    async fn write_lease(
+        &self,
+        guard: CasGuard,
+        record: NodeLeaseRecord,
+        nonce: String,
+        timeout_ms: u64,
+    ) -> WriteResult {
+        let body = LeaseBody {
+            record,
+            nonce,
+            ttl_ms: Some(self.fence.cfg.ttl_ms),
+            extra: lock(&self.extra).clone(),
+        };
+        let put = self.fence.ownership.put_lease_body(guard, &body);
+        match bounded(&self.fence.clock, timeout_ms, put).await {
+            Ok(PutOutcome::Applied(v)) => WriteResult::Applied(v),
+            Ok(PutOutcome::Rejected) => WriteResult::Rejected,
+            Err(e) => {
+                let commit = e.commit();
+                self.failed(e);
+                match commit {
+                    Commit::NotCommitted => WriteResult::NotCommitted,
+                    Commit::Ambiguous => WriteResult::Ambiguous,
+                }
+            }
+        }
+    }
+
+    async fn read_lease(&self, timeout_ms: u64) -> ReadResult {
+        let read = self.fence.ownership.read_lease_body(self.node());
+        match bounded(&self.fence.clock, timeout_ms, read).await {
+            Ok(Some((body, version))) => {
+                *lock(&self.extra) = body.extra;
+                ReadResult::Found(ObservedLease {
+                    record: body.record,
+                    version,
+                    nonce: body.nonce,
+                    ttl_ms: body.ttl_ms,
+                })
+            }
+            Ok(None) => ReadResult::Absent,
+            Err(e) => {
+                self.failed(e);
+                ReadResult::Failed
+            }
+        }
+    }
+
+    /// The error an acquisition that ended in `status` reports.
+    fn acquire_error(&self, status: &LeaseStatus) -> Error {
+        let node = self.node();
+        match status {
+            LeaseStatus::Busy {
+                generation,
+                expires_ms,
+            } => Error::new(
+                ErrorKind::Busy,
+                format!(
+                    "lease of {node} is held by another process (generation {generation}, expires at {expires_ms} wall ms by its clock)"
+                ),
+            )
+            .not_committed(),
+            LeaseStatus::Unavailable => lock(&self.last_error).take().unwrap_or_else(|| {
+                Error::new(ErrorKind::Unavailable, format!("lease of {node}: the store failed"))
+            }),
+            other => Error::fenced(format!("lease of {node} not acquired: {other}")),
+        }
+    }
+}
+
+impl Fence {
+    /// Acquires this node's lease once: one request when the lease key is free. Errors:
+    /// [`ErrorKind::Busy`] if another live process holds it (or a racer won), the store's
+    /// own error kind if the store failed. On success a background task renews it.
+    pub async fn acquire(&self) -> Result<LeaseKeeper, Error> {
+        self.acquire_until(None).await
+    }
+
+    /// Acquires, waiting up to `timeout` for a live holder to go: it is polled every
+    /// [`LeaseConfig::poll_ms`](crate::decide::LeaseConfig::poll_ms) and taken over once
+    /// released, or seen unchanged for a full TTL. Store failures are retried with backoff
+    /// until the timeout. Errors: [`ErrorKind::Busy`] if a live holder was still there at the
+    /// timeout, else the last store error.
+    pub async fn acquire_wait(&self, timeout: std::time::Duration) -> Result<LeaseKeeper, Error> {
+        let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        let deadline = self.clock.mono_ms().saturating_add(timeout_ms);
+        self.acquire_until(Some(deadline)).await
+    }
+
+    async fn acquire_until(&self, deadline: Option<u64>) -> Result<LeaseKeeper, Error> {
+        let shared = Shared::new(self);
+        let mut event = LeaseEvent::Acquire {
+            wait: deadline.is_some(),
+        };
+        loop {
+            let wake = shared.drive(event).await;
+            let status = shared.core().status();
+            match status {
+                LeaseStatus::Held => return Ok(LeaseKeeper::spawn(shared, wake)),
+                LeaseStatus::Acquiring => {}
+                other => return Err(shared.acquire_error(&other)),
+            }
+            let now = self.clock.mono_ms();
+            let at = wake.unwrap_or(now.saturating_add(self.cfg.poll_ms()));
+            match deadline {
+                Some(d) if at >= d => {
+                    self.clock.sleep_until(d).await;
+                    return Err(give_up(&shared).await);
+                }
+                _ => self.clock.sleep_until(at).await,
+            }
+            event = LeaseEvent::Tick;
+        }
+    }
+}
+
+/// Stops a waiting acquisition at its deadline and says why it did not get the lease.
+async fn give_up(shared: &Shared) -> Error {
+    let seen = shared.core().observed().and_then(|o| o.lease.clone());
+    shared.drive(LeaseEvent::Release).await;
+    match seen {
+        Some(l) => shared.acquire_error(&LeaseStatus::Busy {
+            generation: l.record.generation,
+            expires_ms: l.record.expires_ms,
+        }),
+        None => lock(&shared.last_error).take().unwrap_or_else(|| {
+            Error::new(ErrorKind::Timeout, "the lease was not acquired in time").not_committed()
+        }),
+    }
+}
+
+#[derive(Debug)]
+enum Command {
+    Release,
+}
+
+/// A held node lease, renewed in the background until released, fenced or dropped.
+///
+/// Dropping it stops renewal and asks the background task to release the lease (if the
+/// runtime keeps running long enough to send it; [`LeaseKeeper::release`] waits for it).
+#[derive(Debug)]
+pub struct LeaseKeeper {
+    pub(crate) shared: Arc<Shared>,
+    commands: mpsc::Sender<Command>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl LeaseKeeper {
+    fn spawn(shared: Arc<Shared>, wake: Option<u64>) -> Self {
+        let (commands, rx) = mpsc::channel(4);
+        let task = tokio::spawn(keep(shared.clone(), rx, wake));
+        LeaseKeeper {
+            shared,
+            commands,
+            task: Some(task),
+        }
+    }
+
+    /// Whether this process may act as the lease holder *now*: judged at call time on the
+    /// monotonic clock against the anchor of the last applied write.
+    pub fn is_held(&self) -> bool {
+        self.shared.is_held()
+    }
+
+    /// The current status, judged now: it agrees with [`is_held`](Self::is_held) (a lease
+    /// whose authority ran out reads as fenced at once).
+    pub fn status(&self) -> LeaseStatus {
+        self.shared.status_now()
+    }
+
+    /// A channel of status changes: Held, Fenced, Released.
+    pub fn watch(&self) -> watch::Receiver<LeaseStatus> {
+        self.shared.status.subscribe()
+    }
+
+    /// This node's id.
+    pub fn node(&self) -> &str {
+        self.shared.node()
+    }
+
+    /// This process's generation (written in the lease record).
+    pub fn generation(&self) -> String {
+        self.shared.generation()
+    }
+
+    /// The fence this lease belongs to.
+    pub fn fence(&self) -> &Fence {
+        &self.shared.fence
+    }
+
+    /// Claims `cell` at a new epoch (see [`crate::decide::decide_claim`]). The claim's write
+    /// of the cell head at the new epoch is the seal: from then on every write of an earlier
+    /// epoch is rejected by the store.
+    ///
+    /// Errors: [`ErrorKind::Fenced`] if the lease is not held; [`ErrorKind::Busy`] if a live
+    /// foreign owner has the cell or a racer won; [`ErrorKind::Corrupt`] if the head is.
+    pub async fn claim(&self, cell: &str) -> Result<claim::CellClaim, Error> {
+        claim::claim(&self.shared, cell).await
+    }
+
+    /// Stops renewing and writes a released lease record (`expires_ms: 0`), so peers may take
+    /// over at once. Returns when done.
+    pub async fn release(mut self) {
+        let _ = self.commands.send(Command::Release).await;
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+
+    /// Waits until the lease is no longer held (fenced or released) and returns the status.
+    pub async fn lost(&self) -> LeaseStatus {
+        let mut rx = self.watch();
+        loop {
+            let s = rx.borrow_and_update().clone();
+            if !matches!(s, LeaseStatus::Held | LeaseStatus::Acquiring) {
+                return s;
+            }
+            if rx.changed().await.is_err() {
+                return self.status();
+            }
+        }
+    }
+}
+
+impl Drop for LeaseKeeper {
+    fn drop(&mut self) {
+        // Closing the command channel makes the keeper release; nothing to await here.
+        let _ = self.commands.try_send(Command::Release);
+    }
+}
+
+async fn keep(shared: Arc<Shared>, mut rx: mpsc::Receiver<Command>, mut wake: Option<u64>) {
+    loop {
+        if shared.core().is_finished() {
+            return;
+        }
+        let event = match wake {
+            Some(t) => tokio::select! {
+                // Deterministic choice when both are ready (simulations replay seeds).
+                biased;
+                _ = rx.recv() => LeaseEvent::Release,
+                _ = shared.fence.clock.sleep_until(t) => LeaseEvent::Tick,
+            },
+            None => {
+                let _ = rx.recv().await;
+                LeaseEvent::Release
+            }
+        };
+        let release = event == LeaseEvent::Release;
+        if let Some(t) = shared.drive(event).await {
+            wake = Some(t);
+        }
+        if release {
+            return;
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! Deliberate breakage of the real core and runtime, compiled only with the `sabotage`
+//! feature (which only `fence-testkit` enables, so only builds that include the test kit
+//! have it). The simulation runs every node with one switch on and must catch each one; a
+//! switch that no property catches is a hole in the simulation.
+//!
+//! | switch | what breaks |
+//! |---|---|
+//! | `skip-seal` | a claim returns without writing the head at its new epoch (the claim's CAS *is* the seal that fences every earlier epoch) |
+//! | `early-seal-read` | a claim carries forward the payload of an earlier read than the one its guard comes from |
+//! | `no-landed-after-expiry` | a renewal answered after the lease's authority ended is installed instead of fencing |
+//! | `ack-without-owner-read` | a write whose answer was lost is acknowledged without evidence that it landed under our ownership |
+//! | `steal-live-owner` | a claim takes over a foreign owner without observing its lease dead |
+//! | `skip-fenced-check` | writes go to the store although the lease is no longer held by our own clock |
+//! | `reapply-after-ambiguity` | writes through one claim are not serialised, and a write whose read-back shows another version is re-applied on top |
+//! | `rollback-acknowledged` | a claim restores the payload this process last wrote to the cell instead of carrying the current one forward |
+
+use std::fmt;
+
+/// One sabotage switch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Sabotage {
+    /// See the module table.
+    SkipSeal,
+    /// See the module table.
+    EarlySealRead,
+    /// See the module table.
+    NoLandedAfterExpiry,
+    /// See the module table.
+    AckWithoutOwnerRead,
+    /// See the module table.
+    StealLiveOwner,
+    /// See the module table.
+    SkipFencedCheck,
+    /// See the module table.
+    ReapplyAfterAmbiguity,
+    /// See the module table.
+    RollbackAcknowledged,
+}
+
+impl Sabotage {
+    /// Every switch.
+    pub const ALL: [Sabotage; 8] = [
+        Sabotage::SkipSeal,
+        Sabotage::EarlySealRead,
+        Sabotage::NoLandedAfterExpiry,
+        Sabotage::AckWithoutOwnerRead,
+        Sabotage::StealLiveOwner,
+        Sabotage::SkipFencedCheck,
+        Sabotage::ReapplyAfterAmbiguity,
+        Sabotage::RollbackAcknowledged,
+    ];
+
+    /// The switch's name, as CI prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Sabotage::SkipSeal => "skip-seal",
+            Sabotage::EarlySealRead => "early-seal-read",
+            Sabotage::NoLandedAfterExpiry => "no-landed-after-expiry",
+            Sabotage::AckWithoutOwnerRead => "ack-without-owner-read",
+            Sabotage::StealLiveOwner => "steal-live-owner",
+            Sabotage::SkipFencedCheck => "skip-fenced-check",
+            Sabotage::ReapplyAfterAmbiguity => "reapply-after-ambiguity",
+            Sabotage::RollbackAcknowledged => "rollback-acknowledged",
+        }
+    }
+}
+
+impl fmt::Display for Sabotage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
