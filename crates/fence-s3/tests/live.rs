@@ -604,24 +604,10 @@ async fn a_429_after_the_write_landed_is_ambiguous() {
         "application/xml",
         "<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>",
     );
-    let proxy = canned::serve(move |r| match r.method.as_str() {
-        "PUT" => canned::Reply::ForwardThen(upstream, Box::new(slow_down.clone())),
-        _ => canned::Reply::Forward(upstream),
-    })
-    .await;
+    let proxy = canned::replacing_answers(upstream, "PUT", slow_down).await;
     let prefix = fresh_prefix("throttled");
     let direct = s.store(&s.seaweed, &prefix);
     let throttled = s.store(&proxy.endpoint(), &prefix);
     let k = key("cells/c1/own.json");
-    let err = throttled
-        .put(&k, "ours".into(), CasGuard::Absent)
-        .await
-        .unwrap_err();
-    assert_eq!(
-        (err.kind(), err.commit()),
-        (ErrorKind::Unavailable, Commit::Ambiguous),
-        "{err:?}"
-    );
-    let landed = direct.get(&k).await.unwrap().expect("the create landed");
-    assert_eq!(landed.body, Bytes::from("ours"));
+    canned::assert_create_lands_ambiguously(&throttled, &direct, &k, ErrorKind::Unavailable).await;
 }

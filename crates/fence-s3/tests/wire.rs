@@ -8,8 +8,8 @@ mod canned;
 use std::time::Duration;
 
 use bytes::Bytes;
-use canned::{serve, Reply};
-use fence_core::{CasGuard, Commit, ConditionalStore, Error, ErrorKind, Key, PutOutcome, Version};
+use canned::{error_texts, kind_commit, serve, Reply};
+use fence_core::{CasGuard, Commit, ConditionalStore, ErrorKind, Key, PutOutcome, Version};
 use fence_s3::S3Store;
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -44,10 +44,6 @@ fn object(etag: &str, body: &str) -> Reply {
     Reply::status(200, "application/octet-stream", body)
         .with_header("ETag", etag)
         .with_header("Last-Modified", "Tue, 01 Dec 2026 07:00:00 GMT")
-}
-
-fn kind_commit(e: &Error) -> (ErrorKind, Commit) {
-    (e.kind(), e.commit())
 }
 
 /// Item 1: a redirect answering a conditional write is not committed, and never followed
@@ -296,18 +292,6 @@ async fn an_echoed_signature_never_reaches_error_text() {
             "the S3 code is kept: {texts}"
         );
     }
-}
-
-/// Display, Debug and every source's Display, in one string.
-fn error_texts(err: &Error) -> String {
-    let mut texts = vec![err.to_string(), format!("{err:?}")];
-    let mut source = std::error::Error::source(err);
-    while let Some(s) = source {
-        texts.push(s.to_string());
-        texts.push(format!("{s:?}"));
-        source = s.source();
-    }
-    texts.join(" | ")
 }
 
 /// Item 9: `""` and weak ETags are not versions: an applied write without a usable ETag is

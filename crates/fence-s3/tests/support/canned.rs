@@ -4,7 +4,8 @@
 //! closes its connection, so no client reuses one the server has dropped.
 //!
 //! Shared by the tests of fence-s3 and fence-gcs (`#[path]`-included); small on purpose: it
-//! reads a request's headers and a `Content-Length` body, nothing more.
+//! reads a request's headers and a `Content-Length` body, nothing more. Also the two helpers
+//! both crates' wire tests assert with.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
@@ -259,4 +260,54 @@ async fn forward(request: &Request, upstream: SocketAddr) -> Vec<u8> {
     let mut answer = Vec::new();
     let _ = conn.read_to_end(&mut answer).await;
     answer
+}
+
+/// An error's kind and commit state, the pair wire tests assert.
+pub fn kind_commit(e: &fence_core::Error) -> (fence_core::ErrorKind, fence_core::Commit) {
+    (e.kind(), e.commit())
+}
+
+/// `Display`, `Debug` and every source's `Display` and `Debug`, in one string: what a log
+/// line could ever show of `err`.
+pub fn error_texts(err: &fence_core::Error) -> String {
+    let mut texts = vec![err.to_string(), format!("{err:?}")];
+    let mut source = std::error::Error::source(err);
+    while let Some(s) = source {
+        texts.push(s.to_string());
+        texts.push(format!("{s:?}"));
+        source = s.source();
+    }
+    texts.join(" | ")
+}
+
+/// A proxy to `upstream` that carries out every `method` request there, then answers `reply`
+/// in its place; other requests pass through.
+pub async fn replacing_answers(upstream: SocketAddr, method: &'static str, reply: Reply) -> Canned {
+    serve(move |r| match r.method == method {
+        true => Reply::ForwardThen(upstream, Box::new(reply.clone())),
+        false => Reply::Forward(upstream),
+    })
+    .await
+}
+
+/// Creates `key` through `via` (a proxy whose answer is not the truth): the answer must be an
+/// ambiguous `kind`, and `direct` must show that the create landed.
+pub async fn assert_create_lands_ambiguously(
+    via: &dyn fence_core::ConditionalStore,
+    direct: &dyn fence_core::ConditionalStore,
+    key: &fence_core::Key,
+    kind: fence_core::ErrorKind,
+) {
+    let body = bytes::Bytes::from("ours");
+    let got = via
+        .put(key, body.clone(), fence_core::CasGuard::Absent)
+        .await;
+    let err = got.expect_err("the proxy answered an error");
+    assert_eq!(
+        kind_commit(&err),
+        (kind, fence_core::Commit::Ambiguous),
+        "{err:?}"
+    );
+    let landed = direct.get(key).await.unwrap().expect("the create landed");
+    assert_eq!(landed.body, body);
 }
