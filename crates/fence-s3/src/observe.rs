@@ -189,7 +189,8 @@ fn connect_first(e: HttpError) -> HttpError {
 /// the status alone is the answer.
 async fn sanitize_error_answer(response: HttpResponse) -> (Observed, HttpResponse) {
     let status = response.status().as_u16();
-    let (parts, body) = response.into_parts();
+    let (mut parts, body) = response.into_parts();
+    parts.headers.remove("content-length");
     let bytes = body.bytes().await.unwrap_or_default();
     let code = s3_error_code(&bytes);
     let message = xml_element(&bytes, "Message");

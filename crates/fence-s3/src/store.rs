@@ -142,8 +142,16 @@ impl S3Store {
         (legacy.as_ref() != self.object_name(key)).then_some(legacy)
     }
 
-    fn prefix_path(&self) -> Option<Path> {
-        (!self.prefix.is_empty()).then(|| Path::parse(self.prefix()).unwrap_or_default())
+    /// The store's own prefix as a path (`None`: the bucket's root).
+    fn prefix_path(&self) -> Result<Option<Path>, Error> {
+        if self.prefix.is_empty() {
+            return Ok(None);
+        }
+        Path::parse(self.prefix()).map(Some).map_err(|e| {
+            Error::new(ErrorKind::InvalidInput, "the prefix is not a valid S3 key")
+                .with_source(e)
+                .not_committed()
+        })
     }
 
     /// The fence key of a listed object, if it lies under the prefix and is a valid key.
@@ -323,7 +331,7 @@ impl S3Store {
     async fn list_paths(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
         let under = match prefix {
             Some(p) => Some(self.path_of(p)?),
-            None => self.prefix_path(),
+            None => self.prefix_path()?,
         };
         let exchange = Exchange::default();
         let listing = self.read.list(under.as_ref()).try_collect::<Vec<_>>();

@@ -4,7 +4,9 @@
 //! closes its connection, so no client reuses one the server has dropped.
 //!
 //! Shared by the tests of fence-s3 and fence-gcs (`#[path]`-included); small on purpose: it
-//! reads a request's headers and a `Content-Length` body, nothing more. Also the two helpers
+//! reads a request's headers and a `Content-Length` body, nothing more. Written on raw TCP
+//! rather than hyper's server because the faults are below HTTP's framing: a body cut short
+//! of its `Content-Length`, and SigV4-signed requests forwarded byte for byte. Also the two helpers
 //! both crates' wire tests assert with.
 #![allow(dead_code)]
 
