@@ -2,8 +2,9 @@
 //!
 //! The rule for writes: only a clean answer is a verdict. `412` proves the precondition false
 //! (nothing of ours landed); answers GCS gives *instead of* processing a request (`400`,
-//! `401`, `403`, `404`, `429`) prove nothing was written; everything else after the request
-//! may have left this process — `5xx`, `408`, a timeout, a reset, an unreadable `200` — may
+//! `401`, `403`, `404`) prove nothing was written, and so does a redirect, which is never
+//! followed (the request was not carried out as sent); everything else after the request may
+//! have left this process — `429`, `5xx`, `408`, a timeout, a reset, an unreadable `200` — may
 //! have been applied and is [`Commit::Ambiguous`].
 
 use fence_core::{Commit, ErrorKind};
@@ -30,8 +31,11 @@ pub(crate) fn status(code: u16) -> Class {
         400 | 411 | 413 | 414 => Class::new(ErrorKind::InvalidInput, NotCommitted),
         401 | 403 => Class::new(ErrorKind::PermissionDenied, NotCommitted),
         404 => Class::new(ErrorKind::NotFound, NotCommitted),
-        // Rate limiting answers instead of processing the request (see docs/gcs.md).
-        429 => Class::new(ErrorKind::Unavailable, NotCommitted),
+        // Redirects are not followed: the request was not carried out as sent.
+        300..=399 => Class::new(ErrorKind::InvalidInput, NotCommitted),
+        // Google lists 429 with 408 and 5xx as "retry if the request is idempotent"; nothing
+        // says a throttled write was not applied (see docs/gcs.md).
+        429 => Class::new(ErrorKind::Unavailable, Ambiguous),
         408 | 504 => Class::new(ErrorKind::Timeout, Ambiguous),
         // 503 included: GCS documents that a 5xx write may or may not have been applied.
         _ => Class::new(ErrorKind::Unavailable, Ambiguous),
@@ -55,6 +59,31 @@ pub(crate) fn transport(connect: bool, timeout: bool) -> Class {
         Commit::Ambiguous
     };
     Class::new(kind, commit)
+}
+
+/// What a `404` is about, told by its body: real GCS answers `No such object: <bucket>/<name>`
+/// for a missing object and `The specified bucket does not exist.` for a missing bucket (JSON
+/// or plain text). Emulators may answer neither.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Missing {
+    /// The object is missing; the bucket exists.
+    Object,
+    /// The bucket is missing.
+    Bucket,
+    /// The body does not say.
+    Unsure,
+}
+
+/// Reads a 404's body.
+pub(crate) fn missing(body: &[u8]) -> Missing {
+    let text = String::from_utf8_lossy(body).to_ascii_lowercase();
+    if text.contains("bucket does not exist") || text.contains("nosuchbucket") {
+        Missing::Bucket
+    } else if text.contains("no such object") || text.contains("nosuchkey") {
+        Missing::Object
+    } else {
+        Missing::Unsure
+    }
 }
 
 /// Whether a read that failed this way may be repeated.
@@ -92,11 +121,38 @@ mod tests {
     }
 
     #[test]
-    fn rate_limit_is_retryable() {
+    fn rate_limit_after_sending_is_ambiguous() {
         assert_eq!(
             status(429),
-            Class::new(ErrorKind::Unavailable, Commit::NotCommitted)
+            Class::new(ErrorKind::Unavailable, Commit::Ambiguous)
         );
+        assert!(read_retryable(status(429).kind));
+    }
+
+    #[test]
+    fn redirects_are_not_committed() {
+        for code in [301, 302, 303, 307, 308] {
+            assert_eq!(
+                status(code),
+                Class::new(ErrorKind::InvalidInput, Commit::NotCommitted),
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_404_body_tells_object_from_bucket() {
+        let object = br#"{"error":{"code":404,"message":"No such object: b/x/k"}}"#;
+        assert_eq!(missing(object), Missing::Object);
+        assert_eq!(missing(b"No such object: b/x/k"), Missing::Object);
+        let bucket = br#"{"error":{"code":404,"message":"The specified bucket does not exist."}}"#;
+        assert_eq!(missing(bucket), Missing::Bucket);
+        assert_eq!(
+            missing(b"<Error><Code>NoSuchBucket</Code></Error>"),
+            Missing::Bucket
+        );
+        assert_eq!(missing(b"Not Found"), Missing::Unsure);
+        assert_eq!(missing(&[0xff, 0x00]), Missing::Unsure);
     }
 
     #[test]

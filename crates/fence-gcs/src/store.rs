@@ -1,22 +1,22 @@
 //! [`GcsStore`]: the [`ConditionalStore`] on GCS object generations.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use fence_core::store::delete_unsupported;
 use fence_core::{
-    Capabilities, CasGuard, ConditionalStore, DeleteOutcome, Entropy, Error, ErrorKind, Key,
+    Capabilities, CasGuard, Clock, ConditionalStore, DeleteOutcome, Entropy, Error, ErrorKind, Key,
     PutOutcome, Stored, Version, MAX_KEY_LEN,
 };
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 use reqwest::{RequestBuilder, Response, StatusCode};
 
-use crate::auth::{token_timeout, Credentials};
+use crate::auth::{token_timeout, AccessToken, Credentials};
 use crate::builder::{GcsStoreBuilder, Timeouts};
-use crate::classify;
+use crate::classify::{self, Missing};
 use crate::wire;
 
 /// Attempts of one read (a read changes nothing, so repeating it is safe).
@@ -25,6 +25,10 @@ const READ_ATTEMPTS: u32 = 3;
 const LIST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Upper bound of listing pages, against a server that never ends a listing.
 const MAX_LIST_PAGES: usize = 100_000;
+/// How long a bucket seen to exist explains a 404 whose body does not say what is missing.
+const BUCKET_SEEN_FOR_MS: u64 = 30_000;
+/// The most of a 404's body read to tell a missing object from a missing bucket.
+const MAX_404_BODY: usize = 4096;
 
 /// Everything [`GcsStoreBuilder::build`] validated.
 pub(crate) struct Config {
@@ -66,10 +70,12 @@ pub struct GcsStore {
     records: reqwest::Client,
     /// Listings: inspection only, long timeout, its own pool.
     listings: reqwest::Client,
-    /// Set once the bucket was seen to exist, so a 404 then means "no such object".
-    bucket_seen: AtomicBool,
+    /// When the bucket was last seen to exist (monotonic ms + 1; 0: not yet), so a 404 whose
+    /// body does not say what is missing means "no such object" for a while.
+    bucket_seen: AtomicU64,
     /// HTTP requests sent so far (round trips, for measurements).
     requests: AtomicU64,
+    clock: Clock,
 }
 
 impl fmt::Debug for GcsStore {
@@ -99,8 +105,9 @@ impl GcsStore {
             cfg,
             records,
             listings,
-            bucket_seen: AtomicBool::new(false),
+            bucket_seen: AtomicU64::new(0),
             requests: AtomicU64::new(0),
+            clock: Clock::system(),
         })
     }
 
@@ -124,8 +131,25 @@ impl GcsStore {
         self.requests.load(Ordering::Relaxed)
     }
 
+    /// One attempt of record traffic: token, request and answer together bounded by the
+    /// request timeout.
     async fn send(&self, req: RequestBuilder) -> Result<Response, Error> {
-        let req = self.authorize(req).await?;
+        self.send_within(req, self.cfg.timeouts.request).await
+    }
+
+    /// One attempt bounded by `bound` as a whole: the token lookup spends from the same
+    /// budget as the request, and the request (to the last body byte) gets what is left.
+    async fn send_within(&self, req: RequestBuilder, bound: Duration) -> Result<Response, Error> {
+        let start = self.clock.mono_ms();
+        let token = tokio::time::timeout(bound, self.cfg.credentials.bearer())
+            .await
+            .map_err(|_| token_timeout())??;
+        let spent = Duration::from_millis(self.clock.mono_ms().saturating_sub(start));
+        let left = bound.saturating_sub(spent);
+        if left.is_zero() {
+            return Err(token_timeout());
+        }
+        let req = authorize(req, token).timeout(left);
         self.requests.fetch_add(1, Ordering::Relaxed);
         req.send().await.map_err(transport_error)
     }
@@ -155,16 +179,6 @@ impl GcsStore {
         Key::new(rel).ok()
     }
 
-    async fn authorize(&self, req: RequestBuilder) -> Result<RequestBuilder, Error> {
-        let token = tokio::time::timeout(self.cfg.timeouts.request, self.cfg.credentials.bearer())
-            .await
-            .map_err(|_| token_timeout())??;
-        Ok(match token {
-            Some(t) => req.header(AUTHORIZATION, format!("Bearer {}", t.secret())),
-            None => req,
-        })
-    }
-
     fn check_record(&self, key: &Key, body: &Bytes) -> Result<(), Error> {
         if body.len() <= self.cfg.max_record_bytes {
             return Ok(());
@@ -188,6 +202,10 @@ impl GcsStore {
                 self.cfg.bucket
             ),
             ErrorKind::NotFound => format!("GCS bucket {:?} does not exist", self.cfg.bucket),
+            ErrorKind::InvalidInput if status.is_redirection() => format!(
+                "GCS redirected the request (HTTP {status}); redirects are not followed: \
+                 check the endpoint"
+            ),
             _ => format!(
                 "GCS answered HTTP {status} for bucket {:?}",
                 self.cfg.bucket
@@ -200,18 +218,42 @@ impl GcsStore {
         }
     }
 
-    /// After a 404: `Ok(())` if the bucket exists (so the object is what is missing).
-    async fn confirm_bucket(&self) -> Result<(), Error> {
-        if self.bucket_seen.load(Ordering::Relaxed) {
+    /// After a 404 on an object: `Ok(())` if the object is what is missing, `NotFound` if
+    /// the bucket is. Told by the body (real GCS says which), so object-only roles
+    /// (`roles/storage.objectAdmin`, no `storage.buckets.get`) work; only a body that does not
+    /// say (emulators) costs a bucket check, remembered for [`BUCKET_SEEN_FOR_MS`].
+    async fn resolve_404(&self, resp: Response) -> Result<(), Error> {
+        let body = resp.bytes().await.unwrap_or_default();
+        match classify::missing(&body[..body.len().min(MAX_404_BODY)]) {
+            Missing::Object => Ok(()),
+            Missing::Bucket => Err(self.bucket_missing()),
+            Missing::Unsure => self.check_bucket().await,
+        }
+    }
+
+    fn bucket_missing(&self) -> Error {
+        self.status_error(None, StatusCode::NOT_FOUND)
+            .not_committed()
+    }
+
+    async fn check_bucket(&self) -> Result<(), Error> {
+        let seen = self.bucket_seen.load(Ordering::Relaxed);
+        if seen > 0 && self.clock.mono_ms() < seen - 1 + BUCKET_SEEN_FOR_MS {
             return Ok(());
         }
         let url = wire::bucket_url(&self.cfg.endpoint, &self.cfg.bucket);
         let resp = self.send(self.records.get(url)).await?;
-        if !resp.status().is_success() {
-            return Err(self.status_error(None, resp.status()).not_committed());
+        match resp.status() {
+            s if s.is_success() => {
+                self.bucket_seen
+                    .store(self.clock.mono_ms() + 1, Ordering::Relaxed);
+                Ok(())
+            }
+            StatusCode::NOT_FOUND => Err(self.bucket_missing()),
+            // A role without `storage.buckets.get`: the object's own 404 stands.
+            StatusCode::FORBIDDEN | StatusCode::UNAUTHORIZED => Ok(()),
+            other => Err(self.status_error(None, other).not_committed()),
         }
-        self.bucket_seen.store(true, Ordering::Relaxed);
-        Ok(())
     }
 
     async fn get_once(&self, key: &Key, name: &str) -> Result<Option<Stored>, Error> {
@@ -219,7 +261,7 @@ impl GcsStore {
         let resp = self.send(self.records.get(url)).await?;
         match resp.status() {
             StatusCode::OK => read_media(key, resp).await.map(Some),
-            StatusCode::NOT_FOUND => self.confirm_bucket().await.map(|()| None),
+            StatusCode::NOT_FOUND => self.resolve_404(resp).await.map(|()| None),
             other => Err(self.status_error(Some(key), other)),
         }
     }
@@ -246,9 +288,21 @@ impl GcsStore {
         }
     }
 
+    async fn delete_once(&self, key: &Key, name: &str) -> Result<(), Error> {
+        let url = wire::object_url(&self.cfg.endpoint, &self.cfg.bucket, name);
+        let resp = self.send(self.records.delete(url)).await?;
+        match resp.status() {
+            s if s.is_success() => Ok(()),
+            StatusCode::NOT_FOUND => self.resolve_404(resp).await,
+            other => Err(self.status_error(Some(key), other)),
+        }
+    }
+
     async fn list_page(&self, prefix: &str, page: Option<&str>) -> Result<wire::ListPage, Error> {
         let url = wire::list_url(&self.cfg.endpoint, &self.cfg.bucket, prefix, page);
-        let resp = self.send(self.listings.get(url)).await?;
+        let resp = self
+            .send_within(self.listings.get(url), LIST_TIMEOUT)
+            .await?;
         if !resp.status().is_success() {
             return Err(self.status_error(None, resp.status()));
         }
@@ -276,8 +330,18 @@ impl GcsStore {
     }
 }
 
+fn authorize(req: RequestBuilder, token: Option<AccessToken>) -> RequestBuilder {
+    match token {
+        Some(t) => req.header(AUTHORIZATION, format!("Bearer {}", t.secret())),
+        None => req,
+    }
+}
+
 fn http_client(timeout: Duration, connect: Duration) -> Result<reqwest::Client, Error> {
     reqwest::Client::builder()
+        // reqwest follows up to ten redirects by default: a 303 answering an upload was
+        // followed as a GET, and that GET's 200 taken for the upload's success.
+        .redirect(reqwest::redirect::Policy::none())
         .timeout(timeout)
         .connect_timeout(connect)
         .pool_idle_timeout(Duration::from_secs(60))
@@ -363,9 +427,11 @@ where
 impl ConditionalStore for GcsStore {
     async fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
         let name = self.object_name(key)?;
+        // A read changes nothing: every failure is not committed, so a body cut short is a
+        // retryable `Unavailable`.
         retry_read(|| self.get_once(key, &name))
             .await
-            .map_err(|e| e.with_key(key))
+            .map_err(|e| e.with_key(key).not_committed())
     }
 
     async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
@@ -397,11 +463,20 @@ impl ConditionalStore for GcsStore {
             s if s.is_success() => Ok(DeleteOutcome::Deleted),
             StatusCode::PRECONDITION_FAILED => Ok(DeleteOutcome::Rejected),
             StatusCode::NOT_FOUND => self
-                .confirm_bucket()
+                .resolve_404(resp)
                 .await
                 .map(|()| DeleteOutcome::Rejected),
             other => Err(self.status_error(Some(key), other)),
         }
+    }
+
+    /// One `DELETE` without a precondition (right for an object written once under a name
+    /// never reused; works also where conditional delete is not declared). Absent is `Ok`.
+    async fn delete_immutable(&self, key: &Key) -> Result<(), Error> {
+        let name = self.object_name(key)?;
+        retry_read(|| self.delete_once(key, &name))
+            .await
+            .map_err(|e| e.with_key(key))
     }
 
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {

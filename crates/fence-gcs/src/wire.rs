@@ -35,16 +35,20 @@ pub(crate) fn media_url(endpoint: &str, bucket: &str, name: &str) -> String {
     )
 }
 
+/// The object resource: the target of an unconditional `DELETE`.
+pub(crate) fn object_url(endpoint: &str, bucket: &str, name: &str) -> String {
+    format!("{endpoint}/storage/v1/b/{}/o/{}", enc(bucket), enc(name))
+}
+
 /// `DELETE` target guarded by the generation.
 pub(crate) fn delete_url(endpoint: &str, bucket: &str, name: &str, generation: u64) -> String {
     format!(
-        "{endpoint}/storage/v1/b/{}/o/{}?ifGenerationMatch={generation}",
-        enc(bucket),
-        enc(name)
+        "{}?ifGenerationMatch={generation}",
+        object_url(endpoint, bucket, name)
     )
 }
 
-/// Bucket metadata, to tell a missing bucket from a missing object.
+/// Bucket metadata, to tell a missing bucket from a missing object when a 404's body does not.
 pub(crate) fn bucket_url(endpoint: &str, bucket: &str) -> String {
     format!("{endpoint}/storage/v1/b/{}", enc(bucket))
 }

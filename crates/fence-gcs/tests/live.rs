@@ -18,6 +18,9 @@ use fence_core::{
 };
 use fence_gcs::{GcsStore, StaticToken};
 use fence_testkit::{probe, run_all, ProbeConfig, SuiteConfig, Verdict};
+
+#[path = "../../fence-s3/tests/support/canned.rs"]
+mod canned;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -587,7 +590,7 @@ async fn statuses_are_classified_and_writes_never_retried() {
     let cases = [
         (401, ErrorKind::PermissionDenied, Commit::NotCommitted),
         (403, ErrorKind::PermissionDenied, Commit::NotCommitted),
-        (429, ErrorKind::Unavailable, Commit::NotCommitted),
+        (429, ErrorKind::Unavailable, Commit::Ambiguous),
         (500, ErrorKind::Unavailable, Commit::Ambiguous),
         (503, ErrorKind::Unavailable, Commit::Ambiguous),
         (504, ErrorKind::Timeout, Commit::Ambiguous),
@@ -629,4 +632,49 @@ fn debug_never_shows_the_token() {
     let shown = format!("{store:?}");
     assert!(!shown.contains("very-secret"), "{shown}");
     assert!(shown.contains("fence-test"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Throttling after the write landed; deleting write-once objects
+
+/// A 429 after the upload was sent is ambiguous: a proxy lets the create land on the
+/// emulator, then answers 429 in its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_after_the_upload_landed_is_ambiguous() {
+    let Some(s) = server() else { return };
+    let upstream = socket_of(&s.endpoint);
+    let throttled = canned::Reply::status(
+        429,
+        "application/json",
+        r#"{"error":{"code":429,"message":"The rate of change requests to the object is too high."}}"#,
+    );
+    let proxy = canned::replacing_answers(upstream, "POST", throttled).await;
+    let prefix = fresh_prefix();
+    let direct = store_at(&s.endpoint, &s.bucket, &prefix);
+    let via_proxy = store_at(&proxy.endpoint(), &s.bucket, &prefix);
+    let k = key("cells/c1/own.json");
+    canned::assert_create_lands_ambiguously(&via_proxy, &direct, &k, ErrorKind::Unavailable).await;
+}
+
+/// `delete_immutable` is one unconditional DELETE, also without declared conditional
+/// delete (the emulator's default here); absent is Ok.
+#[tokio::test]
+async fn delete_immutable_removes_a_write_once_object() {
+    let Some(s) = server() else { return };
+    let store = store(&s);
+    assert!(!store.capabilities().conditional_delete);
+    let k = key("cells/c1/data/blob-0001");
+    applied(
+        store
+            .put(&k, "payload".into(), CasGuard::Absent)
+            .await
+            .unwrap(),
+    );
+    store.delete_immutable(&k).await.unwrap();
+    assert_eq!(store.get(&k).await.unwrap(), None);
+    store.delete_immutable(&k).await.unwrap();
+    store.delete_immutable(&key("never/written")).await.unwrap();
+    let missing_bucket = store_at(&s.endpoint, "fence-no-such-bucket", "x");
+    let err = missing_bucket.delete_immutable(&k).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use fence_core::{Error, ErrorKind, Key};
 use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut};
-use object_store::{BackoffConfig, ClientConfigKey, RetryConfig};
+use object_store::{BackoffConfig, RetryConfig};
 
 use crate::observe::ObservingConnector;
 use crate::store::S3Store;
@@ -152,7 +152,8 @@ impl S3StoreBuilder {
     }
 
     /// Builds the store: two object_store clients with separate connection pools, one for
-    /// conditional writes (no retries, short timeouts), one for reads (retries on).
+    /// conditional writes (no retries, short timeouts), one for reads (retries on). Neither
+    /// follows redirects.
     pub fn build(self) -> Result<S3Store, Error> {
         if let Some(why) = &self.invalid {
             return Err(invalid(why.clone()));
@@ -164,7 +165,8 @@ impl S3StoreBuilder {
             .clone()
             .with_bucket_name(&bucket)
             .with_conditional_put(S3ConditionalPut::ETagMatch)
-            .with_http_connector(ObservingConnector);
+            // One plain DELETE per object: core S3 API, answered by status like every request.
+            .with_disable_bulk_delete(true);
         let cas_timeout = self.cas_timeout();
         let cas = build_client(cas_client(base.clone(), cas_timeout), &bucket)?;
         let read = build_client(self.read_client(base), &bucket)?;
@@ -206,7 +208,11 @@ impl S3StoreBuilder {
             max_retries: self.read_retries,
             retry_timeout: self.read_timeout * 2,
         };
-        with_timeouts(base, self.read_timeout, Duration::from_secs(5)).with_retry(retry)
+        base.with_http_connector(ObservingConnector {
+            request: self.read_timeout,
+            connect: Duration::from_secs(5),
+        })
+        .with_retry(retry)
     }
 }
 
@@ -217,21 +223,11 @@ fn cas_client(base: AmazonS3Builder, timeout: Duration) -> AmazonS3Builder {
         max_retries: 0,
         retry_timeout: timeout,
     };
-    let connect = timeout.min(Duration::from_secs(1));
-    with_timeouts(base, timeout, connect).with_retry(retry)
-}
-
-fn with_timeouts(s3: AmazonS3Builder, request: Duration, connect: Duration) -> AmazonS3Builder {
-    // Set through config keys so options from the environment (allow-http, proxies) survive.
-    let ms = |d: Duration| format!("{}ms", d.as_millis().max(1));
-    s3.with_config(
-        AmazonS3ConfigKey::Client(ClientConfigKey::Timeout),
-        ms(request),
-    )
-    .with_config(
-        AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout),
-        ms(connect.min(request)),
-    )
+    base.with_http_connector(ObservingConnector {
+        request: timeout,
+        connect: timeout.min(Duration::from_secs(1)),
+    })
+    .with_retry(retry)
 }
 
 fn build_client(s3: AmazonS3Builder, bucket: &str) -> Result<AmazonS3, Error> {

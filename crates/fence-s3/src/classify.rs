@@ -44,7 +44,7 @@ pub(crate) fn classify_put(
     e_tag: Option<Option<&str>>,
 ) -> PutVerdict {
     match (e_tag, observed) {
-        (Some(Some(tag)), _) if !tag.is_empty() => PutVerdict::Applied(tag.to_string()),
+        (Some(Some(tag)), _) if strong_etag(tag) => PutVerdict::Applied(tag.to_string()),
         (Some(_), _) => PutVerdict::Failed(no_etag()),
         (None, None) => PutVerdict::Failed(failure(
             ErrorKind::Other,
@@ -62,8 +62,16 @@ fn no_etag() -> Failure {
     failure(
         ErrorKind::Unsupported,
         Commit::Ambiguous,
-        "the store answered the write without an ETag, so its version is unknown",
+        "the store answered the write without a usable ETag (none, empty or weak), so its \
+         version is unknown",
     )
+}
+
+/// Whether `tag` can be a version: a strong ETag with content. `""` names no content and a
+/// weak `W/"…"` ETag only promises equivalence, not the same bytes, so neither is a CAS token.
+pub(crate) fn strong_etag(tag: &str) -> bool {
+    let tag = tag.trim();
+    !tag.is_empty() && tag != "\"\"" && !tag.starts_with("W/") && !tag.starts_with("w/")
 }
 
 fn classify_put_status(is_create: bool, status: u16, code: Option<&str>) -> PutVerdict {
@@ -78,7 +86,10 @@ fn classify_put_status(is_create: bool, status: u16, code: Option<&str>) -> PutV
         404 if !is_create => PutVerdict::Rejected,
         404 => failed(ErrorKind::NotFound, NotCommitted, "the store answered 404"),
         401 | 403 => failed(ErrorKind::PermissionDenied, NotCommitted, DENIED),
-        429 => failed(ErrorKind::Unavailable, NotCommitted, "throttled (429)"),
+        // Neither AWS (which throttles with 503 SlowDown) nor the S3-compatible servers that
+        // answer 429 document that a throttled PUT was not applied: see docs/s3.md.
+        429 => failed(ErrorKind::Unavailable, Ambiguous, "throttled (429)"),
+        // Redirects are never followed: the request was not carried out as sent.
         300..=399 => failed(ErrorKind::InvalidInput, NotCommitted, REDIRECT),
         // 408 included: the store may have read the whole request before timing out.
         408 => failed(ErrorKind::Timeout, Ambiguous, "the store answered 408"),
@@ -138,11 +149,33 @@ pub(crate) fn classify_read(observed: Option<&Observed>) -> Option<Failure> {
             (429 | 500..=599, _) => f(ErrorKind::Unavailable, "the store answered a server error"),
             (300..=399, _) => f(ErrorKind::InvalidInput, REDIRECT),
             (200..=299, _) => f(
-                ErrorKind::Corrupt,
-                "the store's answer could not be decoded",
+                ErrorKind::Unsupported,
+                "the store answered without the headers a read needs",
             ),
             _ => f(ErrorKind::Other, "the store refused the request"),
         },
+    }
+}
+
+/// Classifies a failed listing: like a read, but a 404 can only mean the bucket.
+pub(crate) fn classify_list(observed: Option<&Observed>) -> Failure {
+    classify_read(observed)
+        .unwrap_or_else(|| failure(ErrorKind::NotFound, Commit::NotCommitted, BUCKET))
+}
+
+/// Classifies a failed unconditional delete; `None` means the object was already absent.
+pub(crate) fn classify_delete(observed: Option<&Observed>) -> Option<Failure> {
+    if let Some(Observed::Answer { status: 404, code }) = observed {
+        return (code.as_deref() == Some("NoSuchBucket"))
+            .then(|| failure(ErrorKind::NotFound, Commit::NotCommitted, BUCKET));
+    }
+    match classify_put(false, observed, None) {
+        PutVerdict::Failed(f) => Some(f),
+        _ => Some(failure(
+            ErrorKind::Other,
+            Commit::NotCommitted,
+            "the store refused the delete",
+        )),
     }
 }
 
@@ -176,7 +209,7 @@ mod tests {
 
     #[test]
     fn success_without_etag_is_ambiguous_never_an_empty_version() {
-        for tag in [None, Some("")] {
+        for tag in [None, Some(""), Some("\"\""), Some("W/\"abc\""), Some(" ")] {
             let v = classify_put(true, Some(&answer(200, None)), Some(tag));
             assert_eq!(kind_commit(v), (ErrorKind::Unsupported, Commit::Ambiguous));
         }
@@ -205,9 +238,12 @@ mod tests {
             ),
             (401, None, ErrorKind::PermissionDenied),
             (404, Some("NoSuchBucket"), ErrorKind::NotFound),
-            (429, None, ErrorKind::Unavailable),
             (400, Some("InvalidArgument"), ErrorKind::Other),
             (301, None, ErrorKind::InvalidInput),
+            (302, None, ErrorKind::InvalidInput),
+            (303, None, ErrorKind::InvalidInput),
+            (307, None, ErrorKind::InvalidInput),
+            (308, None, ErrorKind::InvalidInput),
         ];
         for (status, code, kind) in cases {
             for create in [true, false] {
@@ -219,7 +255,7 @@ mod tests {
 
     #[test]
     fn anything_after_sending_is_ambiguous() {
-        for status in [500, 502, 503, 504, 408] {
+        for status in [500, 502, 503, 504, 408, 429] {
             assert_eq!(kind_commit(put(true, status, None)).1, Commit::Ambiguous);
         }
         for kind in [
@@ -258,5 +294,35 @@ mod tests {
         assert_eq!(denied.kind, ErrorKind::PermissionDenied);
         let down = classify_read(Some(&Observed::Transport(HttpErrorKind::Connect))).unwrap();
         assert_eq!(down.kind, ErrorKind::Unavailable);
+        let busy = classify_read(Some(&answer(429, None))).unwrap();
+        assert_eq!(
+            (busy.kind, busy.commit),
+            (ErrorKind::Unavailable, Commit::NotCommitted)
+        );
+    }
+
+    #[test]
+    fn listings_and_deletes_read_404_as_bucket_or_absent() {
+        assert_eq!(
+            classify_list(Some(&answer(404, None))).kind,
+            ErrorKind::NotFound
+        );
+        assert_eq!(classify_delete(Some(&answer(404, Some("NoSuchKey")))), None);
+        let bucket = classify_delete(Some(&answer(404, Some("NoSuchBucket")))).unwrap();
+        assert_eq!(bucket.kind, ErrorKind::NotFound);
+        let denied = classify_delete(Some(&answer(403, None))).unwrap();
+        assert_eq!(denied.kind, ErrorKind::PermissionDenied);
+        let lost = classify_delete(Some(&Observed::Transport(HttpErrorKind::Timeout))).unwrap();
+        assert_eq!(lost.commit, Commit::Ambiguous);
+    }
+
+    #[test]
+    fn strong_etags_only() {
+        for good in ["\"9b2c\"", "9b2c", "\"a-1\""] {
+            assert!(strong_etag(good), "{good}");
+        }
+        for bad in ["", "\"\"", "W/\"9b2c\"", "w/\"x\"", "  "] {
+            assert!(!strong_etag(bad), "{bad:?}");
+        }
     }
 }

@@ -7,23 +7,27 @@
 //! - create: `PUT` with `If-None-Match: *`; replace: `PUT` with `If-Match: <etag>`;
 //! - **no silent retries of conditional writes**: they run on their own client with retries
 //!   off, its own connection pool and timeouts derived from the lease TTL (`ttl / 3`);
-//! - every outcome is classified here from the HTTP status and S3 error code: 412/304 →
-//!   rejected; 404 on `If-Match` → rejected; 409 → one read decides between rejected and a
-//!   not-committed [`Conflict`](fence_core::ErrorKind::Conflict); 401/403 → permission
-//!   denied naming the bucket; a refused connection → unavailable, not committed; timeouts,
-//!   resets, 5xx and unreadable answers → ambiguous;
-//! - every body is stored with a 128-bit nonce trailer (stripped by `get`), because S3 ETags
-//!   are content hashes and identical bytes would otherwise repeat a version (ABA);
-//! - no conditional delete: `delete` answers `Unsupported`; release with a tombstone.
+//!   redirects are never followed, by any client;
+//! - every outcome is classified here from the HTTP status and S3 error code (the table is in
+//!   `docs/s3.md`): 412/304 → rejected; 404 on `If-Match` → rejected; 409 → one read, bounded
+//!   by what is left of the CAS timeout, decides between rejected and a not-committed
+//!   [`Conflict`](fence_core::ErrorKind::Conflict); a redirect, 401/403 or a failed connect →
+//!   not committed; timeouts, resets, 429, 5xx and unreadable answers → ambiguous;
+//! - bodies are stored as given and object keys are the key's UTF-8 bytes; S3 ETags are
+//!   content hashes, which the store declares
+//!   ([`Capabilities::content_versions`](fence_core::Capabilities)); the nonce trailer of
+//!   earlier versions is stripped on read;
+//! - no conditional delete: `delete` answers `Unsupported` (release with a tombstone);
+//!   `delete_immutable` is one plain `DELETE`.
 //!
 //! See `docs/s3.md` for the details and the test servers.
 #![deny(missing_docs)]
 
 mod builder;
 mod classify;
-mod nonce;
 mod observe;
 mod store;
+mod trailer;
 
 pub use builder::{S3StoreBuilder, DEFAULT_LEASE_TTL};
 pub use store::S3Store;

@@ -7,30 +7,37 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use fence_core::store::delete_unsupported;
 use fence_core::{
-    Capabilities, CasGuard, ConditionalStore, DeleteOutcome, Entropy, Error, ErrorKind, Key,
+    Capabilities, CasGuard, Clock, ConditionalStore, DeleteOutcome, Error, ErrorKind, Key,
     PutOutcome, Stored, Version,
 };
 use futures::TryStreamExt;
 use object_store::aws::AmazonS3;
 use object_store::path::{Path, PathPart};
-use object_store::{GetOptions, ObjectStore, PutMode, PutOptions, PutPayload, UpdateVersion};
-use percent_encoding::percent_decode_str;
+use object_store::{
+    GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion,
+};
 
 use crate::builder::S3StoreBuilder;
-use crate::classify::{classify_put, classify_read, Failure, PutVerdict};
-use crate::nonce;
+use crate::classify::{
+    classify_delete, classify_list, classify_put, classify_read, strong_etag, Failure, PutVerdict,
+};
 use crate::observe::Exchange;
+use crate::trailer;
 
-/// The largest body of one S3 PUT (5 GiB) less the nonce trailer; fence records are a few
-/// hundred bytes.
-const MAX_BODY: usize = 5 * 1024 * 1024 * 1024 - nonce::TRAILER_LEN;
+/// The largest body of one S3 PUT (5 GiB); fence records are a few hundred bytes.
+const MAX_BODY: usize = 5 * 1024 * 1024 * 1024;
+
+/// S3's bound of an object key: 1024 bytes of UTF-8.
+const MAX_OBJECT_NAME: usize = 1024;
 
 /// An S3 bucket (optionally under a key prefix) as a fence [`ConditionalStore`].
 ///
 /// Creates with `If-None-Match: *`, replaces with `If-Match: <etag>`, and passes ETags back
-/// exactly as the store returned them. Conditional writes go through their own client (own
-/// connection pool, no retries, timeouts derived from the lease TTL) and are classified here,
-/// not by object_store; reads and lists use a second client that retries.
+/// exactly as the store returned them. Bodies are stored as given, under object keys that are
+/// the fence key's UTF-8 bytes (`prefix/key`). Conditional writes go through their own client
+/// (own connection pool, no retries, timeouts derived from the lease TTL) and are classified
+/// here, not by object_store; reads and lists use a second client that retries. Neither
+/// follows redirects.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), fence_core::Error> {
@@ -52,7 +59,7 @@ pub struct S3Store {
     bucket: String,
     prefix: Vec<String>,
     cas_timeout: Duration,
-    entropy: Entropy,
+    clock: Clock,
 }
 
 impl S3Store {
@@ -79,7 +86,7 @@ impl S3Store {
             bucket,
             prefix,
             cas_timeout,
-            entropy: Entropy::from_os(),
+            clock: Clock::system(),
         }
     }
 
@@ -98,27 +105,63 @@ impl S3Store {
         self.cas_timeout
     }
 
-    fn path_of(&self, key: &Key) -> Path {
+    /// The S3 object key of `key`: `prefix/key`, exactly these UTF-8 bytes.
+    ///
+    /// ```
+    /// let store = fence_s3::S3Store::builder()
+    ///     .with_url("s3://b/fleet")
+    ///     .with_credentials("AKID", "secret")
+    ///     .build()
+    ///     .unwrap();
+    /// let key = fence_core::Key::new("cells/ñ 1/own.json").unwrap();
+    /// assert_eq!(store.object_name(&key), "fleet/cells/ñ 1/own.json");
+    /// ```
+    pub fn object_name(&self, key: &Key) -> String {
         let segments = self.prefix.iter().map(String::as_str).chain(key.segments());
-        Path::from_iter(segments.map(PathPart::from))
+        segments.collect::<Vec<_>>().join("/")
     }
 
-    fn prefix_path(&self) -> Option<Path> {
-        (!self.prefix.is_empty())
-            .then(|| Path::from_iter(self.prefix.iter().map(|s| PathPart::from(s.as_str()))))
+    /// The object_store path of `key`, refused before any I/O if S3 cannot store it.
+    fn path_of(&self, key: &Key) -> Result<Path, Error> {
+        let name = self.object_name(key);
+        if name.len() > MAX_OBJECT_NAME {
+            return Err(invalid_key(
+                key,
+                "prefix + key is longer than S3's 1024-byte object keys",
+            ));
+        }
+        Path::parse(&name).map_err(|e| invalid_key(key, "not a valid S3 object key").with_source(e))
+    }
+
+    /// Where fence before 0.1 stored `key`: object_store's `PathPart` percent-encoded
+    /// non-ASCII bytes and `%#[]{}^|<>~"`\`, so `ñ` was stored as `%C3%B1`. `None` when that
+    /// name is the same as today's.
+    fn legacy_path(&self, key: &Key) -> Option<Path> {
+        let segments = self.prefix.iter().map(String::as_str).chain(key.segments());
+        let legacy = Path::from_iter(segments.map(PathPart::from));
+        (legacy.as_ref() != self.object_name(key)).then_some(legacy)
+    }
+
+    /// The store's own prefix as a path (`None`: the bucket's root).
+    fn prefix_path(&self) -> Result<Option<Path>, Error> {
+        if self.prefix.is_empty() {
+            return Ok(None);
+        }
+        Path::parse(self.prefix()).map(Some).map_err(|e| {
+            Error::new(ErrorKind::InvalidInput, "the prefix is not a valid S3 key")
+                .with_source(e)
+                .not_committed()
+        })
     }
 
     /// The fence key of a listed object, if it lies under the prefix and is a valid key.
     fn key_of(&self, path: &Path) -> Option<Key> {
-        let mut parts = path.parts();
-        for expected in &self.prefix {
-            let part = parts.next()?;
-            if decode(part.as_ref())? != *expected {
-                return None;
-            }
-        }
-        let segments: Option<Vec<String>> = parts.map(|p| decode(p.as_ref())).collect();
-        Key::new(segments?.join("/")).ok()
+        let name = path.as_ref();
+        let rel = match self.prefix.is_empty() {
+            true => name,
+            false => name.strip_prefix(&self.prefix())?.strip_prefix('/')?,
+        };
+        Key::new(rel).ok()
     }
 
     fn error(&self, key: Option<&Key>, f: Failure, source: object_store::Error) -> Error {
@@ -128,6 +171,8 @@ impl S3Store {
             }
             _ => f.why.to_string(),
         };
+        // The source carries at most the S3 error code and message: the HTTP layer cut the
+        // error bodies down before object_store saw them (see `observe`).
         let e = Error::new(f.kind, message)
             .with_commit(f.commit)
             .with_source(source);
@@ -140,10 +185,11 @@ impl S3Store {
     async fn conditional_put(
         &self,
         key: &Key,
+        path: &Path,
         body: Bytes,
         guard: &CasGuard,
     ) -> Result<PutOutcome, Error> {
-        let exchange = Exchange::default();
+        let deadline_ms = self.clock.mono_ms() + millis(self.cas_timeout);
         let mode = match guard {
             CasGuard::Absent => PutMode::Create,
             CasGuard::Match(version) => PutMode::Update(UpdateVersion {
@@ -153,24 +199,17 @@ impl S3Store {
         };
         let opts = PutOptions {
             mode,
-            extensions: exchange.extensions(),
             ..PutOptions::default()
         };
-        let path = self.path_of(key);
-        let result = self
-            .cas
-            .put_opts(
-                &path,
-                PutPayload::from(nonce::seal(&body, &self.entropy)),
-                opts,
-            )
-            .await;
+        let exchange = Exchange::default();
+        let put = self.cas.put_opts(path, PutPayload::from(body), opts);
+        let result = exchange.observe(put).await;
         let e_tag = result.as_ref().ok().map(|r| r.e_tag.as_deref());
         let is_create = matches!(guard, CasGuard::Absent);
         match classify_put(is_create, exchange.last().as_ref(), e_tag) {
             PutVerdict::Applied(tag) => Ok(PutOutcome::Applied(Version::new(tag)?)),
             PutVerdict::Rejected => Ok(PutOutcome::Rejected),
-            PutVerdict::Conflict => self.resolve_conflict(key, guard).await,
+            PutVerdict::Conflict => self.resolve_conflict(key, path, guard, deadline_ms).await,
             PutVerdict::Failed(f) => Err(self.put_error(key, f, result.err())),
         }
     }
@@ -185,14 +224,29 @@ impl S3Store {
     }
 
     /// A 409 means a conflicting conditional write was in flight and ours did not land. One
-    /// read decides: if the condition is false now, "rejected" is the truthful answer (it
-    /// is linearized at that read); otherwise the caller may retry with backoff.
-    async fn resolve_conflict(&self, key: &Key, guard: &CasGuard) -> Result<PutOutcome, Error> {
-        let current = self.get(key).await.ok();
+    /// read decides: if the condition is false now, "rejected" is the truthful answer (it is
+    /// linearized at that read); otherwise the caller may retry with backoff.
+    ///
+    /// That read is one attempt on the CAS client, bounded by what is left of the write's
+    /// timeout (`deadline_ms`): a put never outlives its CAS timeout by more than scheduling.
+    async fn resolve_conflict(
+        &self,
+        key: &Key,
+        path: &Path,
+        guard: &CasGuard,
+        deadline_ms: u64,
+    ) -> Result<PutOutcome, Error> {
+        let left = Duration::from_millis(deadline_ms.saturating_sub(self.clock.mono_ms()));
+        let current = match left.is_zero() {
+            true => None,
+            false => tokio::time::timeout(left, self.fetch(&self.cas, key, path))
+                .await
+                .ok()
+                .and_then(Result::ok),
+        };
         let condition_false = match (guard, &current) {
             (_, None) => false,
-            (CasGuard::Absent, Some(Some(_))) => true,
-            (CasGuard::Absent, Some(None)) => false,
+            (CasGuard::Absent, Some(found)) => found.is_some(),
             (CasGuard::Match(want), Some(found)) => {
                 found.as_ref().map(|s| &s.version) != Some(want)
             }
@@ -208,42 +262,83 @@ impl S3Store {
         .not_committed())
     }
 
+    /// Reads `key` through the read client; a miss is checked against the legacy name.
     async fn read(&self, key: &Key) -> Result<Option<Stored>, Error> {
+        let path = self.path_of(key)?;
+        match self.fetch(&self.read, key, &path).await? {
+            Some(stored) => Ok(Some(stored)),
+            None => self.refuse_legacy_name(key).await.map(|()| None),
+        }
+    }
+
+    /// One GET of `path` through `client`: body and version from the same answer.
+    async fn fetch(
+        &self,
+        client: &AmazonS3,
+        key: &Key,
+        path: &Path,
+    ) -> Result<Option<Stored>, Error> {
         let exchange = Exchange::default();
-        let opts = GetOptions {
-            extensions: exchange.extensions(),
-            ..GetOptions::default()
-        };
-        let fail = |e: object_store::Error| match classify_read(exchange.last().as_ref()) {
-            Some(f) => Err(self.error(Some(key), f, e)),
-            None => Ok(None),
-        };
-        let got = match self.read.get_opts(&self.path_of(key), opts).await {
+        let got = exchange
+            .observe(client.get_opts(path, GetOptions::default()))
+            .await;
+        let got = match got {
             Ok(got) => got,
-            Err(e) => return fail(e),
+            Err(e) => {
+                return match classify_read(exchange.last().as_ref()) {
+                    Some(f) => Err(self.error(Some(key), f, e)),
+                    None => Ok(None),
+                }
+            }
         };
         let tag = got.meta.e_tag.clone().unwrap_or_default();
-        let body = match got.bytes().await {
-            Ok(body) => body,
-            Err(e) => return fail(e).and(Err(unreadable(key))),
-        };
-        let version = Version::new(tag).map_err(|e| e.with_key(key).not_committed())?;
+        let body = exchange
+            .observe(got.bytes())
+            .await
+            .map_err(|e| cut_body(key, e))?;
+        if !strong_etag(&tag) {
+            return Err(unusable_etag(key));
+        }
         Ok(Some(Stored {
-            body: nonce::open(body),
-            version,
+            body: trailer::strip(body),
+            version: Version::new(tag)?,
         }))
     }
 
+    /// A key absent under its name may exist under the name fence used to give it. Reading
+    /// it as absent would let a claim restart its epochs, so the operator is told instead.
+    async fn refuse_legacy_name(&self, key: &Key) -> Result<(), Error> {
+        let Some(legacy) = self.legacy_path(key) else {
+            return Ok(());
+        };
+        match self.fetch(&self.read, key, &legacy).await? {
+            None => Ok(()),
+            Some(_) => Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "bucket {:?}: this key is stored under its percent-encoded name {:?} \
+                     (written by an earlier fence); rename the object to {:?}",
+                    self.bucket,
+                    legacy.as_ref(),
+                    self.object_name(key)
+                ),
+            )
+            .with_key(key)
+            .not_committed()),
+        }
+    }
+
     async fn list_paths(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
-        let under = prefix
-            .map(|p| self.path_of(p))
-            .or_else(|| self.prefix_path());
-        let metas: Vec<_> = self
-            .read
-            .list(under.as_ref())
-            .try_collect()
-            .await
-            .map_err(|e| self.list_error(e))?;
+        let under = match prefix {
+            Some(p) => Some(self.path_of(p)?),
+            None => self.prefix_path()?,
+        };
+        let exchange = Exchange::default();
+        let listing = self.read.list(under.as_ref()).try_collect::<Vec<_>>();
+        let metas = exchange.observe(listing).await.map_err(|e| {
+            let f = classify_list(exchange.last().as_ref());
+            self.error(None, f, e)
+        })?;
         let mut keys: Vec<Key> = metas
             .iter()
             .filter_map(|m| self.key_of(&m.location))
@@ -258,34 +353,33 @@ impl S3Store {
         keys.dedup();
         Ok(keys)
     }
-
-    fn list_error(&self, e: object_store::Error) -> Error {
-        // object_store folds list failures into `Generic`; its message keeps the S3 code.
-        let text = e.to_string();
-        let (kind, why) = if text.contains("NoSuchBucket") {
-            (ErrorKind::NotFound, "the bucket does not exist")
-        } else if text.contains("AccessDenied") || text.contains("SignatureDoesNotMatch") {
-            (ErrorKind::PermissionDenied, "access denied")
-        } else {
-            (ErrorKind::Unavailable, "listing failed")
-        };
-        Error::new(kind, format!("bucket {:?}: {why}", self.bucket))
-            .with_source(e)
-            .not_committed()
-    }
 }
 
-fn decode(part: &str) -> Option<String> {
-    percent_decode_str(part)
-        .decode_utf8()
-        .ok()
-        .map(|s| s.into_owned())
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn unreadable(key: &Key) -> Error {
+fn invalid_key(key: &Key, why: &str) -> Error {
+    Error::new(ErrorKind::InvalidKey, why)
+        .with_key(key)
+        .not_committed()
+}
+
+/// The answer started and then broke off: the object is fine, this read is not. Retryable.
+fn cut_body(key: &Key, source: object_store::Error) -> Error {
     Error::new(
         ErrorKind::Unavailable,
-        "the object's body could not be read",
+        "the answer broke off before the whole body arrived",
+    )
+    .with_key(key)
+    .with_source(source)
+    .not_committed()
+}
+
+fn unusable_etag(key: &Key) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        "the store answered a read without a usable ETag (none, empty or weak)",
     )
     .with_key(key)
     .not_committed()
@@ -305,11 +399,26 @@ impl ConditionalStore for S3Store {
                     .not_committed(),
             );
         }
-        self.conditional_put(key, body, &guard).await
+        let path = self.path_of(key)?;
+        self.conditional_put(key, &path, body, &guard).await
     }
 
     async fn delete(&self, key: &Key, _version: &Version) -> Result<DeleteOutcome, Error> {
         Err(delete_unsupported(key))
+    }
+
+    /// One unconditional `DELETE` (S3 has no conditional delete in object_store): right for
+    /// an object written once under a name never reused. Absent is `Ok`.
+    async fn delete_immutable(&self, key: &Key) -> Result<(), Error> {
+        let path = self.path_of(key)?;
+        let exchange = Exchange::default();
+        match exchange.observe(self.read.delete(&path)).await {
+            Ok(()) => Ok(()),
+            Err(e) => match classify_delete(exchange.last().as_ref()) {
+                None => Ok(()),
+                Some(f) => Err(self.error(Some(key), f, e)),
+            },
+        }
     }
 
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
@@ -317,7 +426,9 @@ impl ConditionalStore for S3Store {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::without_conditional_delete().with_max_body(MAX_BODY)
+        Capabilities::without_conditional_delete()
+            .with_max_body(MAX_BODY)
+            .with_content_versions()
     }
 }
 

@@ -7,12 +7,19 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+#[path = "support/canned.rs"]
+mod canned;
+
 use bytes::Bytes;
 use fence_core::{
-    CasGuard, Commit, ConditionalStore, Entropy, Error, ErrorKind, Key, PutOutcome, Version,
+    CasGuard, Commit, ConditionalStore, Entropy, Error, ErrorKind, Key, NodeLeaseRecord, Ownership,
+    PutOutcome, Version,
 };
 use fence_s3::S3Store;
-use fence_testkit::{probe, run_all, ProbeConfig, SuiteConfig, Verdict};
+use fence_testkit::{probe, run_scenarios, scenarios, ProbeConfig, SuiteConfig, Verdict};
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -141,27 +148,29 @@ async fn conditional_writes_on_honest_servers() {
     }
 }
 
+/// S3 ETags are content hashes: the store declares it (`content_versions`) instead of
+/// disguising bodies; fence makes every body it writes unique.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn identical_bytes_get_distinct_versions() {
-    let Some(s) = servers("identical_bytes_get_distinct_versions") else {
+async fn identical_bytes_repeat_the_version_as_declared() {
+    let Some(s) = servers("identical_bytes_repeat_the_version_as_declared") else {
         return;
     };
     for (name, endpoint) in s.honest() {
         let store = s.store(endpoint, &fresh_prefix(name));
+        assert!(store.capabilities().content_versions);
         let k = key("same");
         let v1 = applied(&store, &k, "same bytes", CasGuard::Absent).await;
         let v2 = applied(&store, &k, "same bytes", CasGuard::Match(v1.clone())).await;
-        assert_ne!(v1, v2, "{name}: identical bytes repeated the version (ABA)");
-        rejected(&store, &k, "same bytes", CasGuard::Match(v1)).await;
-        let raw = raw_etags_of_identical_puts(&s, endpoint).await;
-        println!("{name}: raw object_store PUTs of identical bytes: ETags {raw:?}");
+        assert_eq!(v1, v2, "{name}: ETags are content hashes");
+        let v3 = applied(&store, &k, "other bytes", CasGuard::Match(v1.clone())).await;
+        assert_ne!(v2, v3, "{name}");
+        rejected(&store, &k, "x", CasGuard::Match(v1)).await;
     }
 }
 
-/// What the server itself does with identical bytes (the finding that motivates the nonce).
-async fn raw_etags_of_identical_puts(s: &Servers, endpoint: &str) -> (String, String) {
-    use object_store::{aws::AmazonS3Builder, path::Path, ObjectStoreExt};
-    let raw = AmazonS3Builder::new()
+/// A client of the bucket that is not fence: object_store with the same credentials.
+fn raw_client(s: &Servers, endpoint: &str) -> AmazonS3 {
+    AmazonS3Builder::new()
         .with_bucket_name(&s.bucket)
         .with_endpoint(endpoint)
         .with_allow_http(true)
@@ -169,11 +178,146 @@ async fn raw_etags_of_identical_puts(s: &Servers, endpoint: &str) -> (String, St
         .with_access_key_id(&s.access_key)
         .with_secret_access_key(&s.secret_key)
         .build()
+        .unwrap()
+}
+
+/// Issue 14 item 1: records fence writes on S3 are plain JSON to any other client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_are_plain_json_to_other_clients() {
+    let Some(s) = servers("records_are_plain_json_to_other_clients") else {
+        return;
+    };
+    let prefix = fresh_prefix("plain");
+    let store = Arc::new(s.store(&s.seaweed, &prefix));
+    let ownership = Ownership::new(store.clone(), "n1");
+    ownership
+        .cas_owner("c1", CasGuard::Absent, 1)
+        .await
         .unwrap();
-    let path = Path::from(format!("{}/raw", fresh_prefix("raw")));
-    let a = raw.put(&path, "same".into()).await.unwrap().e_tag.unwrap();
-    let b = raw.put(&path, "same".into()).await.unwrap().e_tag.unwrap();
-    (a, b)
+    let lease = NodeLeaseRecord {
+        node: "n1".into(),
+        expires_ms: 1_800_000_000_000,
+        addr: "127.0.0.1:7000".into(),
+        peer_protocol: 1,
+        generation: "g1".into(),
+    };
+    ownership
+        .cas_node_lease(CasGuard::Absent, &lease)
+        .await
+        .unwrap();
+    let raw = raw_client(&s, &s.seaweed);
+    for (rel, field, want) in [
+        ("cells/c1/own.json", "epoch", serde_json::json!(1)),
+        (
+            "nodes/n1.json",
+            "expires_ms",
+            serde_json::json!(1_800_000_000_000u64),
+        ),
+    ] {
+        let path = Path::parse(format!("{prefix}/{rel}")).unwrap();
+        let bytes = raw.get(&path).await.unwrap().bytes().await.unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|e| panic!("{rel} is not plain JSON ({e}): {bytes:?}"));
+        assert_eq!(json[field], want, "{rel}: {json}");
+    }
+}
+
+/// Objects written by earlier fence (a nonce trailer after the body) stay readable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_with_the_old_nonce_trailer_stay_readable() {
+    let Some(s) = servers("bodies_with_the_old_nonce_trailer_stay_readable") else {
+        return;
+    };
+    let prefix = fresh_prefix("trailer");
+    let raw = raw_client(&s, &s.seaweed);
+    let legacy = "{\"epoch\":4}\n#fence-nonce:00112233445566778899aabbccddeeff\n";
+    let path = Path::parse(format!("{prefix}/cells/c1/own.json")).unwrap();
+    raw.put(&path, legacy.into()).await.unwrap();
+    let store = s.store(&s.seaweed, &prefix);
+    let got = store.get(&key("cells/c1/own.json")).await.unwrap().unwrap();
+    assert_eq!(got.body, Bytes::from("{\"epoch\":4}"));
+    applied(
+        &store,
+        &key("cells/c1/own.json"),
+        "{}",
+        CasGuard::Match(got.version),
+    )
+    .await;
+}
+
+/// Issue 18 item 6: object keys are the fence key's UTF-8 bytes, both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn object_keys_are_utf8_to_other_clients() {
+    let Some(s) = servers("object_keys_are_utf8_to_other_clients") else {
+        return;
+    };
+    for (name, endpoint) in s.honest() {
+        let prefix = fresh_prefix(name);
+        let store = s.store(endpoint, &prefix);
+        applied(&store, &key("uni/ñ ü/日本.json"), "u", CasGuard::Absent).await;
+        let raw = raw_client(&s, endpoint);
+        let foreign = Path::parse(format!("{prefix}/p%41")).unwrap();
+        raw.put(&foreign, "foreign".into()).await.unwrap();
+        let under = Path::parse(&prefix).unwrap();
+        let mut names: Vec<String> =
+            futures::TryStreamExt::try_collect::<Vec<_>>(raw.list(Some(&under)))
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|m| m.location.to_string())
+                .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                format!("{prefix}/p%41"),
+                format!("{prefix}/uni/ñ ü/日本.json")
+            ],
+            "{name}"
+        );
+        let keys = store.list(None).await.unwrap();
+        assert_eq!(keys, [key("p%41"), key("uni/ñ ü/日本.json")], "{name}");
+        let got = store.get(&key("p%41")).await.unwrap().unwrap();
+        assert_eq!(got.body, Bytes::from("foreign"), "{name}");
+    }
+}
+
+/// A key stored by earlier fence under its percent-encoded name is not read as absent (a
+/// claim would restart its epochs): the read fails and names the object to rename.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_under_its_old_escaped_name_is_not_read_as_absent() {
+    let Some(s) = servers("a_key_under_its_old_escaped_name_is_not_read_as_absent") else {
+        return;
+    };
+    let prefix = fresh_prefix("escaped");
+    let raw = raw_client(&s, &s.seaweed);
+    let old_name = Path::parse(format!("{prefix}/cells/%C3%B1/own.json")).unwrap();
+    raw.put(&old_name, "{\"epoch\":9}".into()).await.unwrap();
+    let store = s.store(&s.seaweed, &prefix);
+    let err = store.get(&key("cells/ñ/own.json")).await.unwrap_err();
+    assert_eq!(
+        (err.kind(), err.commit()),
+        (ErrorKind::Unsupported, Commit::NotCommitted),
+        "{err:?}"
+    );
+    assert_eq!(store.get(&key("cells/plain/own.json")).await.unwrap(), None);
+}
+
+/// `delete_immutable` is one plain DELETE; absent is Ok.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_immutable_removes_a_write_once_object() {
+    let Some(s) = servers("delete_immutable_removes_a_write_once_object") else {
+        return;
+    };
+    for (name, endpoint) in s.honest() {
+        let store = s.store(endpoint, &fresh_prefix(name));
+        let k = key("cells/c1/data/blob-0001");
+        applied(&store, &k, "payload", CasGuard::Absent).await;
+        store.delete_immutable(&k).await.unwrap();
+        assert_eq!(store.get(&k).await.unwrap(), None, "{name}");
+        store.delete_immutable(&k).await.unwrap();
+        store.delete_immutable(&key("never/written")).await.unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -244,15 +388,30 @@ fn suite_config(test: &str) -> SuiteConfig {
     }
 }
 
+/// The shared suite, less the scenario that demands fresh versions for identical bytes when
+/// the store declares content-hash versions (`identical_bytes_repeat_the_version_as_declared`
+/// checks the declared behaviour instead). Until the testkit reads the capability itself.
+async fn run_suite(store: S3Store, test: &str) {
+    let skip = store
+        .capabilities()
+        .content_versions
+        .then_some("identical_rewrite");
+    let list: Vec<_> = scenarios::all()
+        .into_iter()
+        .filter(|sc| Some(sc.name()) != skip)
+        .collect();
+    let store: Arc<dyn ConditionalStore> = Arc::new(store);
+    let report = run_scenarios(store, &suite_config(test), &list).await;
+    println!("{report}");
+    assert!(report.is_success(), "{report}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_suite_passes_on_seaweedfs() {
     let Some(s) = servers("conformance_suite_passes_on_seaweedfs") else {
         return;
     };
-    let store: Arc<dyn ConditionalStore> = Arc::new(s.store(&s.seaweed, ""));
-    let report = run_all(store, &suite_config("suite-seaweedfs")).await;
-    println!("{report}");
-    assert!(report.is_success(), "{report}");
+    run_suite(s.store(&s.seaweed, ""), "suite-seaweedfs").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -260,10 +419,7 @@ async fn conformance_suite_passes_on_moto() {
     let Some(s) = servers("conformance_suite_passes_on_moto") else {
         return;
     };
-    let store: Arc<dyn ConditionalStore> = Arc::new(s.store(&s.moto, ""));
-    let report = run_all(store, &suite_config("suite-moto")).await;
-    println!("{report}");
-    assert!(report.is_success(), "{report}");
+    run_suite(s.store(&s.moto, ""), "suite-moto").await;
 }
 
 /// A TCP proxy that forwards each request to `upstream`, waits until the answer starts (the
@@ -433,4 +589,25 @@ async fn an_unreachable_endpoint_is_unavailable_not_a_verdict() {
         matches!(report.verdict, Verdict::Error(_)),
         "not a verdict on honesty: {report:?}"
     );
+}
+
+/// Issue 18 item 5: a 429 after the request was sent is ambiguous. A proxy lets the create
+/// land on SeaweedFS, then answers 429 in its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_after_the_write_landed_is_ambiguous() {
+    let Some(s) = servers("a_429_after_the_write_landed_is_ambiguous") else {
+        return;
+    };
+    let upstream = socket_of(&s.seaweed);
+    let slow_down = canned::Reply::status(
+        429,
+        "application/xml",
+        "<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>",
+    );
+    let proxy = canned::replacing_answers(upstream, "PUT", slow_down).await;
+    let prefix = fresh_prefix("throttled");
+    let direct = s.store(&s.seaweed, &prefix);
+    let throttled = s.store(&proxy.endpoint(), &prefix);
+    let k = key("cells/c1/own.json");
+    canned::assert_create_lands_ambiguously(&throttled, &direct, &k, ErrorKind::Unavailable).await;
 }
