@@ -220,7 +220,7 @@ proptest! {
         std::fs::create_dir(&root).unwrap();
         std::fs::write(base.path().join("outside.fence"), "fence-fs 1 1-ab 1\nx").unwrap();
         let store = FsStore::open(&root).unwrap();
-        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
         let Ok(k) = Key::new(raw.clone()) else { return Ok(()) };
         let put = runtime.block_on(store.put(&k, Bytes::from_static(b"v"), CasGuard::Absent));
         match put {
