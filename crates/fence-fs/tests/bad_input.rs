@@ -241,3 +241,65 @@ proptest! {
         prop_assert_eq!(std::fs::read(base.path().join("outside.fence")).unwrap(), b"fence-fs 1 1-ab 1\nx");
     }
 }
+
+#[test]
+fn a_root_inside_a_fence_tree_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let outer = dir.path();
+    let store = FsStore::open(outer).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    runtime
+        .block_on(store.put(&key("app/x"), "1".into(), CasGuard::Absent))
+        .unwrap();
+    std::fs::create_dir_all(outer.join("elsewhere/deeper")).unwrap();
+    for inner in [
+        "app",
+        "elsewhere",
+        "elsewhere/deeper",
+        ".fence",
+        ".fence/tmp",
+        "app/.fence",
+    ] {
+        let err = FsStore::open(outer.join(inner)).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{inner}");
+    }
+    // Through a symlink too: the check runs on the real path.
+    let link = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outer.join("app"), link.path().join("app")).unwrap();
+    assert_eq!(
+        FsStore::open(link.path().join("app")).unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
+    assert!(
+        !outer.join("elsewhere/.fence").exists(),
+        "a refused open wrote"
+    );
+    // Side by side is fine.
+    let sibling = tempfile::tempdir().unwrap();
+    FsStore::open(sibling.path()).unwrap();
+}
+
+/// What a case-insensitive file system shows the open-time probe: the upper-case name
+/// resolves to the lower-case probe file. (No such file system can be mounted here; a hard
+/// link makes the probe see exactly that.)
+#[test]
+fn a_file_system_that_folds_names_is_refused() {
+    for (name, alias) in [
+        ("case-probe", "CASE-PROBE"),
+        ("norm-probe-\u{e9}", "norm-probe-e\u{301}"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        drop(FsStore::open(dir.path()).unwrap());
+        let tmp = dir.path().join(".fence/tmp");
+        std::fs::hard_link(tmp.join(name), tmp.join(alias)).unwrap();
+        let err = FsStore::open(dir.path()).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unsupported, "{name}");
+        // A different file under the other name is a case-sensitive file system.
+        std::fs::remove_file(tmp.join(alias)).unwrap();
+        std::fs::write(tmp.join(alias), "").unwrap();
+        FsStore::open(dir.path()).unwrap();
+    }
+}
