@@ -33,27 +33,37 @@ enum Phase {
 /// Shared by a write's future and its blocking thread.
 #[derive(Debug)]
 pub struct CommitPoint {
-    phase: Mutex<Phase>,
+    state: Mutex<State>,
     settled: Condvar,
+}
+
+#[derive(Debug)]
+struct State {
+    phase: Phase,
+    /// A giving-up caller waits on `settled`: only then is a notification needed.
+    watched: bool,
 }
 
 impl Default for CommitPoint {
     fn default() -> Self {
         CommitPoint {
-            phase: Mutex::new(Phase::Waiting),
+            state: Mutex::new(State {
+                phase: Phase::Waiting,
+                watched: false,
+            }),
             settled: Condvar::new(),
         }
     }
 }
 
 impl CommitPoint {
-    fn phase(&self) -> MutexGuard<'_, Phase> {
-        self.phase.lock().unwrap_or_else(|p| p.into_inner())
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Fails with [`abandoned`] when the caller gave up, so the thread stops early.
     pub fn check(&self, key: &Key) -> Result<(), Error> {
-        match *self.phase() {
+        match self.state().phase {
             Phase::GaveUp => Err(abandoned(key)),
             _ => Ok(()),
         }
@@ -62,11 +72,11 @@ impl CommitPoint {
     /// Enters the commit point: [`abandoned`] if the caller gave up (then nothing may be
     /// written), else a token to hold across the commit and drop as soon as it is done.
     pub fn enter(&self, key: &Key) -> Result<Committing<'_>, Error> {
-        let mut phase = self.phase();
-        match *phase {
+        let mut state = self.state();
+        match state.phase {
             Phase::GaveUp => Err(abandoned(key)),
             _ => {
-                *phase = Phase::Committing;
+                state.phase = Phase::Committing;
                 Ok(Committing(self))
             }
         }
@@ -76,15 +86,18 @@ impl CommitPoint {
     /// is waited for (at most [`SETTLE_WAIT`]), so that when this returns the write has
     /// either landed or never will.
     pub fn give_up(&self) {
-        let mut phase = self.phase();
-        if *phase == Phase::Waiting {
-            *phase = Phase::GaveUp;
-            return;
+        let mut state = self.state();
+        match state.phase {
+            Phase::Waiting => state.phase = Phase::GaveUp,
+            Phase::Committing => {
+                state.watched = true;
+                let _settled = self
+                    .settled
+                    .wait_timeout_while(state, SETTLE_WAIT, |s| s.phase == Phase::Committing)
+                    .unwrap_or_else(|p| p.into_inner());
+            }
+            Phase::GaveUp | Phase::Settled => {}
         }
-        let _settled = self
-            .settled
-            .wait_timeout_while(phase, SETTLE_WAIT, |p| *p == Phase::Committing)
-            .unwrap_or_else(|p| p.into_inner());
     }
 }
 
@@ -94,8 +107,11 @@ pub struct Committing<'a>(&'a CommitPoint);
 
 impl Drop for Committing<'_> {
     fn drop(&mut self) {
-        *self.0.phase() = Phase::Settled;
-        self.0.settled.notify_all();
+        let mut state = self.0.state();
+        state.phase = Phase::Settled;
+        if state.watched {
+            self.0.settled.notify_all();
+        }
     }
 }
 

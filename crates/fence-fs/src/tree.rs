@@ -293,8 +293,14 @@ impl Tree {
         self.durable.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Opens an object file for reading: `None` if absent; a symlink or a non-file is refused.
-    fn open_object(&self, key: &Key, dir: &Dir<'_>, file: &str) -> Result<Option<File>, Error> {
+    /// Opens an object file for reading, with its length: `None` if absent; a symlink or a
+    /// non-file is refused.
+    fn open_object(
+        &self,
+        key: &Key,
+        dir: &Dir<'_>,
+        file: &str,
+    ) -> Result<Option<(File, u64)>, Error> {
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
         let fd = match rustix::fs::openat(dir, file, flags, Mode::empty()) {
             Ok(fd) => fd,
@@ -308,23 +314,24 @@ impl Tree {
                 "the object's path is not a regular file",
             ));
         }
-        Ok(Some(File::from(fd)))
+        Ok(Some((File::from(fd), stat.st_size as u64)))
     }
 
-    /// Reads the whole object: header and body.
+    /// Reads the whole object: header and body. Object files never change once renamed into
+    /// place (a write renames a new file over them), so the length read at open holds.
     pub fn read_object(
         &self,
         key: &Key,
         dir: &Dir<'_>,
         file: &str,
     ) -> Result<Option<(Header, Vec<u8>)>, Error> {
-        let Some(mut f) = self.open_object(key, dir, file)? else {
+        let Some((mut f, len)) = self.open_object(key, dir, file)? else {
             return Ok(None);
         };
-        let mut bytes = Vec::new();
-        f.read_to_end(&mut bytes).map_err(|e| read_error(key, e))?;
+        let mut bytes = vec![0; len as usize];
+        f.read_exact(&mut bytes).map_err(|e| read_error(key, e))?;
         let header = crate::layout::parse_header(key, &bytes)?;
-        crate::layout::check_length(key, &header, bytes.len() as u64)?;
+        crate::layout::check_length(key, &header, len)?;
         bytes.drain(..header.header_len);
         Ok(Some((header, bytes)))
     }
@@ -336,14 +343,11 @@ impl Tree {
         dir: &Dir<'_>,
         file: &str,
     ) -> Result<Option<Header>, Error> {
-        let Some(f) = self.open_object(key, dir, file)? else {
+        let Some((mut f, len)) = self.open_object(key, dir, file)? else {
             return Ok(None);
         };
-        let len = f.metadata().map_err(|e| read_error(key, e))?.len();
-        let mut head = Vec::with_capacity(MAX_HEADER_LEN);
-        f.take(MAX_HEADER_LEN as u64)
-            .read_to_end(&mut head)
-            .map_err(|e| read_error(key, e))?;
+        let mut head = vec![0; len.min(MAX_HEADER_LEN as u64) as usize];
+        f.read_exact(&mut head).map_err(|e| read_error(key, e))?;
         let header = crate::layout::parse_header(key, &head)?;
         crate::layout::check_length(key, &header, len)?;
         Ok(Some(header))
