@@ -5,13 +5,22 @@
 //! durable when `put` returns, and safe against crashed writers.
 //!
 //! How (see `docs/fs.md` for the whole argument):
-//! - each key has an advisory lock (`flock`) on a file in `<root>/.fence/locks/`; every
-//!   write or delete of the key checks its guard and commits while holding it. The kernel
-//!   drops the lock when its holder dies, so a crashed writer never blocks anyone;
+//! - each object has an advisory lock (`flock`) on a file next to it,
+//!   `<dir>/.fence/<object file>`, so the lock belongs to the object's directory entry
+//!   whichever root reaches it; every write or delete checks its guard and commits while
+//!   holding it. The kernel drops the lock when its holder dies, so a crashed writer never
+//!   blocks anyone;
+//! - a held lock is waited for without a thread (non-blocking tries with backoff, one
+//!   in-process queue per key), at most [`FsStore::with_lock_wait`]; then the write fails
+//!   with `Timeout`, not committed;
+//! - a write whose caller gives up (drops the future, as a timeout does) either has landed when
+//!   the drop returns or never lands: the thread checks under the lock, right before its
+//!   commit point, that the caller still waits;
 //! - the version lives in the object file's header, so body and version are read from one
 //!   file, atomically;
-//! - a write goes to `<root>/.fence/tmp/<key-hash>.tmp`, is synced, renamed over the object
-//!   (the commit point), and the directory is synced;
+//! - a write goes to `<dir>/.fence/tmp/<object file>`, is synced, renamed over the object
+//!   (the commit point), and the directory is synced; each directory's entry in its parent is
+//!   synced before the first write below it, also when another writer made it;
 //! - versions are `<generation>-<128 random bits>`: never repeated, also after delete and
 //!   re-create, across restarts and for identical bytes.
 //!

@@ -93,8 +93,13 @@ fn puts_given_up_on_a_held_lock_leave_no_thread_behind() {
             outcomes.iter().all(Result::is_err),
             "a put passed a held lock"
         );
-        // Past the blocking pool's keep-alive: only threads still doing work remain.
-        tokio::time::sleep(Duration::from_millis(600)).await;
+        // Idle threads leave after the keep-alive; threads still stuck in a write stay.
+        for _ in 0..30 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if threads_named(NAME) <= 1 {
+                break;
+            }
+        }
     });
     let left = threads_named(NAME);
     drop(holder);
