@@ -37,6 +37,9 @@ type DirId = (u64, u64);
 /// directory), so a handle writing ever new directories stays bounded in memory.
 const DURABLE_SET_LIMIT: usize = 65_536;
 
+/// The first read of a whole object: records up to this size take one read.
+const FIRST_READ: u64 = 4096;
+
 /// Mode of every internal directory (`.fence`, `.fence/tmp`).
 const INTERNAL_MODE: u32 = 0o700;
 
@@ -148,25 +151,40 @@ fn check_root_dir(root: &Path) -> Result<(), Error> {
     }
 }
 
-/// Refuses a root inside a fence-fs tree: below another root, in one of its key directories,
-/// or in a `.fence` directory. Such a root would reach the outer tree's objects under other
-/// keys. (The locks would still agree, being per object file, but two names for one record
-/// is a configuration error.) A tree opened later *above* an existing root cannot be seen
-/// from here; its writes stay correct for the same reason.
+/// The file in a root's `.fence` that marks it as a root (made by every open, never removed).
+const ROOT_MARKER: &str = "root";
+/// The lock directory of roots of the earlier layout: marks them as roots too.
+const OLD_LOCKS: &str = "locks";
+
+/// Refuses a root inside a fence-fs tree: below another root (one whose `.fence` holds the
+/// root marker), so also in its key directories and `.fence` directories. Such a root would
+/// reach the outer tree's objects under other keys. (The locks would still agree, being per
+/// object file, but two names for one record is a configuration error.) A tree opened later
+/// *above* an existing root cannot be seen from here; its writes stay correct for the same
+/// reason. A `.fence` directory of some other program is not a root and refuses nothing.
 fn refuse_nested(root: &Path) -> Result<(), Error> {
     let real = std::fs::canonicalize(root)
         .map_err(|e| root_error(root, "cannot be resolved", ErrorKind::InvalidInput, Some(e)))?;
     for outer in real.ancestors().skip(1) {
         let internal = outer.join(INTERNAL_DIR);
-        if std::fs::symlink_metadata(&internal).is_ok_and(|m| m.is_dir()) {
+        let marked = |name: &str, dir: bool| {
+            std::fs::symlink_metadata(internal.join(name)).is_ok_and(|m| m.is_dir() == dir)
+        };
+        if marked(ROOT_MARKER, false) || marked(OLD_LOCKS, true) {
             let what = format!(
-                "lies inside a fence-fs tree ({} exists): open that tree's root instead",
-                internal.display()
+                "lies inside the fence-fs root {}: open that root instead",
+                outer.display()
             );
             return Err(root_error(root, &what, ErrorKind::InvalidInput, None));
         }
     }
     Ok(())
+}
+
+/// Marks `internal` (a root's `.fence`) as a root's.
+fn mark_root(internal: BorrowedFd<'_>) -> Result<(), Errno> {
+    let flags = OFlags::RDONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    rustix::fs::openat(internal, ROOT_MARKER, flags, mode(0o600)).map(drop)
 }
 
 impl Tree {
@@ -182,6 +200,7 @@ impl Tree {
             .map_err(|e| fail("cannot be opened", e))?;
         let internal = open_or_make_dir(root_fd.as_fd(), INTERNAL_DIR, INTERNAL_MODE)
             .map_err(|e| fail("cannot create or open .fence (read-only?)", e))?;
+        mark_root(internal.as_fd()).map_err(|e| fail("cannot mark .fence as a root's", e))?;
         let tmp = open_or_make_dir(internal.as_fd(), TEMP_DIR, INTERNAL_MODE)
             .map_err(|e| fail("cannot create or open .fence/tmp", e))?;
         probe_writable(tmp.as_fd()).map_err(|e| fail("is not writable", e))?;
@@ -328,10 +347,16 @@ impl Tree {
         let Some((mut f, len)) = self.open_object(key, dir, file)? else {
             return Ok(None);
         };
-        let mut bytes = vec![0; len as usize];
+        // One read for a record up to a page; a larger file is only read in full once its
+        // header vouches for its length (a stray huge file costs a page, not its size).
+        let mut bytes = vec![0; len.min(FIRST_READ) as usize];
         f.read_exact(&mut bytes).map_err(|e| read_error(key, e))?;
         let header = crate::layout::parse_header(key, &bytes)?;
         crate::layout::check_length(key, &header, len)?;
+        let first = bytes.len();
+        bytes.resize(len as usize, 0);
+        f.read_exact(&mut bytes[first..])
+            .map_err(|e| read_error(key, e))?;
         bytes.drain(..header.header_len);
         Ok(Some((header, bytes)))
     }

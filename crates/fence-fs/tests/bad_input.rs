@@ -277,9 +277,19 @@ fn a_root_inside_a_fence_tree_is_refused() {
         !outer.join("elsewhere/.fence").exists(),
         "a refused open wrote"
     );
-    // Side by side is fine.
+    // Side by side is fine, and so is a `.fence` directory of some other program above.
     let sibling = tempfile::tempdir().unwrap();
-    FsStore::open(sibling.path()).unwrap();
+    std::fs::create_dir_all(sibling.path().join(".fence/config")).unwrap();
+    std::fs::create_dir(sibling.path().join("data")).unwrap();
+    FsStore::open(sibling.path().join("data")).unwrap();
+    // A root of the earlier layout (locks in `.fence/locks`) is recognised too.
+    let old = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(old.path().join(".fence/locks")).unwrap();
+    std::fs::create_dir(old.path().join("cells")).unwrap();
+    assert_eq!(
+        FsStore::open(old.path().join("cells")).unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
 }
 
 /// What a case-insensitive file system shows the open-time probe: the upper-case name
