@@ -1,9 +1,15 @@
 //! Where a key lives on disk, and the object file's header: pure functions, no I/O.
 
+use std::path::PathBuf;
+
 use fence_core::{Error, ErrorKind, Key, Version};
 
-/// The internal directory under the root: locks and temp files. Never listed, never a key.
+/// The internal directory of every directory of the tree (the root and each key directory):
+/// it holds the lock files of the objects next to it, and their temp files in
+/// [`TEMP_DIR`]. Never listed, never a key.
 pub const INTERNAL_DIR: &str = ".fence";
+/// The temp-file directory inside each [`INTERNAL_DIR`].
+pub const TEMP_DIR: &str = "tmp";
 /// The suffix of every object file. Key segments ending in it are refused, so an object
 /// file can never collide with a directory of a longer key or with [`INTERNAL_DIR`].
 pub const OBJECT_SUFFIX: &str = ".fence";
@@ -15,15 +21,41 @@ const MAGIC: &str = "fence-fs 1";
 pub const MAX_HEADER_LEN: usize = 160;
 
 /// A key's place in the tree: the directories leading to it and the object file's name.
+///
+/// The object's lock file and temp file carry the object file's name too, in the
+/// [`INTERNAL_DIR`] of the object's own directory: so the lock belongs to the directory entry
+/// of the object, whichever root (or alias of a root) it is reached through.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectPath {
     /// Directory names from the root down, each one key segment.
     pub dirs: Vec<String>,
-    /// The object file's name: the last segment plus [`OBJECT_SUFFIX`].
+    /// The object file's name: the last segment plus [`OBJECT_SUFFIX`]. The lock file is
+    /// `<dir>/.fence/<file>`, the temp file `<dir>/.fence/tmp/<file>`.
     pub file: String,
-    /// The key's lock and temp-file stem (FNV-1a 64 of the key, hex): keys sharing it only
-    /// share a lock, which is harmless.
-    pub stem: String,
+}
+
+impl ObjectPath {
+    /// The object file, relative to the root.
+    pub fn object_file(&self) -> PathBuf {
+        self.dir_path().join(&self.file)
+    }
+
+    /// The object's lock file, relative to the root.
+    pub fn lock_file(&self) -> PathBuf {
+        self.dir_path().join(INTERNAL_DIR).join(&self.file)
+    }
+
+    /// The object's temp file, relative to the root.
+    pub fn temp_file(&self) -> PathBuf {
+        self.dir_path()
+            .join(INTERNAL_DIR)
+            .join(TEMP_DIR)
+            .join(&self.file)
+    }
+
+    fn dir_path(&self) -> PathBuf {
+        self.dirs.iter().collect()
+    }
 }
 
 /// Maps a validated key onto the tree, refusing segments this backend cannot store.
@@ -33,6 +65,7 @@ pub struct ObjectPath {
 /// use fence_fs::layout::object_path;
 /// let p = object_path(&Key::new("cells/c1/own.json").unwrap()).unwrap();
 /// assert_eq!((p.dirs.join("/"), p.file.as_str()), ("cells/c1".to_string(), "own.json.fence"));
+/// assert_eq!(p.lock_file(), std::path::Path::new("cells/c1/.fence/own.json.fence"));
 /// let err = object_path(&Key::new(".fence/locks").unwrap()).unwrap_err();
 /// assert_eq!(err.kind(), ErrorKind::InvalidKey);
 /// ```
@@ -46,7 +79,6 @@ pub fn object_path(key: &Key) -> Result<ObjectPath, Error> {
     Ok(ObjectPath {
         dirs: segments,
         file: format!("{last}{OBJECT_SUFFIX}"),
-        stem: format!("{:016x}", fnv1a64(key.as_str().as_bytes())),
     })
 }
 
@@ -69,6 +101,7 @@ pub fn segment_of_file(name: &str) -> Option<&str> {
 }
 
 /// FNV-1a, 64 bit: stable across processes, builds and Rust versions (std's hasher is not).
+/// Names a key's in-process writer queue.
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)

@@ -1,31 +1,47 @@
 //! The blocking file work: every path is opened one component at a time relative to the
 //! root's descriptor with `O_NOFOLLOW`, so a symlink anywhere below the root is refused and
 //! nothing outside the root is ever read or written.
+//!
+//! Every directory of the tree that holds objects has a `.fence` directory next to them: the
+//! objects' lock files, named like the object files, and in `.fence/tmp` their temp files.
 
-use std::fs::File;
+use std::collections::HashSet;
+use std::fs::{File, TryLockError};
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use fence_core::{Error, ErrorKind, Key};
+use fence_core::{Commit, Error, ErrorKind, Key};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
-use crate::layout::{Header, INTERNAL_DIR, MAX_HEADER_LEN};
+use crate::layout::{Header, INTERNAL_DIR, MAX_HEADER_LEN, TEMP_DIR};
 
-/// The root directory and the internal directories, held open.
+/// The root directory, held open, and what this handle knows to be durable below it.
 #[derive(Debug, Clone)]
 pub struct Tree {
     root_path: PathBuf,
     root: Arc<OwnedFd>,
-    locks: Arc<OwnedFd>,
-    tmp: Arc<OwnedFd>,
+    durable: Arc<Mutex<HashSet<DirId>>>,
     /// Mode of object, lock and temp files.
     pub file_mode: u32,
     /// Mode of directories created for keys.
     pub dir_mode: u32,
 }
+
+/// A directory's identity: device and inode.
+type DirId = (u64, u64);
+
+/// Past this many directories the durable set is forgotten (and rebuilt, one `fsync` per
+/// directory), so a handle writing ever new directories stays bounded in memory.
+const DURABLE_SET_LIMIT: usize = 65_536;
+
+/// The first read of a whole object: records up to this size take one read.
+const FIRST_READ: u64 = 4096;
+
+/// Mode of every internal directory (`.fence`, `.fence/tmp`).
+const INTERNAL_MODE: u32 = 0o700;
 
 /// A directory of the tree: the root itself or one opened below it.
 #[derive(Debug)]
@@ -43,6 +59,25 @@ impl AsFd for Dir<'_> {
             Dir::Below(fd) => fd.as_fd(),
         }
     }
+}
+
+/// How a key's directories are reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// To read or delete: nothing is created or synced; a missing directory is `None`.
+    Read,
+    /// To write an existing object: each directory's entry is made durable first.
+    Write,
+    /// To create an object: missing directories are created, and each entry made durable.
+    Create,
+}
+
+/// A key's file lock, held: released when dropped (and by the kernel when the process dies).
+/// Carries the `.fence` directory it lives in, where the key's temp file goes too.
+#[derive(Debug)]
+pub struct Locked {
+    internal: OwnedFd,
+    _lock: File,
 }
 
 const DIR_FLAGS: OFlags = OFlags::RDONLY
@@ -76,54 +111,116 @@ pub fn fs_error(key: &Key, what: &str, errno: Errno) -> Error {
         .not_committed()
 }
 
-fn root_error(root: &Path, what: &str, kind: ErrorKind, source: std::io::Error) -> Error {
-    Error::new(kind, format!("fence-fs root {}: {what}", root.display()))
-        .with_source(source)
-        .not_committed()
+fn root_error(root: &Path, what: &str, kind: ErrorKind, source: Option<std::io::Error>) -> Error {
+    let e = Error::new(kind, format!("fence-fs root {}: {what}", root.display())).not_committed();
+    match source {
+        Some(s) => e.with_source(s),
+        None => e,
+    }
+}
+
+/// The kind of a failure to open a root: missing, forbidden, or else unusable.
+fn root_kind(errno: Errno) -> ErrorKind {
+    match kind_of(errno) {
+        ErrorKind::NotFound => ErrorKind::NotFound,
+        ErrorKind::PermissionDenied => ErrorKind::PermissionDenied,
+        _ => ErrorKind::InvalidInput,
+    }
+}
+
+/// Checks that `root` exists and is a directory.
+fn check_root_dir(root: &Path) -> Result<(), Error> {
+    let meta = std::fs::metadata(root).map_err(|e| {
+        let kind = match e.kind() {
+            std::io::ErrorKind::NotFound => ErrorKind::NotFound,
+            std::io::ErrorKind::PermissionDenied => ErrorKind::PermissionDenied,
+            _ => ErrorKind::InvalidInput,
+        };
+        root_error(root, "cannot be read", kind, Some(e))
+    })?;
+    if meta.is_dir() {
+        Ok(())
+    } else {
+        let e = std::io::Error::from(Errno::NOTDIR);
+        Err(root_error(
+            root,
+            "is not a directory",
+            ErrorKind::InvalidInput,
+            Some(e),
+        ))
+    }
+}
+
+/// The file in a root's `.fence` that marks it as a root (made by every open, never removed).
+const ROOT_MARKER: &str = "root";
+/// The lock directory of roots of the earlier layout: marks them as roots too.
+const OLD_LOCKS: &str = "locks";
+
+/// Refuses a root inside a fence-fs tree: below another root (one whose `.fence` holds the
+/// root marker), so also in its key directories and `.fence` directories. Such a root would
+/// reach the outer tree's objects under other keys. (The locks would still agree, being per
+/// object file, but two names for one record is a configuration error.) A tree opened later
+/// *above* an existing root cannot be seen from here; its writes stay correct for the same
+/// reason. A `.fence` directory of some other program is not a root and refuses nothing.
+fn refuse_nested(root: &Path) -> Result<(), Error> {
+    let real = std::fs::canonicalize(root)
+        .map_err(|e| root_error(root, "cannot be resolved", ErrorKind::InvalidInput, Some(e)))?;
+    for outer in real.ancestors().skip(1) {
+        let internal = outer.join(INTERNAL_DIR);
+        let marked = |name: &str, dir: bool| {
+            std::fs::symlink_metadata(internal.join(name)).is_ok_and(|m| m.is_dir() == dir)
+        };
+        if marked(ROOT_MARKER, false) || marked(OLD_LOCKS, true) {
+            let what = format!(
+                "lies inside the fence-fs root {}: open that root instead",
+                outer.display()
+            );
+            return Err(root_error(root, &what, ErrorKind::InvalidInput, None));
+        }
+    }
+    Ok(())
+}
+
+/// Marks `internal` (a root's `.fence`) as a root's.
+fn mark_root(internal: BorrowedFd<'_>) -> Result<(), Errno> {
+    let flags = OFlags::RDONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    rustix::fs::openat(internal, ROOT_MARKER, flags, mode(0o600)).map(drop)
 }
 
 impl Tree {
-    /// Opens `root`, creates the internal directories and checks that it is writable.
+    /// Opens `root`: refuses a root inside another fence-fs tree, creates the internal
+    /// directories, checks that it is writable and that its file system tells names apart
+    /// that differ only in case or Unicode normalisation.
     pub fn open(root: &Path) -> Result<Tree, Error> {
-        let meta = std::fs::metadata(root).map_err(|e| {
-            let kind = match e.kind() {
-                std::io::ErrorKind::NotFound => ErrorKind::NotFound,
-                std::io::ErrorKind::PermissionDenied => ErrorKind::PermissionDenied,
-                _ => ErrorKind::InvalidInput,
-            };
-            root_error(root, "cannot be read", kind, e)
-        })?;
-        if !meta.is_dir() {
-            let e = std::io::Error::from(Errno::NOTDIR);
-            return Err(root_error(
-                root,
-                "is not a directory",
-                ErrorKind::InvalidInput,
-                e,
-            ));
-        }
-        let fail = |what: &str, errno: Errno| {
-            let kind = match kind_of(errno) {
-                ErrorKind::NotFound => ErrorKind::NotFound,
-                ErrorKind::PermissionDenied => ErrorKind::PermissionDenied,
-                _ => ErrorKind::InvalidInput,
-            };
-            root_error(root, what, kind, errno.into())
-        };
+        check_root_dir(root)?;
+        refuse_nested(root)?;
+        let fail =
+            |what: &str, errno: Errno| root_error(root, what, root_kind(errno), Some(errno.into()));
         let root_fd = rustix::fs::open(root, DIR_FLAGS.difference(OFlags::NOFOLLOW), Mode::empty())
             .map_err(|e| fail("cannot be opened", e))?;
-        let internal = ensure_dir(root_fd.as_fd(), INTERNAL_DIR, 0o700)
+        let internal = open_or_make_dir(root_fd.as_fd(), INTERNAL_DIR, INTERNAL_MODE)
             .map_err(|e| fail("cannot create or open .fence (read-only?)", e))?;
-        let locks = ensure_dir(internal.as_fd(), "locks", 0o700)
-            .map_err(|e| fail("cannot create or open .fence/locks", e))?;
-        let tmp = ensure_dir(internal.as_fd(), "tmp", 0o700)
+        mark_root(internal.as_fd()).map_err(|e| fail("cannot mark .fence as a root's", e))?;
+        let tmp = open_or_make_dir(internal.as_fd(), TEMP_DIR, INTERNAL_MODE)
             .map_err(|e| fail("cannot create or open .fence/tmp", e))?;
         probe_writable(tmp.as_fd()).map_err(|e| fail("is not writable", e))?;
+        if let Some(names) =
+            aliased_names(tmp.as_fd()).map_err(|e| fail("cannot probe file names", e))?
+        {
+            return Err(root_error(
+                root,
+                &format!(
+                    "its file system treats {names} as one name (case-insensitive or \
+                     normalising): keys differing so would alias; use a case-sensitive file system"
+                ),
+                ErrorKind::Unsupported,
+                None,
+            ));
+        }
         Ok(Tree {
             root_path: root.to_path_buf(),
             root: Arc::new(root_fd),
-            locks: Arc::new(locks),
-            tmp: Arc::new(tmp),
+            durable: Arc::default(),
             file_mode: 0o600,
             dir_mode: 0o700,
         })
@@ -134,52 +231,95 @@ impl Tree {
         &self.root_path
     }
 
-    /// Takes the exclusive lock of `stem`, blocking; released when the file is dropped (and
-    /// by the kernel when the process dies).
-    pub fn lock(&self, key: &Key, stem: &str) -> Result<File, Error> {
+    /// Tries the exclusive lock of object `file` in `dir` once, without waiting: `None` when
+    /// another holds it. The lock file is `dir/.fence/<file>`, so every root through which
+    /// the object is reached takes the same lock.
+    pub fn try_lock(&self, key: &Key, dir: &Dir<'_>, file: &str) -> Result<Option<Locked>, Error> {
+        let internal = open_or_make_dir(dir.as_fd(), INTERNAL_DIR, INTERNAL_MODE)
+            .map_err(|e| fs_error(key, "cannot open the key's .fence directory", e))?;
         let flags = OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(&*self.locks, stem, flags, mode(self.file_mode))
+        let fd = rustix::fs::openat(&internal, file, flags, mode(self.file_mode))
             .map_err(|e| fs_error(key, "cannot open the key's lock file", e))?;
-        let file = File::from(fd);
-        file.lock().map_err(|e| {
-            Error::new(ErrorKind::Other, "cannot lock the key's lock file")
-                .with_key(key)
-                .with_source(e)
-                .not_committed()
-        })?;
-        Ok(file)
+        let lock = File::from(fd);
+        match lock.try_lock() {
+            Ok(()) => Ok(Some(Locked {
+                internal,
+                _lock: lock,
+            })),
+            Err(TryLockError::WouldBlock) => Ok(None),
+            Err(TryLockError::Error(e)) => Err(Error::new(
+                ErrorKind::Other,
+                "cannot lock the key's lock file",
+            )
+            .with_key(key)
+            .with_source(e)
+            .not_committed()),
+        }
     }
 
-    /// Opens the directory holding `key`'s object, creating missing directories if `create`.
-    /// `None` when it is missing and `create` is false.
-    pub fn dir(&self, key: &Key, dirs: &[String], create: bool) -> Result<Option<Dir<'_>>, Error> {
+    /// Opens the directory holding `key`'s object, reached as `reach` says. `None` when a
+    /// directory is missing and `reach` does not create.
+    pub fn dir(&self, key: &Key, dirs: &[String], reach: Reach) -> Result<Option<Dir<'_>>, Error> {
         let mut dir = Dir::Root(self.root.as_fd());
         for name in dirs {
-            let next = match open_dir_at(dir.as_fd(), name) {
-                Ok(fd) => fd,
-                Err(Errno::NOENT) if !create => return Ok(None),
-                Err(Errno::NOENT) => self.make_dir(key, &dir, name)?,
+            let (next, synced) = match open_dir_at(dir.as_fd(), name) {
+                Ok(fd) => (fd, false),
+                Err(Errno::NOENT) if reach != Reach::Create => return Ok(None),
+                Err(Errno::NOENT) => make_dir(dir.as_fd(), name, self.dir_mode)
+                    .map(|fd| (fd, true))
+                    .map_err(|e| fs_error(key, "cannot create a directory of the key", e))?,
                 Err(e) => return Err(fs_error(key, "cannot open a directory of the key", e)),
             };
+            if reach != Reach::Read {
+                self.make_durable(key, &dir, &next, synced)?;
+            }
             dir = Dir::Below(next);
         }
         Ok(Some(dir))
     }
 
-    fn make_dir(&self, key: &Key, parent: &Dir<'_>, name: &str) -> Result<OwnedFd, Error> {
-        match rustix::fs::mkdirat(parent, name, mode(self.dir_mode)) {
-            // A new entry must be durable before an object below it is.
-            Ok(()) => rustix::fs::fsync(parent)
-                .map_err(|e| fs_error(key, "cannot sync a new directory's parent", e))?,
-            Err(Errno::EXIST) => {}
-            Err(e) => return Err(fs_error(key, "cannot create a directory of the key", e)),
+    /// Makes `child`'s entry in `parent` durable: `fsync(parent)`, once per directory and
+    /// handle. Whether this handle created `child` or found it does not matter: a writer that
+    /// crashed between its `mkdir` and its `fsync` leaves a directory that is visible but
+    /// would not survive a power loss, and no object below it would either.
+    /// `synced`: the parent was synced since `child` was made (by [`make_dir`]).
+    fn make_durable(
+        &self,
+        key: &Key,
+        parent: &Dir<'_>,
+        child: &OwnedFd,
+        synced: bool,
+    ) -> Result<(), Error> {
+        let stat =
+            rustix::fs::fstat(child).map_err(|e| fs_error(key, "cannot stat a directory", e))?;
+        let id = (stat.st_dev as u64, stat.st_ino as u64);
+        if !synced {
+            if self.durable().contains(&id) {
+                return Ok(());
+            }
+            rustix::fs::fsync(parent)
+                .map_err(|e| fs_error(key, "cannot sync a directory's parent", e))?;
         }
-        open_dir_at(parent.as_fd(), name)
-            .map_err(|e| fs_error(key, "cannot open a directory of the key", e))
+        let mut durable = self.durable();
+        if durable.len() >= DURABLE_SET_LIMIT {
+            durable.clear();
+        }
+        durable.insert(id);
+        Ok(())
     }
 
-    /// Opens an object file for reading: `None` if absent; a symlink or a non-file is refused.
-    fn open_object(&self, key: &Key, dir: &Dir<'_>, file: &str) -> Result<Option<File>, Error> {
+    fn durable(&self) -> std::sync::MutexGuard<'_, HashSet<DirId>> {
+        self.durable.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Opens an object file for reading, with its length: `None` if absent; a symlink or a
+    /// non-file is refused.
+    fn open_object(
+        &self,
+        key: &Key,
+        dir: &Dir<'_>,
+        file: &str,
+    ) -> Result<Option<(File, u64)>, Error> {
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
         let fd = match rustix::fs::openat(dir, file, flags, Mode::empty()) {
             Ok(fd) => fd,
@@ -193,23 +333,30 @@ impl Tree {
                 "the object's path is not a regular file",
             ));
         }
-        Ok(Some(File::from(fd)))
+        Ok(Some((File::from(fd), stat.st_size as u64)))
     }
 
-    /// Reads the whole object: header and body.
+    /// Reads the whole object: header and body. Object files never change once renamed into
+    /// place (a write renames a new file over them), so the length read at open holds.
     pub fn read_object(
         &self,
         key: &Key,
         dir: &Dir<'_>,
         file: &str,
     ) -> Result<Option<(Header, Vec<u8>)>, Error> {
-        let Some(mut f) = self.open_object(key, dir, file)? else {
+        let Some((mut f, len)) = self.open_object(key, dir, file)? else {
             return Ok(None);
         };
-        let mut bytes = Vec::new();
-        f.read_to_end(&mut bytes).map_err(|e| read_error(key, e))?;
+        // One read for a record up to a page; a larger file is only read in full once its
+        // header vouches for its length (a stray huge file costs a page, not its size).
+        let mut bytes = vec![0; len.min(FIRST_READ) as usize];
+        f.read_exact(&mut bytes).map_err(|e| read_error(key, e))?;
         let header = crate::layout::parse_header(key, &bytes)?;
-        crate::layout::check_length(key, &header, bytes.len() as u64)?;
+        crate::layout::check_length(key, &header, len)?;
+        let first = bytes.len();
+        bytes.resize(len as usize, 0);
+        f.read_exact(&mut bytes[first..])
+            .map_err(|e| read_error(key, e))?;
         bytes.drain(..header.header_len);
         Ok(Some((header, bytes)))
     }
@@ -221,66 +368,66 @@ impl Tree {
         dir: &Dir<'_>,
         file: &str,
     ) -> Result<Option<Header>, Error> {
-        let Some(f) = self.open_object(key, dir, file)? else {
+        let Some((mut f, len)) = self.open_object(key, dir, file)? else {
             return Ok(None);
         };
-        let len = f.metadata().map_err(|e| read_error(key, e))?.len();
-        let mut head = Vec::with_capacity(MAX_HEADER_LEN);
-        f.take(MAX_HEADER_LEN as u64)
-            .read_to_end(&mut head)
-            .map_err(|e| read_error(key, e))?;
+        let mut head = vec![0; len.min(MAX_HEADER_LEN as u64) as usize];
+        f.read_exact(&mut head).map_err(|e| read_error(key, e))?;
         let header = crate::layout::parse_header(key, &head)?;
         crate::layout::check_length(key, &header, len)?;
         Ok(Some(header))
     }
 
-    /// Writes `parts` to the key's temp file and syncs it. Nothing is visible yet.
-    pub fn write_temp(&self, key: &Key, stem: &str, parts: &[&[u8]]) -> Result<(), Error> {
-        let name = temp_name(stem);
+    /// Writes `bytes` to the temp file of object `file`, `.fence/tmp/<file>` next to its lock,
+    /// and syncs it. Nothing is visible yet. Returns the temp directory.
+    pub fn write_temp(
+        &self,
+        key: &Key,
+        locked: &Locked,
+        file: &str,
+        bytes: &[u8],
+    ) -> Result<OwnedFd, Error> {
+        let tmp = open_or_make_dir(locked.internal.as_fd(), TEMP_DIR, INTERNAL_MODE)
+            .map_err(|e| fs_error(key, "cannot open the key's temp directory", e))?;
         let flags =
             OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(&*self.tmp, name.as_str(), flags, mode(self.file_mode))
+        let fd = rustix::fs::openat(&tmp, file, flags, mode(self.file_mode))
             .map_err(|e| fs_error(key, "cannot create the temp file", e))?;
         // Exact mode whatever the umask or a crashed writer's leftover had.
         rustix::fs::fchmod(&fd, mode(self.file_mode))
             .map_err(|e| fs_error(key, "cannot set the temp file's mode", e))?;
         let mut f = File::from(fd);
-        for part in parts {
-            f.write_all(part).map_err(|e| write_error(key, e))?;
-        }
-        f.sync_all().map_err(|e| write_error(key, e))
+        f.write_all(bytes).map_err(|e| write_error(key, e))?;
+        f.sync_all().map_err(|e| write_error(key, e))?;
+        Ok(tmp)
     }
 
-    /// Renames the key's temp file over its object: the commit point. Then syncs the
-    /// directory; a failure there is ambiguous (the new object is visible, maybe not durable).
-    pub fn commit_temp(
+    /// Renames the temp file over the object: the commit point.
+    pub fn rename_temp(
         &self,
         key: &Key,
-        stem: &str,
-        dir: &Dir<'_>,
+        tmp: &OwnedFd,
         file: &str,
+        dir: &Dir<'_>,
     ) -> Result<(), Error> {
-        rustix::fs::renameat(&*self.tmp, temp_name(stem).as_str(), dir, file)
-            .map_err(|e| fs_error(key, "cannot rename the temp file over the object", e))?;
-        rustix::fs::fsync(dir).map_err(|e| {
-            fs_error(key, "renamed, but cannot sync the directory", e)
-                .with_commit(fence_core::Commit::Ambiguous)
-        })
+        rustix::fs::renameat(tmp, file, dir, file)
+            .map_err(|e| fs_error(key, "cannot rename the temp file over the object", e))
     }
 
-    /// Removes the object file and syncs its directory (a sync failure is ambiguous).
-    pub fn remove(&self, key: &Key, dir: &Dir<'_>, file: &str) -> Result<(), Error> {
+    /// Removes the object file: the commit point of a delete.
+    pub fn unlink(&self, key: &Key, dir: &Dir<'_>, file: &str) -> Result<(), Error> {
         rustix::fs::unlinkat(dir, file, AtFlags::empty())
-            .map_err(|e| fs_error(key, "cannot remove the object file", e))?;
+            .map_err(|e| fs_error(key, "cannot remove the object file", e))
+    }
+
+    /// Syncs `dir` after a commit in it: a failure is ambiguous (the change is visible, but
+    /// may not survive a power loss).
+    pub fn sync_dir(&self, key: &Key, dir: &Dir<'_>) -> Result<(), Error> {
         rustix::fs::fsync(dir).map_err(|e| {
-            fs_error(key, "removed, but cannot sync the directory", e)
-                .with_commit(fence_core::Commit::Ambiguous)
+            fs_error(key, "committed, but cannot sync the directory", e)
+                .with_commit(Commit::Ambiguous)
         })
     }
-}
-
-fn temp_name(stem: &str) -> String {
-    format!("{stem}.tmp")
 }
 
 fn mode(bits: u32) -> Mode {
@@ -305,10 +452,20 @@ fn write_error(key: &Key, e: std::io::Error) -> Error {
         .not_committed()
 }
 
-fn ensure_dir(parent: BorrowedFd<'_>, name: &str, bits: u32) -> Result<OwnedFd, Errno> {
+/// Opens directory `name` below `parent`, creating it (see [`make_dir`]) when missing.
+fn open_or_make_dir(parent: BorrowedFd<'_>, name: &str, bits: u32) -> Result<OwnedFd, Errno> {
+    match open_dir_at(parent, name) {
+        Err(Errno::NOENT) => make_dir(parent, name, bits),
+        other => other,
+    }
+}
+
+/// Creates directory `name` below `parent` (or finds it made by a racer), syncs `parent` so
+/// the entry is durable, and opens it. The sync happens whether this call or a racer made
+/// it: a racer may have crashed before its own sync.
+fn make_dir(parent: BorrowedFd<'_>, name: &str, bits: u32) -> Result<OwnedFd, Errno> {
     match rustix::fs::mkdirat(parent, name, mode(bits)) {
-        Ok(()) => rustix::fs::fsync(parent)?,
-        Err(Errno::EXIST) => {}
+        Ok(()) | Err(Errno::EXIST) => rustix::fs::fsync(parent)?,
         Err(e) => return Err(e),
     }
     open_dir_at(parent, name)
@@ -347,6 +504,31 @@ fn probe_writable(tmp: BorrowedFd<'_>) -> Result<(), Errno> {
 }
 
 const PROBE: &str = "probe";
+
+/// Pairs of names that a case-folding or normalising file system takes for one: lower and
+/// upper case; a precomposed "é" and "e" with a combining acute accent.
+const ALIAS_PROBES: [(&str, &str); 2] = [
+    ("case-probe", "CASE-PROBE"),
+    ("norm-probe-\u{e9}", "norm-probe-e\u{301}"),
+];
+
+/// Which probe pair names one file in `tmp`, if any. The first name of each pair is a
+/// permanent file there (created once, never removed: nothing accumulates and no concurrent
+/// open can remove it under another's probe); the second is only looked up.
+fn aliased_names(tmp: BorrowedFd<'_>) -> Result<Option<String>, Errno> {
+    let flags = OFlags::RDONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    for (name, alias) in ALIAS_PROBES {
+        let file = rustix::fs::fstat(rustix::fs::openat(tmp, name, flags, mode(0o600))?)?;
+        match rustix::fs::statat(tmp, alias, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(other) if (other.st_dev, other.st_ino) == (file.st_dev, file.st_ino) => {
+                return Ok(Some(format!("{name:?} and {alias:?}")));
+            }
+            Ok(_) | Err(Errno::NOENT) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(None)
+}
 
 impl Tree {
     /// The keys equal to or under `prefix` (all for `None`), sorted. Walks the tree without
@@ -393,7 +575,7 @@ fn walk(
         let Ok(name) = entry.file_name().to_str() else {
             continue;
         };
-        if name == "." || name == ".." || (path.is_empty() && name == INTERNAL_DIR) {
+        if name == "." || name == ".." || name == INTERNAL_DIR {
             continue;
         }
         let file_type = match entry.file_type() {

@@ -220,7 +220,7 @@ proptest! {
         std::fs::create_dir(&root).unwrap();
         std::fs::write(base.path().join("outside.fence"), "fence-fs 1 1-ab 1\nx").unwrap();
         let store = FsStore::open(&root).unwrap();
-        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
         let Ok(k) = Key::new(raw.clone()) else { return Ok(()) };
         let put = runtime.block_on(store.put(&k, Bytes::from_static(b"v"), CasGuard::Absent));
         match put {
@@ -239,5 +239,77 @@ proptest! {
             prop_assert!(f.starts_with(&root) || f == &base.path().join("outside.fence"), "{:?} for {:?}", f, raw);
         }
         prop_assert_eq!(std::fs::read(base.path().join("outside.fence")).unwrap(), b"fence-fs 1 1-ab 1\nx");
+    }
+}
+
+#[test]
+fn a_root_inside_a_fence_tree_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let outer = dir.path();
+    let store = FsStore::open(outer).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    runtime
+        .block_on(store.put(&key("app/x"), "1".into(), CasGuard::Absent))
+        .unwrap();
+    std::fs::create_dir_all(outer.join("elsewhere/deeper")).unwrap();
+    for inner in [
+        "app",
+        "elsewhere",
+        "elsewhere/deeper",
+        ".fence",
+        ".fence/tmp",
+        "app/.fence",
+    ] {
+        let err = FsStore::open(outer.join(inner)).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{inner}");
+    }
+    // Through a symlink too: the check runs on the real path.
+    let link = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outer.join("app"), link.path().join("app")).unwrap();
+    assert_eq!(
+        FsStore::open(link.path().join("app")).unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
+    assert!(
+        !outer.join("elsewhere/.fence").exists(),
+        "a refused open wrote"
+    );
+    // Side by side is fine, and so is a `.fence` directory of some other program above.
+    let sibling = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(sibling.path().join(".fence/config")).unwrap();
+    std::fs::create_dir(sibling.path().join("data")).unwrap();
+    FsStore::open(sibling.path().join("data")).unwrap();
+    // A root of the earlier layout (locks in `.fence/locks`) is recognised too.
+    let old = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(old.path().join(".fence/locks")).unwrap();
+    std::fs::create_dir(old.path().join("cells")).unwrap();
+    assert_eq!(
+        FsStore::open(old.path().join("cells")).unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
+}
+
+/// What a case-insensitive file system shows the open-time probe: the upper-case name
+/// resolves to the lower-case probe file. (No such file system can be mounted here; a hard
+/// link makes the probe see exactly that.)
+#[test]
+fn a_file_system_that_folds_names_is_refused() {
+    for (name, alias) in [
+        ("case-probe", "CASE-PROBE"),
+        ("norm-probe-\u{e9}", "norm-probe-e\u{301}"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        drop(FsStore::open(dir.path()).unwrap());
+        let tmp = dir.path().join(".fence/tmp");
+        std::fs::hard_link(tmp.join(name), tmp.join(alias)).unwrap();
+        let err = FsStore::open(dir.path()).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unsupported, "{name}");
+        // A different file under the other name is a case-sensitive file system.
+        std::fs::remove_file(tmp.join(alias)).unwrap();
+        std::fs::write(tmp.join(alias), "").unwrap();
+        FsStore::open(dir.path()).unwrap();
     }
 }

@@ -2,13 +2,18 @@
 
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use fence_core::{
     CasGuard, Commit, ConditionalStore, DeleteOutcome, ErrorKind, Key, PutOutcome, Version,
 };
 use fence_fs::FsStore;
+use support::hold_lock;
+
+mod support;
 
 fn key(s: &str) -> Key {
     Key::new(s).unwrap()
@@ -165,6 +170,7 @@ fn concurrent_updates_from_threads_lose_nothing() {
     let k = key("counter");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .enable_time()
         .build()
         .unwrap();
     runtime.block_on(create(&store, &k, "0"));
@@ -186,14 +192,49 @@ async fn increment_n(store: &FsStore, k: &Key, n: u32) {
         let stored = store.get(k).await.unwrap().unwrap();
         let value: u64 = std::str::from_utf8(&stored.body).unwrap().parse().unwrap();
         let next = Bytes::from((value + 1).to_string());
-        if let PutOutcome::Applied(_) = store
-            .put(k, next, CasGuard::Match(stored.version))
-            .await
-            .unwrap()
-        {
-            done += 1;
+        match store.put(k, next, CasGuard::Match(stored.version)).await {
+            Ok(PutOutcome::Applied(_)) => done += 1,
+            Ok(PutOutcome::Rejected) => {}
+            // The lock stayed busy for the whole lock wait: nothing written.
+            Err(e) if e.is_retryable() => {}
+            Err(e) => panic!("increment failed: {e}"),
         }
     }
+}
+
+/// `open(R/app)` with key `x` and `open(R)` with key `app/x` name one file: they must take
+/// one lock. (The inner root is opened first: opened after the outer one, it is refused.)
+#[test]
+fn two_roots_aliasing_one_file_lose_no_update() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner_root = dir.path().join("app");
+    std::fs::create_dir(&inner_root).unwrap();
+    let inner = FsStore::open(&inner_root).unwrap();
+    let outer = FsStore::open(dir.path()).unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    runtime.block_on(create(&inner, &key("x"), "0"));
+    let writers = [
+        (&inner, "x"),
+        (&inner, "x"),
+        (&outer, "app/x"),
+        (&outer, "app/x"),
+    ];
+    std::thread::scope(|s| {
+        for (store, k) in writers {
+            let handle = runtime.handle().clone();
+            s.spawn(move || handle.block_on(increment_n(store, &key(k), 100)));
+        }
+    });
+    let body = runtime
+        .block_on(outer.get(&key("app/x")))
+        .unwrap()
+        .unwrap()
+        .body;
+    assert_eq!(&body[..], b"400", "updates lost between aliasing roots");
 }
 
 #[tokio::test]
@@ -265,20 +306,22 @@ async fn corrupt_or_truncated_records_name_the_key() {
     }
 }
 
+/// The lock file of `k` below `root`.
+fn lock_file(root: &Path, k: &Key) -> PathBuf {
+    root.join(fence_fs::layout::object_path(k).unwrap().lock_file())
+}
+
 #[tokio::test]
 async fn crashed_writer_leftovers_do_not_block() {
     let (dir, store) = fresh();
     let k = key("left/over");
     let v = create(&store, &k, "good").await;
     // A crashed writer leaves its temp file (half written) and its lock file behind.
-    for entry in std::fs::read_dir(dir.path().join(".fence/locks")).unwrap() {
-        let name = entry.unwrap().file_name().into_string().unwrap();
-        std::fs::write(
-            dir.path().join(format!(".fence/tmp/{name}.tmp")),
-            "fence-fs 1 9-ab 99\nhalf",
-        )
-        .unwrap();
-    }
+    let temp = dir
+        .path()
+        .join(fence_fs::layout::object_path(&k).unwrap().temp_file());
+    std::fs::write(&temp, "fence-fs 1 9-ab 99\nhalf").unwrap();
+    assert!(lock_file(dir.path(), &k).is_file());
     assert_eq!(&store.get(&k).await.unwrap().unwrap().body[..], b"good");
     let PutOutcome::Applied(_) = update(&store, &k, "next", &v).await else {
         panic!("a leftover temp file must not block a write")
@@ -287,35 +330,43 @@ async fn crashed_writer_leftovers_do_not_block() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_held_lock_blocks_writers_until_released() {
+async fn a_held_lock_times_a_put_out_and_it_never_lands() {
     let (dir, store) = fresh();
+    let store = store.with_lock_wait(Duration::from_millis(300));
     let k = key("held");
     let v = create(&store, &k, "x").await;
-    let lock_path = std::fs::read_dir(dir.path().join(".fence/locks"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let holder = std::fs::File::open(&lock_path).unwrap();
-    holder.lock().unwrap();
-    let writer = tokio::spawn({
-        let (store, k, v) = (store.clone(), k.clone(), v.clone());
-        async move { store.put(&k, "y".into(), CasGuard::Match(v)).await }
-    });
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    assert!(
-        !writer.is_finished(),
-        "a write went through while the key's lock was held"
-    );
+    let holder = hold_lock(dir.path(), &k);
+    // The store's own bound: a clean Timeout, nothing written.
+    let put = store.put(&k, "y".into(), CasGuard::Match(v.clone()));
+    let err = tokio::time::timeout(Duration::from_secs(3), put)
+        .await
+        .expect("a put waiting on a held lock must give up by itself")
+        .unwrap_err();
     assert_eq!(
-        store.get(&k).await.unwrap().unwrap().version,
-        v,
+        (err.kind(), err.commit()),
+        (ErrorKind::Timeout, Commit::NotCommitted)
+    );
+    // The caller's bound, shorter than the store's: the put is dropped while it waits.
+    let abandoned = store.put(&k, "z".into(), CasGuard::Match(v.clone()));
+    assert!(tokio::time::timeout(Duration::from_millis(50), abandoned)
+        .await
+        .is_err());
+    let stored = store.get(&k).await.unwrap().unwrap();
+    assert_eq!(
+        (&stored.body[..], &stored.version),
+        (&b"x"[..], &v),
         "reads are lock-free"
     );
     drop(holder);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stored = store.get(&k).await.unwrap().unwrap();
+    assert_eq!(
+        (&stored.body[..], &stored.version),
+        (&b"x"[..], &v),
+        "a put landed after its caller gave up"
+    );
     assert!(matches!(
-        writer.await.unwrap().unwrap(),
+        update(&store, &k, "w", &v).await,
         PutOutcome::Applied(_)
     ));
 }

@@ -20,6 +20,7 @@ fn worker(args: &[&str]) -> Command {
 
 fn block<T>(f: impl std::future::Future<Output = T>) -> T {
     tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .unwrap()
         .block_on(f)
@@ -123,13 +124,14 @@ fn after_crashes_cas_still_works(store: &FsStore, key: &Key, root: &Path) {
         PutOutcome::Rejected
     );
     let count = |d: &str| std::fs::read_dir(root.join(d)).unwrap().count();
-    // At most the key's own temp file, plus the open probe where O_TMPFILE is missing.
+    // The key's own temp file at most: crashed writers leave nothing that piles up.
     assert!(
-        count(".fence/tmp") <= 2,
+        count("crash/.fence/tmp") <= 1,
         "temp files pile up: {}",
-        count(".fence/tmp")
+        count("crash/.fence/tmp")
     );
-    assert_eq!(count(".fence/locks"), 1, "one lock file per key");
+    // One lock file (and the temp directory) for the one key.
+    assert_eq!(count("crash/.fence"), 2, "one lock file per key");
 }
 
 fn spawn_lease_contender(root: &str, node: &str) -> Child {
@@ -166,5 +168,112 @@ fn two_processes_contending_for_one_lease_have_one_winner() {
             .collect();
         answers.sort();
         assert_eq!(answers, ["applied", "rejected"], "round {round}");
+    }
+}
+
+/// A `hold-lock` worker holding `key`'s file lock; released by [`release_lock`].
+fn lock_in_other_process(root: &str, key: &str) -> Child {
+    let mut child = worker(&["hold-lock", root, key])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "locked");
+    child
+}
+
+fn release_lock(mut child: Child) {
+    child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    assert!(child.wait().unwrap().success());
+}
+
+/// The runtime's claim, its owner write stuck behind a lock another process holds: whichever
+/// gives up first (the store's lock wait, or the runtime's attempt timeout dropping the
+/// write), the claim fails, and the owner record never shows it afterwards.
+#[test]
+fn a_claim_whose_owner_write_is_stuck_never_lands_later() {
+    use fence_core::Fence;
+    // 100 ms: the store gives up first; 10 s: the runtime's attempt timeout does.
+    for lock_wait in [Duration::from_millis(100), Duration::from_secs(10)] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_str().unwrap();
+        let store = FsStore::open(dir.path()).unwrap().with_lock_wait(lock_wait);
+        block(async {
+            let fence = Fence::builder(std::sync::Arc::new(store), "n1")
+                .ttl(Duration::from_secs(2))
+                .build()
+                .unwrap();
+            let owner_key = fence.ownership().owner_key("orders").unwrap();
+            let holder = lock_in_other_process(root, owner_key.as_str());
+            let keeper = fence.acquire().await.unwrap();
+            let err = keeper.claim("orders").await.unwrap_err();
+            println!("lock wait {lock_wait:?}: claim failed with {err}");
+            release_lock(holder);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let owner = fence.ownership().read_owner("orders").await.unwrap();
+            assert!(
+                owner.is_none(),
+                "lock wait {lock_wait:?}: the claim failed ({:?}, {:?}) but its owner write \
+                 landed later: {owner:?}",
+                err.kind(),
+                err.commit()
+            );
+            keeper.release().await;
+        });
+    }
+}
+
+/// A key directory left by a writer that crashed between its `mkdir` and its `fsync`: the
+/// next write below it syncs each parent before its rename. Observed with strace.
+#[test]
+fn a_write_below_directories_it_did_not_create_syncs_their_parents() {
+    let Ok(status) = Command::new("strace")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .status()
+    else {
+        println!("SKIPPED: strace is not installed");
+        return;
+    };
+    assert!(status.success());
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    drop(FsStore::open(&root).unwrap());
+    // The crashed writer's directories: made, never synced.
+    std::fs::create_dir_all(root.join("cells/c1")).unwrap();
+    let log = dir.path().join("strace.log");
+    let out = Command::new("strace")
+        .args([
+            "-f",
+            "-y",
+            "-e",
+            "trace=fsync,rename,renameat,renameat2",
+            "-o",
+        ])
+        .arg(&log)
+        .arg(WORKER)
+        .args(["create", root.to_str().unwrap(), "cells/c1/own.json", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "applied");
+    let trace = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = trace.lines().collect();
+    // strace -f prefixes each line with the thread id: match the call anywhere in the line.
+    let first = |pred: &dyn Fn(&str) -> bool| lines.iter().position(|l| pred(l));
+    let rename = first(&|l| l.contains("rename") && l.contains("\"own.json.fence\""))
+        .expect("the rename is traced");
+    for parent in [root.clone(), root.join("cells")] {
+        let fd_of_parent = format!("<{}>)", parent.display());
+        let synced = first(&|l| l.contains("fsync(") && l.contains(&fd_of_parent));
+        assert!(
+            synced.is_some_and(|s| s < rename),
+            "{} was not synced before the rename:\n{trace}",
+            parent.display()
+        );
     }
 }

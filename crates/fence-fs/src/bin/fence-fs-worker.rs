@@ -4,7 +4,11 @@
 //! - `fence-fs-worker crash-writer ROOT KEY`: rewrites KEY by CAS forever with
 //!   self-describing bodies (`seq=N;len=L;` then filler), until killed;
 //! - `fence-fs-worker lease ROOT NODE`: waits for a line on stdin, then tries to acquire
-//!   NODE's lease with `CasGuard::Absent` and prints `applied` or `rejected`.
+//!   NODE's lease with `CasGuard::Absent` and prints `applied` or `rejected`;
+//! - `fence-fs-worker hold-lock ROOT KEY`: takes KEY's file lock (as a writer in the middle
+//!   of a write holds it), prints `locked`, and holds it until stdin closes or has a line;
+//! - `fence-fs-worker create ROOT KEY BODY`: one create-if-absent put; prints `applied` or
+//!   `rejected`.
 
 use std::io::BufRead;
 use std::sync::Arc;
@@ -19,6 +23,7 @@ use fence_fs::FsStore;
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .expect("a tokio runtime");
     let result = runtime.block_on(run(&args));
@@ -32,20 +37,58 @@ async fn run(args: &[String]) -> Result<(), Error> {
     let usage = || {
         Error::new(
             ErrorKind::InvalidInput,
-            "usage: incr|crash-writer|lease ROOT ...",
+            "usage: incr|crash-writer|lease|hold-lock|create ROOT ...",
         )
     };
     let (mode, root) = match args {
         [mode, root, ..] => (mode.as_str(), root),
         _ => return Err(usage()),
     };
+    if let ("hold-lock", [key]) = (mode, &args[2..]) {
+        return hold_lock(root, &Key::new(key.as_str())?);
+    }
     let store = FsStore::open(root)?;
     match (mode, &args[2..]) {
         ("incr", [key, n]) => increment(&store, &Key::new(key.as_str())?, parse(n)?).await,
         ("crash-writer", [key]) => crash_writer(&store, &Key::new(key.as_str())?).await,
         ("lease", [node]) => lease(store, node).await,
+        ("create", [key, body]) => create(&store, &Key::new(key.as_str())?, body).await,
         _ => Err(usage()),
     }
+}
+
+fn io_error(what: &'static str) -> impl Fn(std::io::Error) -> Error {
+    move |e| Error::new(ErrorKind::Other, what).with_source(e)
+}
+
+/// Holds `key`'s lock file (see [`fence_fs::layout::ObjectPath::lock_file`]) until stdin
+/// has a line or closes.
+fn hold_lock(root: &str, key: &Key) -> Result<(), Error> {
+    let path = std::path::Path::new(root).join(fence_fs::layout::object_path(key)?.lock_file());
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io_error("cannot create the lock's directory"))?;
+    }
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io_error("cannot open the lock file"))?;
+    lock.lock().map_err(io_error("cannot lock"))?;
+    println!("locked");
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    Ok(())
+}
+
+async fn create(store: &FsStore, key: &Key, body: &str) -> Result<(), Error> {
+    let body = Bytes::from(body.to_owned());
+    match store.put(key, body, CasGuard::Absent).await? {
+        PutOutcome::Applied(_) => println!("applied"),
+        PutOutcome::Rejected => println!("rejected"),
+    }
+    Ok(())
 }
 
 fn parse(n: &str) -> Result<u64, Error> {
@@ -61,8 +104,12 @@ async fn increment(store: &FsStore, key: &Key, n: u64) -> Result<(), Error> {
             Some(Stored { body, version }) => (CasGuard::Match(version), counter(key, &body)?),
         };
         let next = Bytes::from((value + 1).to_string());
-        if let PutOutcome::Applied(_) = store.put(key, next, guard).await? {
-            done += 1;
+        match store.put(key, next, guard).await {
+            Ok(PutOutcome::Applied(_)) => done += 1,
+            Ok(PutOutcome::Rejected) => {}
+            // The lock stayed busy for the whole lock wait: nothing written, try again.
+            Err(e) if e.is_retryable() => {}
+            Err(e) => return Err(e),
         }
     }
     println!("done {n}");
@@ -112,7 +159,7 @@ async fn lease(store: FsStore, node: &str) -> Result<(), Error> {
     std::io::stdin()
         .lock()
         .read_line(&mut line)
-        .map_err(|e| Error::new(ErrorKind::Other, "stdin").with_source(e))?;
+        .map_err(io_error("stdin"))?;
     let record = NodeLeaseRecord {
         node: node.to_owned(),
         expires_ms: fence_core::now_ms() + 10_000,
