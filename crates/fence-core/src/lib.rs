@@ -36,7 +36,8 @@ pub use memory::MemoryStore;
 pub use ownership::{CasOutcome, LeaseCasError, LeaseCasOutcome, Ownership};
 pub use record::{NodeLease, NodeLeaseRecord, OwnerRecord};
 pub use runtime::{
-    read_cell, update_cell, CellClaim, CellData, Fence, FenceBuilder, LeaseKeeper, WriteAck,
+    read_cell, update_cell, CellClaim, CellData, ClaimStatus, Fence, FenceBuilder, LeaseKeeper,
+    WriteAck,
 };
 pub use store::{
     Capabilities, CasGuard, ConditionalStore, DeleteOutcome, PutOutcome, Stored, Version,

@@ -272,6 +272,8 @@ pub struct LeaseCore {
     held: Option<Held>,
     writes_issued: u64,
     flaws: Flaws,
+    /// The generation of a predecessor process the caller knows is gone.
+    predecessor: Option<String>,
 }
 
 impl LeaseCore {
@@ -284,7 +286,18 @@ impl LeaseCore {
             held: None,
             writes_issued: 0,
             flaws: Flaws::default(),
+            predecessor: None,
         }
+    }
+
+    /// Acquires as the successor of the process with lease generation `generation`, which
+    /// the caller knows is no longer running (this host's previous process, say): a record
+    /// of that generation is taken over at once, without a TTL of observation. This trusts
+    /// the caller; a record of any other generation is judged as usual.
+    #[must_use]
+    pub fn succeeding(mut self, generation: impl Into<String>) -> Self {
+        self.predecessor = Some(generation.into());
+        self
     }
 
     pub(crate) fn with_flaws(mut self, flaws: Flaws) -> Self {
@@ -495,7 +508,12 @@ impl LeaseCore {
                 }
                 let sent = a.read_sent.unwrap_or(now.mono_ms);
                 let seen = Observation::update(a.seen.as_ref(), Some(o.clone()), sent, now.mono_ms);
-                let verdict = seen.judge(now, &self.cfg);
+                let succeeded = self.predecessor.as_deref() == Some(o.record.generation.as_str());
+                let verdict = if succeeded {
+                    Liveness::Dead
+                } else {
+                    seen.judge(now, &self.cfg)
+                };
                 a.seen = Some(seen);
                 match verdict {
                     Liveness::Dead => {

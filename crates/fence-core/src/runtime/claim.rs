@@ -44,11 +44,28 @@ impl Known {
     }
 }
 
+/// How a claim ended, as far as this process knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClaimStatus {
+    /// The lease is held and no write has found the claim superseded.
+    Held,
+    /// A write found the cell at a later epoch or with another owner.
+    Superseded {
+        /// The epoch found (0 when the head was gone).
+        epoch: u64,
+    },
+    /// The claim was released.
+    Released,
+    /// The node lease is no longer held.
+    LeaseLost,
+}
+
 /// A claimed cell: its epoch, and fenced writes of its head.
 ///
 /// Writes through one claim are serialised (it is `&self`, so they may be issued
 /// concurrently): each is settled by evidence before the next is sent, so none is ever
-/// applied twice or over a later one.
+/// applied twice or over a later one. Dropping it ends the claim locally (the store still
+/// names this node until it is released or taken over).
 #[derive(Debug)]
 pub struct CellClaim {
     shared: Arc<Shared>,
@@ -56,6 +73,9 @@ pub struct CellClaim {
     epoch: u64,
     /// `None` after a write that got no verdict: the next write reads the head first.
     known: tokio::sync::Mutex<Option<Known>>,
+    /// Set once a write found the claim superseded (or it was released).
+    ended: std::sync::Mutex<Option<ClaimStatus>>,
+    ended_now: tokio::sync::Notify,
 }
 
 fn not_ours(cell: &str, found: u64) -> Error {
@@ -66,6 +86,9 @@ pub(crate) async fn claim(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim,
     check_name("cell", cell)?;
     if !shared.is_held() {
         return Err(Error::fenced("cannot claim a cell without a held lease"));
+    }
+    if let Some(epoch) = shared.claimed(cell) {
+        return Err(already_claimed(cell, epoch));
     }
     let fence = &shared.fence;
     let own = &fence.ownership;
@@ -139,10 +162,7 @@ pub(crate) async fn claim(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim,
         }
     };
     let (prior, extra) = match read {
-        Some((h, _)) => {
-            let payload = carried_payload(shared, cell, epoch, &h).await?;
-            (payload, h.extra)
-        }
+        Some((h, _)) => carried(shared, cell, epoch, h).await?,
         None => (CellPayload::Empty, Extra::new()),
     };
     let payload = sabotaged_carry(shared, cell, early, prior);
@@ -157,7 +177,7 @@ pub(crate) async fn claim(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim,
     };
     if sabotaged!(fence.flaws, SkipSeal) {
         let known = view.map(|v| Known::of(body, v.version));
-        return Ok(CellClaim::new(shared, cell, epoch, known));
+        return CellClaim::new(shared, cell, epoch, known);
     }
     let write = HeadWrite {
         own,
@@ -172,12 +192,7 @@ pub(crate) async fn claim(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim,
     match write.settle(bound).await {
         Ok(Settled::Landed(v)) => {
             info!(node = me, cell, epoch, from = ?from, "cell claimed");
-            Ok(CellClaim::new(
-                shared,
-                cell,
-                epoch,
-                Some(Known::of(body, v)),
-            ))
+            CellClaim::new(shared, cell, epoch, Some(Known::of(body, v)))
         }
         Ok(Settled::Moved { .. }) => Err(lost_race(cell, Commit::NotCommitted)),
         Ok(Settled::Fenced { maybe_landed, .. }) => {
@@ -192,6 +207,43 @@ pub(crate) async fn claim(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim,
     }
 }
 
+fn already_claimed(cell: &str, epoch: u64) -> Error {
+    Error::new(
+        ErrorKind::InvalidInput,
+        format!("cell {cell} is already claimed by this lease at epoch {epoch}: use that claim (claiming again would fence it)"),
+    )
+    .not_committed()
+}
+
+/// [`LeaseKeeper::adopt`](super::LeaseKeeper::adopt).
+pub(crate) async fn adopt(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim, Error> {
+    check_name("cell", cell)?;
+    if !shared.is_held() {
+        return Err(Error::fenced("cannot adopt a cell without a held lease"));
+    }
+    if let Some(epoch) = shared.claimed(cell) {
+        return Err(already_claimed(cell, epoch));
+    }
+    let fence = &shared.fence;
+    let read = bounded(
+        &fence.clock,
+        shared.request_bound_ms(),
+        fence.ownership.read_head(cell),
+    );
+    match read.await.map_err(Error::not_committed)? {
+        Some((h, v)) if h.node.as_deref() == Some(shared.node()) && h.format == HeadFormat::V2 => {
+            let epoch = h.epoch;
+            info!(node = shared.node(), cell, epoch, "cell adopted at its current epoch");
+            CellClaim::new(shared, cell, epoch, Some(Known::of(h, v)))
+        }
+        Some((h, _)) => Err(Error::fenced(format!(
+            "cell {cell} is not this node's to adopt (owner {:?} at epoch {}; an older format needs a claim)",
+            h.node, h.epoch
+        ))),
+        None => Err(Error::fenced(format!("cell {cell} has no head to adopt"))),
+    }
+}
+
 fn lost_race(cell: &str, commit: Commit) -> Error {
     Error::new(
         ErrorKind::Busy,
@@ -200,16 +252,17 @@ fn lost_race(cell: &str, commit: Commit) -> Error {
     .with_commit(commit)
 }
 
-/// The payload a claim carries forward from head `h`: its own, or a version-1 cell's data
-/// head moved into it.
-async fn carried_payload(
+/// The payload and unknown fields a claim carries forward from head `h`: its own, or — for
+/// a version-1 cell — its separate data head moved into it (its fields too, the head's
+/// winning a clash).
+async fn carried(
     shared: &Shared,
     cell: &str,
     epoch: u64,
-    h: &CellHead,
-) -> Result<CellPayload, Error> {
+    h: CellHead,
+) -> Result<(CellPayload, Extra), Error> {
     if h.format != HeadFormat::V1 {
-        return Ok(h.payload.clone());
+        return Ok((h.payload, h.extra));
     }
     let fence = &shared.fence;
     let own = &fence.ownership;
@@ -217,13 +270,13 @@ async fn carried_payload(
     let legacy = bounded(&fence.clock, bound, own.read_legacy_data(cell))
         .await
         .map_err(Error::not_committed)?;
-    match legacy {
-        None => Ok(CellPayload::Empty),
-        Some((data, _)) => {
-            let store = own.store_payload(cell, epoch, data.payload, fence.inline_max);
-            bounded(&fence.clock, bound, store).await
-        }
-    }
+    let Some((data, _)) = legacy else {
+        return Ok((CellPayload::Empty, h.extra));
+    };
+    let mut extra = data.extra;
+    extra.extend(h.extra);
+    let store = own.store_payload(cell, epoch, data.payload, fence.inline_max);
+    Ok((bounded(&fence.clock, bound, store).await?, extra))
 }
 
 /// The payload a sabotaged claim carries instead of the current one.
@@ -244,14 +297,37 @@ fn sabotaged_carry(
     current
 }
 
+impl Drop for CellClaim {
+    fn drop(&mut self) {
+        self.shared.unregister(&self.cell, self.epoch);
+    }
+}
+
 impl CellClaim {
-    fn new(shared: &Arc<Shared>, cell: &str, epoch: u64, known: Option<Known>) -> Self {
-        CellClaim {
+    fn new(
+        shared: &Arc<Shared>,
+        cell: &str,
+        epoch: u64,
+        known: Option<Known>,
+    ) -> Result<Self, Error> {
+        shared
+            .register(cell, epoch)
+            .map_err(|e| already_claimed(cell, e))?;
+        Ok(CellClaim {
             shared: shared.clone(),
             cell: cell.into(),
             epoch,
             known: tokio::sync::Mutex::new(known),
-        }
+            ended: std::sync::Mutex::new(None),
+            ended_now: tokio::sync::Notify::new(),
+        })
+    }
+
+    fn end(&self, how: ClaimStatus) {
+        let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+        ended.get_or_insert(how);
+        drop(ended);
+        self.ended_now.notify_waiters();
     }
 
     /// The cell.
@@ -264,9 +340,39 @@ impl CellClaim {
         self.epoch
     }
 
-    /// Whether the node lease is held now (a local check; the store is the real fence).
+    /// Whether this claim may act now: the node lease is held (judged now, on the monotonic
+    /// clock) and no write has found the cell superseded. A local check; the store is the
+    /// real fence — a claim superseded since its last write reads as held until its next
+    /// write or the lease's loss says otherwise.
     pub fn is_held(&self) -> bool {
-        self.shared.is_held()
+        self.status() == ClaimStatus::Held
+    }
+
+    /// This claim's state, as far as this process knows.
+    pub fn status(&self) -> ClaimStatus {
+        let ended = *self.ended.lock().unwrap_or_else(|p| p.into_inner());
+        match ended {
+            Some(s) => s,
+            None if self.shared.is_held() => ClaimStatus::Held,
+            None => ClaimStatus::LeaseLost,
+        }
+    }
+
+    /// Waits until the claim is over as far as this process can tell — the lease is lost
+    /// (fenced, expired, released) or a write found the cell superseded — and says how.
+    /// Cancellation-safe.
+    pub async fn lost(&self) -> ClaimStatus {
+        loop {
+            let ended = self.ended_now.notified();
+            let status = self.status();
+            if status != ClaimStatus::Held {
+                return status;
+            }
+            tokio::select! {
+                _ = ended => {}
+                _ = self.shared.lost() => {}
+            }
+        }
     }
 
     /// A fenced write of the cell's data.
@@ -358,6 +464,7 @@ impl CellClaim {
                     }
                     warn!(node = self.shared.node(), cell = %self.cell, epoch = self.epoch, found = epoch,
                           "write refused: the epoch was superseded");
+                    self.end(ClaimStatus::Superseded { epoch });
                     return Err(not_ours(&self.cell, epoch));
                 }
                 Err(e) => {
@@ -383,11 +490,15 @@ impl CellClaim {
             self.shared.request_bound_ms(),
             own.read_head(&self.cell),
         );
-        match read.await.map_err(Error::not_committed)? {
-            Some((h, v)) if h.is_owned_by(self.shared.node(), self.epoch) => Ok(Known::of(h, v)),
-            Some((h, _)) => Err(not_ours(&self.cell, h.epoch)),
-            None => Err(not_ours(&self.cell, 0)),
-        }
+        let found = match read.await.map_err(Error::not_committed)? {
+            Some((h, v)) if h.is_owned_by(self.shared.node(), self.epoch) => {
+                return Ok(Known::of(h, v))
+            }
+            Some((h, _)) => h.epoch,
+            None => 0,
+        };
+        self.end(ClaimStatus::Superseded { epoch: found });
+        Err(not_ours(&self.cell, found))
     }
 
     /// Deletes the payload object a landed write replaced (nothing refers to it any more).
@@ -417,7 +528,15 @@ impl CellClaim {
     }
 
     /// Releases the cell: an unowned head that keeps the epoch and the data. One request.
+    /// Refused ([`ErrorKind::Fenced`], nothing written) once the lease is no longer held:
+    /// release cells before the lease.
     pub async fn release(self) -> Result<(), Error> {
+        if !self.shared.is_held() {
+            return Err(Error::fenced(format!(
+                "cell {}: lease not held; release refused locally (the cell stays named until taken over)",
+                self.cell
+            )));
+        }
         let fence = &self.shared.fence;
         let mut slot = self.known.lock().await;
         let mut known = slot.take();
@@ -448,10 +567,14 @@ impl CellClaim {
             match write.settle(|| self.shared.request_bound_ms()).await? {
                 Settled::Landed(_) => {
                     info!(node = self.shared.node(), cell = %self.cell, epoch = self.epoch, "cell released");
+                    self.end(ClaimStatus::Released);
                     return Ok(());
                 }
                 Settled::Moved { head, version } => known = Some(Known::of(head, version)),
-                Settled::Fenced { epoch, .. } => return Err(not_ours(&self.cell, epoch)),
+                Settled::Fenced { epoch, .. } => {
+                    self.end(ClaimStatus::Superseded { epoch });
+                    return Err(not_ours(&self.cell, epoch));
+                }
             }
         }
         Err(Error::new(

@@ -1,5 +1,6 @@
 //! Acquiring and keeping this node's lease: the shell around [`LeaseCore`].
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{mpsc, watch};
@@ -24,6 +25,8 @@ pub(crate) struct Shared {
     extra: Mutex<Extra>,
     /// The last store failure, reported when an acquisition gives up.
     last_error: Mutex<Option<Error>>,
+    /// Cells with a live [`CellClaim`](super::CellClaim) of this lease, and their epochs.
+    claimed: Mutex<HashMap<Box<str>, u64>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -31,21 +34,61 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    fn new(fence: &Fence) -> Arc<Self> {
+    fn new(fence: &Fence, predecessor: Option<&str>) -> Arc<Self> {
         let holder = Holder {
             node: fence.ownership.node().to_owned(),
             addr: fence.addr.clone(),
             peer_protocol: 1,
             generation: format!("{:016x}", fence.entropy.next_u64()),
         };
-        let core = LeaseCore::new(holder, fence.cfg.clone()).with_flaws(fence.flaws);
+        let mut core = LeaseCore::new(holder, fence.cfg.clone()).with_flaws(fence.flaws);
+        if let Some(p) = predecessor {
+            core = core.succeeding(p);
+        }
         Arc::new(Shared {
             fence: fence.clone(),
             core: Mutex::new(core),
             status: watch::channel(LeaseStatus::Acquiring).0,
             extra: Mutex::new(Extra::new()),
             last_error: Mutex::new(None),
+            claimed: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Registers a live claim of `cell`; `Err(epoch)` if this lease already has one.
+    pub(crate) fn register(&self, cell: &str, epoch: u64) -> Result<(), u64> {
+        let mut claimed = lock(&self.claimed);
+        if let Some(e) = claimed.get(cell) {
+            return Err(*e);
+        }
+        claimed.insert(cell.into(), epoch);
+        Ok(())
+    }
+
+    /// Whether this lease has a live claim of `cell`, and at which epoch.
+    pub(crate) fn claimed(&self, cell: &str) -> Option<u64> {
+        lock(&self.claimed).get(cell).copied()
+    }
+
+    pub(crate) fn unregister(&self, cell: &str, epoch: u64) {
+        let mut claimed = lock(&self.claimed);
+        if claimed.get(cell) == Some(&epoch) {
+            claimed.remove(cell);
+        }
+    }
+
+    /// Waits until the keeper publishes that the lease is no longer held.
+    pub(crate) async fn lost(&self) -> LeaseStatus {
+        let mut rx = self.status.subscribe();
+        loop {
+            let s = rx.borrow_and_update().clone();
+            if !matches!(s, LeaseStatus::Held | LeaseStatus::Acquiring) {
+                return s;
+            }
+            if rx.changed().await.is_err() {
+                return self.status_now();
+            }
+        }
     }
 
     pub(crate) fn core(&self) -> MutexGuard<'_, LeaseCore> {
@@ -209,7 +252,18 @@ impl Fence {
     /// [`ErrorKind::Busy`] if another live process holds it (or a racer won), the store's
     /// own error kind if the store failed. On success a background task renews it.
     pub async fn acquire(&self) -> Result<LeaseKeeper, Error> {
-        self.acquire_until(None).await
+        self.acquire_until(None, None).await
+    }
+
+    /// Acquires as the successor of this node's previous process, whose lease generation was
+    /// `predecessor` and which the caller **knows** is no longer running (it persisted its
+    /// generation, and its process is gone): a lease record of that generation is taken over
+    /// at once instead of after a TTL of observation. A record of any other generation is
+    /// judged as [`acquire`](Self::acquire) does. If the predecessor is in fact still
+    /// running, two processes act as the node until its next renewal fails; the cells'
+    /// epochs still reject its late writes once they are claimed anew.
+    pub async fn acquire_succeeding(&self, predecessor: &str) -> Result<LeaseKeeper, Error> {
+        self.acquire_until(None, Some(predecessor)).await
     }
 
     /// Acquires, waiting up to `timeout` for a live holder to go: it is polled every
@@ -220,11 +274,15 @@ impl Fence {
     pub async fn acquire_wait(&self, timeout: std::time::Duration) -> Result<LeaseKeeper, Error> {
         let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         let deadline = self.clock.mono_ms().saturating_add(timeout_ms);
-        self.acquire_until(Some(deadline)).await
+        self.acquire_until(Some(deadline), None).await
     }
 
-    async fn acquire_until(&self, deadline: Option<u64>) -> Result<LeaseKeeper, Error> {
-        let shared = Shared::new(self);
+    async fn acquire_until(
+        &self,
+        deadline: Option<u64>,
+        predecessor: Option<&str>,
+    ) -> Result<LeaseKeeper, Error> {
+        let shared = Shared::new(self, predecessor);
         let mut event = LeaseEvent::Acquire {
             wait: deadline.is_some(),
         };
@@ -324,14 +382,56 @@ impl LeaseKeeper {
         &self.shared.fence
     }
 
-    /// Claims `cell` at a new epoch (see [`crate::decide::decide_claim`]). The claim's write
-    /// of the cell head at the new epoch is the seal: from then on every write of an earlier
-    /// epoch is rejected by the store.
+    /// Claims `cell` at a new epoch (see [`crate::decide::decide_claim`]): two requests
+    /// (read the head, write it), three for the first cell taken over from a dead node whose
+    /// lease was not read in the last [`poll_ms`](crate::decide::LeaseConfig::poll_ms). The
+    /// claim's write of the cell head at the new epoch is the seal: from then on every write
+    /// of an earlier epoch is rejected by the store. A new epoch is taken also when the store
+    /// already names this node (a predecessor process's cell); see
+    /// [`adopt`](Self::adopt) to resume one without.
     ///
-    /// Errors: [`ErrorKind::Fenced`] if the lease is not held; [`ErrorKind::Busy`] if a live
-    /// foreign owner has the cell or a racer won; [`ErrorKind::Corrupt`] if the head is.
+    /// Errors: [`ErrorKind::Fenced`] if the lease is not held; [`ErrorKind::InvalidInput`]
+    /// if this lease already has a live claim of the cell (use that one; claiming again
+    /// would fence it); [`ErrorKind::Busy`] if a live foreign owner has the cell or a racer
+    /// won; [`ErrorKind::Corrupt`] if the head is.
     pub async fn claim(&self, cell: &str) -> Result<claim::CellClaim, Error> {
         claim::claim(&self.shared, cell).await
+    }
+
+    /// Claims each of `cells` (see [`claim`](Self::claim)) with at most `concurrency` claims
+    /// in flight; the results come back in the order of `cells`. Reads of a foreign owner's
+    /// lease are shared by all its cells, so taking over `n` cells of one dead node costs
+    /// `2n + 1` requests.
+    pub async fn claim_many<I, S>(
+        &self,
+        cells: I,
+        concurrency: usize,
+    ) -> Vec<(String, Result<claim::CellClaim, Error>)>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        use futures::StreamExt;
+        futures::stream::iter(cells.into_iter().map(Into::into))
+            .map(|cell: String| async move {
+                let result = claim::claim(&self.shared, &cell).await;
+                (cell, result)
+            })
+            .buffered(concurrency.max(1))
+            .collect()
+            .await
+    }
+
+    /// Resumes `cell` at its current epoch, without a new one, if the store names this node
+    /// as its owner: one request. For a process that restarted under the same node id (or
+    /// whose lease lapsed while nobody took over) and wants its cells back without a
+    /// failover. Correct only when no other process of this node can still write under that
+    /// epoch — this process wrote it, or the one that did is gone and its requests have
+    /// settled; otherwise its late writes and ours would interleave at one epoch (the store
+    /// still keeps every write consistent, and every later claim fences both). Errors:
+    /// [`ErrorKind::Fenced`] if the lease is not held or the cell is not this node's.
+    pub async fn adopt(&self, cell: &str) -> Result<claim::CellClaim, Error> {
+        claim::adopt(&self.shared, cell).await
     }
 
     /// Stops renewing and writes a released lease record (`expires_ms: 0`), so peers may take

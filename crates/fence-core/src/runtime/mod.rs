@@ -46,7 +46,7 @@ use crate::ownership::{Ownership, INLINE_MAX_DEFAULT};
 use crate::store::ConditionalStore;
 
 pub use cell::{read_cell, update_cell, CellData};
-pub use claim::{CellClaim, WriteAck};
+pub use claim::{CellClaim, ClaimStatus, WriteAck};
 pub use keeper::LeaseKeeper;
 pub use observer::Observer;
 
