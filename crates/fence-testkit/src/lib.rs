@@ -5,8 +5,9 @@
 //!
 //! - [`run_all`]: every conformance scenario, the [contract probe](probe()) first; returns a
 //!   [`Report`] ending in the line `N passed, M failed`.
-//! - [`probe()`]: a short check any user can run against a live store; says
-//!   [`Verdict::Honest`], [`Verdict::Violation`] or [`Verdict::Error`] (could not tell).
+//! - [`probe()`]: the contract probe of `fence-probe`, re-exported: a short check any user can
+//!   run against a live store; says [`Verdict::Honest`], [`Verdict::Violation`],
+//!   [`Verdict::Unsupported`] or [`Verdict::Error`] (could not tell).
 //! - [`FaultyStore`]: a seeded wrapper injecting lost answers, failures before sending, 409s,
 //!   5xx after applying, latency and hangs. [`CountingStore`]: round trips per operation.
 //! - [`linearizability`]: records histories of concurrent gets and puts and checks them
@@ -34,7 +35,6 @@
 pub mod counting;
 pub mod faulty;
 pub mod linearizability;
-pub mod probe;
 pub mod round_trips;
 pub mod sabotage;
 pub mod scenarios;
@@ -43,7 +43,7 @@ pub mod suite;
 
 pub use counting::{CountingStore, OpCounts};
 pub use faulty::{Fault, FaultyStore, OpKind, RandomFaults};
-pub use probe::{probe, ProbeConfig, ProbeReport, Verdict};
+pub use fence_probe::{probe, ProbeConfig, ProbeReport, Verdict};
 pub use suite::{
     run_all, run_scenarios, Report, Scenario, ScenarioCtx, ScenarioResult, SuiteConfig,
 };

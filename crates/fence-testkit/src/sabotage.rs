@@ -27,6 +27,10 @@ pub enum Flaw {
     RejectsLandedWrites,
     /// Every request fails: the store is unreachable ([`ErrorKind::Unavailable`]).
     Unreachable,
+    /// Replace-if-current is not implemented: a `put` with [`CasGuard::Match`] answers
+    /// [`ErrorKind::Unsupported`], not committed (like an adapter over a store without
+    /// `PutMode::Update`). Honest, but fence cannot run on it.
+    NoUpdate,
 }
 
 /// An in-memory store with one deliberate [`Flaw`].
@@ -131,6 +135,13 @@ impl ConditionalStore for SabotagedStore {
 
     async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
         self.unreachable()?;
+        if self.flaw == Flaw::NoUpdate && matches!(guard, CasGuard::Match(_)) {
+            let e = Error::new(
+                ErrorKind::Unsupported,
+                "replace-if-current is not implemented",
+            );
+            return Err(e.with_key(key).not_committed());
+        }
         let written = if self.flaw == Flaw::TwoWinners {
             self.check_then_write(key, body, &guard).await?
         } else {

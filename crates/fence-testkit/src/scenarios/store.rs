@@ -292,7 +292,8 @@ fn parse_counter(body: &[u8]) -> Option<u64> {
 }
 
 /// One worker's increments: read, write `n + 1` guarded by the read version, retry on
-/// `Rejected` or a not-committed error. Returns the attempts made.
+/// `Rejected` or a retryable error ([`Error::is_retryable`]); any other error ends the
+/// worker. Returns the attempts made.
 async fn increment(store: &dyn ConditionalStore, key: &Key, times: usize) -> Result<u64, String> {
     let mut attempts = 0;
     for _ in 0..times {
@@ -314,8 +315,11 @@ async fn increment(store: &dyn ConditionalStore, key: &Key, times: usize) -> Res
             {
                 Ok(PutOutcome::Applied(_)) => break,
                 Ok(PutOutcome::Rejected) => continue,
-                Err(e) if !e.is_ambiguous() => continue,
-                Err(e) => return Err(failed("counter write (cannot count exactly)", &e)),
+                Err(e) if e.is_retryable() => continue,
+                Err(e) if e.is_ambiguous() => {
+                    return Err(failed("counter write (cannot count exactly)", &e))
+                }
+                Err(e) => return Err(failed("counter write (not retryable)", &e)),
             }
         }
     }
