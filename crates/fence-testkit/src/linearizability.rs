@@ -109,8 +109,8 @@ impl History {
 }
 
 /// A store wrapper that records every `get` and `put` into a [`History`]. Failed gets are
-/// not recorded (they constrain nothing). `delete` and `list` pass through unrecorded: do not
-/// delete keys of a recorded history.
+/// not recorded (they constrain nothing). `delete`, `delete_immutable` and `list` pass through
+/// unrecorded: do not delete keys of a recorded history.
 #[derive(Debug)]
 pub struct RecordingStore {
     inner: Arc<dyn ConditionalStore>,
@@ -176,6 +176,10 @@ impl ConditionalStore for RecordingStore {
 
     async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
         self.inner.delete(key, version).await
+    }
+
+    async fn delete_immutable(&self, key: &Key) -> Result<(), Error> {
+        self.inner.delete_immutable(key).await
     }
 
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use fence_core::store::delete_unsupported;
 use fence_core::{
     Capabilities, CasGuard, ConditionalStore, DeleteOutcome, Error, ErrorKind, Key, PutOutcome,
     Stored, Version,
@@ -31,6 +32,9 @@ pub enum Flaw {
     /// [`ErrorKind::Unsupported`], not committed (like an adapter over a store without
     /// `PutMode::Update`). Honest, but fence cannot run on it.
     NoUpdate,
+    /// `list(prefix)` leaves out the key equal to `prefix` (lists only what is under
+    /// `prefix/`, a common slip when a prefix is turned into `prefix/` for the store).
+    ListsOnlyChildren,
 }
 
 /// An in-memory store with one deliberate [`Flaw`].
@@ -49,18 +53,37 @@ pub enum Flaw {
 #[derive(Debug)]
 pub struct SabotagedStore {
     flaw: Flaw,
+    capabilities: Capabilities,
     objects: Mutex<BTreeMap<Key, (Bytes, Version)>>,
     counter: AtomicU64,
 }
 
 impl SabotagedStore {
-    /// An empty store with `flaw`.
+    /// An empty store with `flaw`, declaring [`Capabilities::full`].
     pub fn new(flaw: Flaw) -> Self {
         SabotagedStore {
             flaw,
+            capabilities: Capabilities::full(),
             objects: Mutex::new(BTreeMap::new()),
             counter: AtomicU64::new(0),
         }
+    }
+
+    /// The same store declaring `capabilities` instead. Declaring what a flaw does makes it
+    /// honest: [`Flaw::RepeatingVersions`] with
+    /// [`Capabilities::with_content_versions`] is a store with content-hash versions.
+    ///
+    /// ```
+    /// use fence_core::{Capabilities, ConditionalStore};
+    /// use fence_testkit::sabotage::{Flaw, SabotagedStore};
+    /// let caps = Capabilities::full().with_content_versions();
+    /// let store = SabotagedStore::new(Flaw::RepeatingVersions).with_capabilities(caps);
+    /// assert!(store.capabilities().content_versions);
+    /// ```
+    #[must_use]
+    pub fn with_capabilities(mut self, capabilities: Capabilities) -> Self {
+        self.capabilities = capabilities;
+        self
     }
 
     fn objects(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, (Bytes, Version)>> {
@@ -159,6 +182,9 @@ impl ConditionalStore for SabotagedStore {
 
     async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
         self.unreachable()?;
+        if !self.capabilities.conditional_delete {
+            return Err(delete_unsupported(key));
+        }
         let mut objects = self.objects();
         match objects.get(key) {
             Some((_, v)) if v == version => {
@@ -169,16 +195,24 @@ impl ConditionalStore for SabotagedStore {
         }
     }
 
+    /// A plain delete, like a store without conditional delete has.
+    async fn delete_immutable(&self, key: &Key) -> Result<(), Error> {
+        self.unreachable()?;
+        self.objects().remove(key);
+        Ok(())
+    }
+
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
         self.unreachable()?;
         let objects = self.objects();
+        let only_children = self.flaw == Flaw::ListsOnlyChildren;
         let keys = objects
             .keys()
-            .filter(|k| prefix.is_none_or(|p| k.starts_with(p)));
+            .filter(|k| prefix.is_none_or(|p| k.starts_with(p) && !(only_children && *k == p)));
         Ok(keys.cloned().collect())
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::full()
+        self.capabilities
     }
 }

@@ -199,3 +199,23 @@ async fn linearizability_fails_when_most_writes_failed() {
     println!("{checked:?}");
     assert!(checked.is_err(), "passed though most writes failed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_that_leaves_out_the_prefix_key_is_caught() {
+    let failures = scenario_failures(Flaw::ListsOnlyChildren).await;
+    assert_eq!(failures, ["list_prefix"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declared_content_versions_pass_the_identical_rewrite() {
+    let caps = fence_core::Capabilities::full().with_content_versions();
+    let store = SabotagedStore::new(Flaw::RepeatingVersions).with_capabilities(caps);
+    let list = fence_testkit::scenarios::store_level();
+    let rewrite: Vec<_> = list
+        .into_iter()
+        .filter(|s| s.name() == "identical_rewrite")
+        .collect();
+    let report = fence_testkit::run_scenarios(Arc::new(store), &quick(), &rewrite).await;
+    println!("{report}");
+    assert!(report.is_success(), "{report}");
+}
