@@ -35,11 +35,13 @@
 pub mod counting;
 pub mod faulty;
 pub mod linearizability;
+pub mod objstore;
 pub mod round_trips;
 pub mod sabotage;
 pub mod scenarios;
 pub mod sim;
 pub mod suite;
+pub mod wire;
 
 pub use counting::{CountingStore, OpCounts};
 pub use faulty::{Fault, FaultyStore, OpKind, RandomFaults};

@@ -216,3 +216,73 @@ impl ConditionalStore for SabotagedStore {
         self.capabilities
     }
 }
+
+/// How a [`Misclassifying`] adapter gets its write errors wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Misclassification {
+    /// Every failed write is reported [`Commit::NotCommitted`](fence_core::Commit).
+    EveryErrorNotCommitted,
+    /// A failed connection ([`ErrorKind::Unavailable`] or [`ErrorKind::Timeout`], ambiguous)
+    /// is reported not committed: a reset after the request was sent taken for a refused
+    /// connection.
+    ResetNotCommitted,
+}
+
+/// An adapter wrapper that classifies write errors wrongly: over a store that never fails it
+/// passes every scenario; over a fault layer that records what landed
+/// ([`FaultProxy`](crate::wire::FaultProxy),
+/// [`FaultyObjectStore`](crate::objstore::FaultyObjectStore)) it must be caught.
+///
+/// ```
+/// use std::sync::Arc;
+/// use fence_core::MemoryStore;
+/// use fence_testkit::sabotage::{Misclassification, Misclassifying};
+/// let liar = Misclassifying::new(Arc::new(MemoryStore::new()), Misclassification::EveryErrorNotCommitted);
+/// # let _ = liar;
+/// ```
+#[derive(Debug)]
+pub struct Misclassifying {
+    inner: std::sync::Arc<dyn ConditionalStore>,
+    how: Misclassification,
+}
+
+impl Misclassifying {
+    /// Wraps `inner`, getting its write errors wrong as `how` says.
+    pub fn new(inner: std::sync::Arc<dyn ConditionalStore>, how: Misclassification) -> Self {
+        Misclassifying { inner, how }
+    }
+
+    fn misclassify(&self, e: Error) -> Error {
+        let connection = matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Timeout);
+        match self.how {
+            Misclassification::EveryErrorNotCommitted => e.not_committed(),
+            Misclassification::ResetNotCommitted if connection => e.not_committed(),
+            Misclassification::ResetNotCommitted => e,
+        }
+    }
+}
+
+#[async_trait]
+impl ConditionalStore for Misclassifying {
+    async fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
+        self.inner.get(key).await
+    }
+    async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
+        self.inner
+            .put(key, body, guard)
+            .await
+            .map_err(|e| self.misclassify(e))
+    }
+    async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
+        self.inner.delete(key, version).await
+    }
+    async fn delete_immutable(&self, key: &Key) -> Result<(), Error> {
+        self.inner.delete_immutable(key).await
+    }
+    async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
+        self.inner.list(prefix).await
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+}

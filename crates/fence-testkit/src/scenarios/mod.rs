@@ -7,6 +7,7 @@
 pub mod ownership;
 pub mod runtime;
 pub mod store;
+pub mod wire;
 
 use crate::linearizability;
 use crate::suite::{Scenario, ScenarioCtx, ScenarioOutcome};
