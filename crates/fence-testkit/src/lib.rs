@@ -10,6 +10,11 @@
 //!   [`Verdict::Unsupported`] or [`Verdict::Error`] (could not tell).
 //! - [`FaultyStore`]: a seeded wrapper injecting lost answers, failures before sending, 409s,
 //!   5xx after applying, latency and hangs. [`CountingStore`]: round trips per operation.
+//! - [`wire`]: a fault proxy on the wire between a real adapter and its real server, recording
+//!   what the server applied; [`scenarios::wire`] checks every answer of the adapter against
+//!   it, and runs the lease/claim/write runtime through the faults.
+//! - [`objstore`]: the same below an adapter over object_store, without a server, and the
+//!   reference adapter over object_store.
 //! - [`linearizability`]: records histories of concurrent gets and puts and checks them
 //!   against a per-key CAS register.
 //! - [`sabotage`]: deliberately broken stores the suite must catch.
@@ -46,6 +51,11 @@ pub mod wire;
 pub use counting::{CountingStore, OpCounts};
 pub use faulty::{Fault, FaultyStore, OpKind, RandomFaults};
 pub use fence_probe::{probe, ProbeConfig, ProbeReport, Verdict};
+/// docs/testkit.md, compiled as doctests so its examples cannot rot.
+#[doc = include_str!("../../../docs/testkit.md")]
+#[cfg(doctest)]
+pub struct TestkitGuideDoctests;
+
 pub use suite::{
     run_all, run_scenarios, Report, Scenario, ScenarioCtx, ScenarioResult, SuiteConfig,
 };
