@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, LOCATION};
 use hyper::http::request::Parts;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
@@ -202,6 +202,7 @@ async fn serve(
         *by_fault.entry(fault_kind(&fault)).or_default() += 1;
     }
     let request = format!("{} {}", parts.method, parts.uri);
+    let request_uri = parts.uri.to_string();
     let in_flight =
         is_write(&parts.method).then(|| shared.ledger.begin(&body, &request, &fault.to_string()));
     if !fault.forwards() {
@@ -210,6 +211,7 @@ async fn serve(
         }
         return match fault {
             WireFault::AnswerBefore(status) => canned(status),
+            WireFault::RedirectBefore => redirect(&request_uri),
             _ => killed(kill, Kill::Reset).await,
         };
     }
@@ -256,6 +258,7 @@ fn canned(status: u16) -> Answer {
         429 => "TooManyRequests",
         500 => "InternalError",
         503 => "SlowDown",
+        303 => "SeeOther",
         _ => "InjectedFault",
     };
     let body = format!(
@@ -267,6 +270,15 @@ fn canned(status: u16) -> Answer {
     answer
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/xml"));
+    answer
+}
+
+/// `303 See Other` back to `uri`.
+fn redirect(uri: &str) -> Answer {
+    let mut answer = canned(303);
+    if let Ok(location) = HeaderValue::from_str(uri) {
+        answer.headers_mut().insert(LOCATION, location);
+    }
     answer
 }
 

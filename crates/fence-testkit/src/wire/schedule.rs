@@ -17,6 +17,9 @@ pub enum WireFault {
     ResetBeforeForward,
     /// Answer this status without forwarding: nothing applied.
     AnswerBefore(u16),
+    /// Answer `303 See Other` pointing back at the same URL, without forwarding: nothing
+    /// applied (a client that follows it turns the write into a read).
+    RedirectBefore,
     /// Forward, take the server's answer, then close the client's connection without
     /// answering (TCP FIN): the answer is lost.
     DropAnswer,
@@ -36,7 +39,7 @@ impl WireFault {
     pub fn forwards(&self) -> bool {
         !matches!(
             self,
-            WireFault::ResetBeforeForward | WireFault::AnswerBefore(_)
+            WireFault::ResetBeforeForward | WireFault::AnswerBefore(_) | WireFault::RedirectBefore
         )
     }
 }
@@ -47,6 +50,7 @@ impl fmt::Display for WireFault {
             WireFault::Forward => f.write_str("forward"),
             WireFault::ResetBeforeForward => f.write_str("reset before forwarding"),
             WireFault::AnswerBefore(s) => write!(f, "{s} before forwarding"),
+            WireFault::RedirectBefore => f.write_str("303 to the same URL before forwarding"),
             WireFault::DropAnswer => f.write_str("answer dropped after the server answered"),
             WireFault::ResetAfterForward => f.write_str("reset after the server answered"),
             WireFault::AnswerAfter(s) => write!(f, "{s} after the server answered"),
@@ -85,7 +89,7 @@ impl FaultMix {
         self
     }
 
-    /// Every fault kind on conditional writes, about 30% of requests. `deadline` is the
+    /// Every fault kind on conditional writes, about 31% of requests. `deadline` is the
     /// adapter's bound of one write: the delays are 1.5 × `deadline`.
     pub fn writes(deadline: Duration) -> Self {
         let late = deadline + deadline / 2;
@@ -95,6 +99,7 @@ impl FaultMix {
             .with(0.02, WireFault::AnswerBefore(429))
             .with(0.02, WireFault::AnswerBefore(409))
             .with(0.02, WireFault::AnswerBefore(500))
+            .with(0.01, WireFault::RedirectBefore)
             .with(0.04, WireFault::DropAnswer)
             .with(0.04, WireFault::ResetAfterForward)
             .with(0.02, WireFault::AnswerAfter(503))
