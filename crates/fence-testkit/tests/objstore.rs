@@ -73,3 +73,17 @@ async fn the_runtime_keeps_its_promises_over_faults_below_the_adapter() {
     assert!(report.violations.is_empty(), "{report}");
     assert!(report.writes > 0, "some writes were acknowledged: {report}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runtime_checks_catch_a_store_that_ignores_conditions() {
+    use fence_testkit::sabotage::{Flaw, SabotagedStore};
+    let liar: Arc<dyn ConditionalStore> = Arc::new(SabotagedStore::new(Flaw::IgnoresGuard));
+    let cfg = RuntimeWorkload {
+        ttl: std::time::Duration::from_secs(1),
+        run_for: std::time::Duration::from_secs(3),
+        ..RuntimeWorkload::default()
+    };
+    let report = runtime(liar.clone(), liar, &prefix(), &cfg).await;
+    println!("{report}");
+    assert!(!report.violations.is_empty(), "{report}");
+}

@@ -452,7 +452,7 @@ impl NodeRun {
             while lease.is_held() && self.running() {
                 let cell = &self.cells[self.entropy.below(self.cells.len() as u64) as usize];
                 match lease.claim(cell).await {
-                    Ok(claim) => self.hold(claim).await,
+                    Ok(claim) => self.hold(cell, claim).await,
                     Err(_) => self.pause().await,
                 }
             }
@@ -461,14 +461,14 @@ impl NodeRun {
     }
 
     /// Writes a few payloads under a claim, then releases it or keeps it.
-    async fn hold(&self, claim: fence_core::CellClaim) {
-        let (cell, epoch) = (claim.cell().to_owned(), claim.epoch());
-        log(&self.log).claimed(&cell, epoch, &self.name);
+    async fn hold(&self, cell: &str, claim: fence_core::CellClaim) {
+        let epoch = claim.epoch();
+        log(&self.log).claimed(cell, epoch, &self.name);
         for seq in 1..=1 + self.entropy.below(4) {
             let payload = format!("{}|{epoch}|{seq}", self.name);
             log(&self.log).attempted.insert(payload.clone());
             match claim.write(payload.clone()).await {
-                Ok(ack) => log(&self.log).acked(&cell, ack.epoch, seq, &self.name, &payload),
+                Ok(ack) => log(&self.log).acked(cell, ack.epoch, seq, &self.name, &payload),
                 Err(e) if e.kind() == ErrorKind::Fenced => return,
                 Err(_) => {}
             }
