@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::link::Link as PausableStore;
 use fence_core::{
     CellClaim, Clock, ConditionalStore, Error, ErrorKind, Fence, LeaseKeeper, Ownership, Suspension,
 };
-use fence_testkit::sim::PausableStore;
 use tokio::sync::watch;
 
 /// Demo parameters.

@@ -31,6 +31,7 @@ macro_rules! outln {
 pub mod demo;
 pub mod exit;
 pub mod kv;
+mod link;
 pub mod probe;
 pub mod run;
 pub mod status;

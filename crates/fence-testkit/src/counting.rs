@@ -18,7 +18,7 @@ pub struct OpCounts {
     pub get: u64,
     /// `put` calls.
     pub put: u64,
-    /// `delete` calls.
+    /// `delete` and `delete_immutable` calls.
     pub delete: u64,
     /// `list` calls.
     pub list: u64,
@@ -124,6 +124,10 @@ impl ConditionalStore for CountingStore {
     async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
         bump(&self.delete);
         self.inner.delete(key, version).await
+    }
+    async fn delete_immutable(&self, key: &Key) -> Result<(), Error> {
+        bump(&self.delete);
+        self.inner.delete_immutable(key).await
     }
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
         bump(&self.list);

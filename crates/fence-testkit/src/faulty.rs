@@ -36,12 +36,14 @@ pub enum Fault {
     /// [`ErrorKind::Timeout`], [`Commit::Ambiguous`], nothing applied.
     LoseRequest,
     /// Apply the request, then lose the answer: [`ErrorKind::Timeout`],
-    /// [`Commit::Ambiguous`], applied.
+    /// [`Commit::Ambiguous`], applied. When the store itself failed the request, its error
+    /// is named in the message and chained as the source.
     LoseAnswer,
     /// Answer a 409-style conditional conflict: [`ErrorKind::Conflict`],
     /// [`Commit::NotCommitted`], nothing applied.
     Conflict,
-    /// Apply, then answer a 5xx: [`ErrorKind::Unavailable`], [`Commit::Ambiguous`], applied.
+    /// Apply, then answer a 5xx: [`ErrorKind::Unavailable`], [`Commit::Ambiguous`], applied
+    /// (the store's own error, if it failed, named and chained as with `LoseAnswer`).
     ServerErrorAfterApply,
     /// Wait this long, then perform the request normally.
     Latency(Duration),
@@ -203,6 +205,16 @@ impl FaultyStore {
                 None => e,
             }
         };
+        // After a performed request: the store's own error, if it failed, is named and chained.
+        let lost = |k: ErrorKind, what: &str, answer: Result<T, Error>| match answer {
+            Ok(_) => injected(k, Commit::Ambiguous, what),
+            Err(inner) => injected(
+                k,
+                Commit::Ambiguous,
+                &format!("{what}; the store had answered: {inner}"),
+            )
+            .with_source(inner),
+        };
         match fault {
             Fault::FailBeforeSend => Err(injected(
                 ErrorKind::Unavailable,
@@ -219,21 +231,9 @@ impl FaultyStore {
                 Commit::NotCommitted,
                 "409 conditional request conflict",
             )),
-            Fault::LoseAnswer => {
-                let _ = op.await;
-                Err(injected(
-                    ErrorKind::Timeout,
-                    Commit::Ambiguous,
-                    "answer lost",
-                ))
-            }
+            Fault::LoseAnswer => Err(lost(ErrorKind::Timeout, "answer lost", op.await)),
             Fault::ServerErrorAfterApply => {
-                let _ = op.await;
-                Err(injected(
-                    ErrorKind::Unavailable,
-                    Commit::Ambiguous,
-                    "503 after applying",
-                ))
+                Err(lost(ErrorKind::Unavailable, "503 after applying", op.await))
             }
             Fault::Latency(d) => {
                 tokio::time::sleep(d).await;
@@ -256,6 +256,10 @@ impl ConditionalStore for FaultyStore {
     }
     async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
         self.faulted(OpKind::Delete, Some(key), self.inner.delete(key, version))
+            .await
+    }
+    async fn delete_immutable(&self, key: &Key) -> Result<(), Error> {
+        self.faulted(OpKind::Delete, Some(key), self.inner.delete_immutable(key))
             .await
     }
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {

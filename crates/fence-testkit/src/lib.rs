@@ -5,10 +5,16 @@
 //!
 //! - [`run_all`]: every conformance scenario, the [contract probe](probe()) first; returns a
 //!   [`Report`] ending in the line `N passed, M failed`.
-//! - [`probe()`]: a short check any user can run against a live store; says
-//!   [`Verdict::Honest`], [`Verdict::Violation`] or [`Verdict::Error`] (could not tell).
+//! - [`probe()`]: the contract probe of `fence-probe`, re-exported: a short check any user can
+//!   run against a live store; says [`Verdict::Honest`], [`Verdict::Violation`],
+//!   [`Verdict::Unsupported`] or [`Verdict::Error`] (could not tell).
 //! - [`FaultyStore`]: a seeded wrapper injecting lost answers, failures before sending, 409s,
 //!   5xx after applying, latency and hangs. [`CountingStore`]: round trips per operation.
+//! - [`wire`]: a fault proxy on the wire between a real adapter and its real server, recording
+//!   what the server applied; [`scenarios::wire`] checks every answer of the adapter against
+//!   it, and runs the lease/claim/write runtime through the faults.
+//! - [`objstore`]: the same below an adapter over object_store, without a server, and the
+//!   reference adapter over object_store.
 //! - [`linearizability`]: records histories of concurrent gets and puts and checks them
 //!   against a per-key CAS register.
 //! - [`sabotage`]: deliberately broken stores the suite must catch.
@@ -34,16 +40,22 @@
 pub mod counting;
 pub mod faulty;
 pub mod linearizability;
-pub mod probe;
+pub mod objstore;
 pub mod round_trips;
 pub mod sabotage;
 pub mod scenarios;
 pub mod sim;
 pub mod suite;
+pub mod wire;
 
 pub use counting::{CountingStore, OpCounts};
 pub use faulty::{Fault, FaultyStore, OpKind, RandomFaults};
-pub use probe::{probe, ProbeConfig, ProbeReport, Verdict};
+pub use fence_probe::{probe, ProbeConfig, ProbeReport, Verdict};
+/// docs/testkit.md, compiled as doctests so its examples cannot rot.
+#[doc = include_str!("../../../docs/testkit.md")]
+#[cfg(doctest)]
+pub struct TestkitGuideDoctests;
+
 pub use suite::{
     run_all, run_scenarios, Report, Scenario, ScenarioCtx, ScenarioResult, SuiteConfig,
 };

@@ -109,8 +109,8 @@ impl History {
 }
 
 /// A store wrapper that records every `get` and `put` into a [`History`]. Failed gets are
-/// not recorded (they constrain nothing). `delete` and `list` pass through unrecorded: do not
-/// delete keys of a recorded history.
+/// not recorded (they constrain nothing). `delete`, `delete_immutable` and `list` pass through
+/// unrecorded: do not delete keys of a recorded history.
 #[derive(Debug)]
 pub struct RecordingStore {
     inner: Arc<dyn ConditionalStore>,
@@ -176,6 +176,10 @@ impl ConditionalStore for RecordingStore {
 
     async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
         self.inner.delete(key, version).await
+    }
+
+    async fn delete_immutable(&self, key: &Key) -> Result<(), Error> {
+        self.inner.delete_immutable(key).await
     }
 
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
@@ -497,7 +501,7 @@ fn check_key(ops: &[&Operation]) -> Result<(), String> {
     let (mut vs, by_body) = index_writes(ops)?;
     let reads = attribute_reads(ops, &mut vs, &by_body)?;
     let order = chain(&vs)?;
-    let verdict = solve(bounds(&vs, &order, &reads)?);
+    let verdict = bounds(&vs, &order, &reads).and_then(solve);
     if verdict.is_ok() {
         return verdict;
     }
@@ -513,7 +517,7 @@ fn check_key(ops: &[&Operation]) -> Result<(), String> {
         if w.ambiguous() && w.version.is_none() && extends {
             let mut longer = order.clone();
             longer.push(i);
-            if solve(bounds(&vs, &longer, &reads)?).is_ok() {
+            if bounds(&vs, &longer, &reads).and_then(solve).is_ok() {
                 return Ok(());
             }
         }
@@ -617,21 +621,21 @@ pub async fn record_and_check(
             tokio::spawn(async move { worker(&*store, &keys, w, per_worker, &entropy).await })
         })
         .collect();
-    let mut errors = 0;
+    let mut tally = Tally::default();
     for task in tasks {
-        errors += task.await.map_err(|e| format!("worker panicked: {e}"))??;
+        tally.add(task.await.map_err(|e| format!("worker panicked: {e}"))?);
     }
     let record_ms = clock.mono_ms();
     let ops = history.operations();
     check(&ops).map_err(|v| v.to_string())?;
     let count = |r: fn(&Return) -> bool| ops.iter().filter(|o| r(&o.ret)).count();
-    if errors * 2 > cfg.ops || count(|r| matches!(r, Return::Applied(_))) == 0 {
-        return Err(format!(
-            "the history says little: {errors} of {} requests failed, {} writes applied",
-            cfg.ops,
-            count(|r| matches!(r, Return::Applied(_)))
-        ));
+    if let Some(why) = tally.too_few_answers() {
+        return Err(why);
     }
+    if count(|r| matches!(r, Return::Applied(_))) == 0 {
+        return Err("no write applied: the history says too little to judge".into());
+    }
+    let errors = tally.errors();
     Ok(LinStats {
         ops: ops.len(),
         keys: keys.len(),
@@ -645,27 +649,64 @@ pub async fn record_and_check(
     })
 }
 
+/// The requests of one or more workers, and how many failed.
+#[derive(Clone, Copy, Debug, Default)]
+struct Tally {
+    gets: usize,
+    failed_gets: usize,
+    puts: usize,
+    failed_puts: usize,
+}
+
+impl Tally {
+    fn add(&mut self, other: Tally) {
+        self.gets += other.gets;
+        self.failed_gets += other.failed_gets;
+        self.puts += other.puts;
+        self.failed_puts += other.failed_puts;
+    }
+
+    fn errors(&self) -> usize {
+        self.failed_gets + self.failed_puts
+    }
+
+    /// Why the history says too little to judge: most reads or most writes failed.
+    fn too_few_answers(&self) -> Option<String> {
+        let most = |failed: usize, of: usize| of > 0 && failed * 2 > of;
+        if most(self.failed_puts, self.puts) || most(self.failed_gets, self.gets) {
+            return Some(format!(
+                "most requests failed ({} of {} puts, {} of {} gets): the history says too \
+                 little to judge",
+                self.failed_puts, self.puts, self.failed_gets, self.gets
+            ));
+        }
+        None
+    }
+}
+
 /// One worker: until `ops` operations are done, picks a key and either reads it, reads and
 /// then writes guarded by what it read, or writes guarded by the version it last saw there
-/// (possibly stale). Store errors on writes are recorded; a failed read is skipped. Returns
-/// the number of failed requests.
+/// (possibly stale). Store errors on writes are recorded; a failed read is skipped. It yields
+/// between requests, so workers interleave even on a store whose requests never suspend.
 async fn worker(
     store: &dyn ConditionalStore,
     keys: &[Key],
     id: usize,
     ops: usize,
     entropy: &Entropy,
-) -> Result<usize, String> {
+) -> Tally {
     let mut last_seen: HashMap<usize, Option<Version>> = HashMap::new();
-    let (mut done, mut seq, mut errors) = (0, 0u64, 0);
-    while done < ops {
+    let mut tally = Tally::default();
+    while tally.gets + tally.puts < ops {
         let k = entropy.below(keys.len() as u64) as usize;
         let key = &keys[k];
         let choice = entropy.below(4);
         if choice != 3 || !last_seen.contains_key(&k) {
-            done += 1;
-            let Ok(found) = store.get(key).await else {
-                errors += 1;
+            tally.gets += 1;
+            let found = store.get(key).await;
+            tokio::task::yield_now().await;
+            let Ok(found) = found else {
+                tally.failed_gets += 1;
                 continue;
             };
             last_seen.insert(k, found.map(|s| s.version));
@@ -673,20 +714,20 @@ async fn worker(
                 continue;
             }
         }
-        seq += 1;
-        done += 1;
+        tally.puts += 1;
         let guard = match last_seen.get(&k).cloned().flatten() {
             Some(v) => CasGuard::Match(v),
             None => CasGuard::Absent,
         };
-        let body = Bytes::from(format!("worker {id} write {seq}"));
+        let body = Bytes::from(format!("worker {id} write {}", tally.puts));
         match store.put(key, body, guard).await {
             Ok(PutOutcome::Applied(v)) => {
                 last_seen.insert(k, Some(v));
             }
             Ok(PutOutcome::Rejected) => {}
-            Err(_) => errors += 1,
+            Err(_) => tally.failed_puts += 1,
         }
+        tokio::task::yield_now().await;
     }
-    Ok(errors)
+    tally
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use fence_core::store::delete_unsupported;
 use fence_core::{
     Capabilities, CasGuard, ConditionalStore, DeleteOutcome, Error, ErrorKind, Key, PutOutcome,
     Stored, Version,
@@ -27,6 +28,13 @@ pub enum Flaw {
     RejectsLandedWrites,
     /// Every request fails: the store is unreachable ([`ErrorKind::Unavailable`]).
     Unreachable,
+    /// Replace-if-current is not implemented: a `put` with [`CasGuard::Match`] answers
+    /// [`ErrorKind::Unsupported`], not committed (like an adapter over a store without
+    /// `PutMode::Update`). Honest, but fence cannot run on it.
+    NoUpdate,
+    /// `list(prefix)` leaves out the key equal to `prefix` (lists only what is under
+    /// `prefix/`, a common slip when a prefix is turned into `prefix/` for the store).
+    ListsOnlyChildren,
 }
 
 /// An in-memory store with one deliberate [`Flaw`].
@@ -45,18 +53,37 @@ pub enum Flaw {
 #[derive(Debug)]
 pub struct SabotagedStore {
     flaw: Flaw,
+    capabilities: Capabilities,
     objects: Mutex<BTreeMap<Key, (Bytes, Version)>>,
     counter: AtomicU64,
 }
 
 impl SabotagedStore {
-    /// An empty store with `flaw`.
+    /// An empty store with `flaw`, declaring [`Capabilities::full`].
     pub fn new(flaw: Flaw) -> Self {
         SabotagedStore {
             flaw,
+            capabilities: Capabilities::full(),
             objects: Mutex::new(BTreeMap::new()),
             counter: AtomicU64::new(0),
         }
+    }
+
+    /// The same store declaring `capabilities` instead. Declaring what a flaw does makes it
+    /// honest: [`Flaw::RepeatingVersions`] with
+    /// [`Capabilities::with_content_versions`] is a store with content-hash versions.
+    ///
+    /// ```
+    /// use fence_core::{Capabilities, ConditionalStore};
+    /// use fence_testkit::sabotage::{Flaw, SabotagedStore};
+    /// let caps = Capabilities::full().with_content_versions();
+    /// let store = SabotagedStore::new(Flaw::RepeatingVersions).with_capabilities(caps);
+    /// assert!(store.capabilities().content_versions);
+    /// ```
+    #[must_use]
+    pub fn with_capabilities(mut self, capabilities: Capabilities) -> Self {
+        self.capabilities = capabilities;
+        self
     }
 
     fn objects(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, (Bytes, Version)>> {
@@ -131,6 +158,13 @@ impl ConditionalStore for SabotagedStore {
 
     async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
         self.unreachable()?;
+        if self.flaw == Flaw::NoUpdate && matches!(guard, CasGuard::Match(_)) {
+            let e = Error::new(
+                ErrorKind::Unsupported,
+                "replace-if-current is not implemented",
+            );
+            return Err(e.with_key(key).not_committed());
+        }
         let written = if self.flaw == Flaw::TwoWinners {
             self.check_then_write(key, body, &guard).await?
         } else {
@@ -148,6 +182,9 @@ impl ConditionalStore for SabotagedStore {
 
     async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
         self.unreachable()?;
+        if !self.capabilities.conditional_delete {
+            return Err(delete_unsupported(key));
+        }
         let mut objects = self.objects();
         match objects.get(key) {
             Some((_, v)) if v == version => {
@@ -158,16 +195,94 @@ impl ConditionalStore for SabotagedStore {
         }
     }
 
+    /// A plain delete, like a store without conditional delete has.
+    async fn delete_immutable(&self, key: &Key) -> Result<(), Error> {
+        self.unreachable()?;
+        self.objects().remove(key);
+        Ok(())
+    }
+
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
         self.unreachable()?;
         let objects = self.objects();
+        let only_children = self.flaw == Flaw::ListsOnlyChildren;
         let keys = objects
             .keys()
-            .filter(|k| prefix.is_none_or(|p| k.starts_with(p)));
+            .filter(|k| prefix.is_none_or(|p| k.starts_with(p) && !(only_children && *k == p)));
         Ok(keys.cloned().collect())
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::full()
+        self.capabilities
+    }
+}
+
+/// How a [`Misclassifying`] adapter gets its write errors wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Misclassification {
+    /// Every failed write is reported [`Commit::NotCommitted`](fence_core::Commit).
+    EveryErrorNotCommitted,
+    /// A failed connection ([`ErrorKind::Unavailable`] or [`ErrorKind::Timeout`], ambiguous)
+    /// is reported not committed: a reset after the request was sent taken for a refused
+    /// connection.
+    ResetNotCommitted,
+}
+
+/// An adapter wrapper that classifies write errors wrongly: over a store that never fails it
+/// passes every scenario; over a fault layer that records what landed
+/// ([`FaultProxy`](crate::wire::FaultProxy),
+/// [`FaultyObjectStore`](crate::objstore::FaultyObjectStore)) it must be caught.
+///
+/// ```
+/// use std::sync::Arc;
+/// use fence_core::MemoryStore;
+/// use fence_testkit::sabotage::{Misclassification, Misclassifying};
+/// let liar = Misclassifying::new(Arc::new(MemoryStore::new()), Misclassification::EveryErrorNotCommitted);
+/// # let _ = liar;
+/// ```
+#[derive(Debug)]
+pub struct Misclassifying {
+    inner: std::sync::Arc<dyn ConditionalStore>,
+    how: Misclassification,
+}
+
+impl Misclassifying {
+    /// Wraps `inner`, getting its write errors wrong as `how` says.
+    pub fn new(inner: std::sync::Arc<dyn ConditionalStore>, how: Misclassification) -> Self {
+        Misclassifying { inner, how }
+    }
+
+    fn misclassify(&self, e: Error) -> Error {
+        let connection = matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Timeout);
+        match self.how {
+            Misclassification::EveryErrorNotCommitted => e.not_committed(),
+            Misclassification::ResetNotCommitted if connection => e.not_committed(),
+            Misclassification::ResetNotCommitted => e,
+        }
+    }
+}
+
+#[async_trait]
+impl ConditionalStore for Misclassifying {
+    async fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
+        self.inner.get(key).await
+    }
+    async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
+        self.inner
+            .put(key, body, guard)
+            .await
+            .map_err(|e| self.misclassify(e))
+    }
+    async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
+        self.inner.delete(key, version).await
+    }
+    async fn delete_immutable(&self, key: &Key) -> Result<(), Error> {
+        self.inner.delete_immutable(key).await
+    }
+    async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
+        self.inner.list(prefix).await
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
     }
 }

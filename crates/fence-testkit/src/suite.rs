@@ -10,8 +10,8 @@ use fence_core::{Clock, ConditionalStore, Entropy, Key};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-use crate::probe::{probe, ProbeConfig, ProbeReport, Verdict};
 use crate::scenarios;
+use fence_probe::{delete_current, probe, ProbeConfig, ProbeReport};
 
 /// What the suite runs and how hard. Every field is public; start from
 /// [`SuiteConfig::default`] (thorough, a few seconds on `MemoryStore`) or
@@ -51,9 +51,10 @@ pub struct SuiteConfig {
     pub scenario_timeout: Duration,
     /// The contract probe run first (its `key_prefix` is replaced by the run's prefix).
     pub probe: ProbeConfig,
-    /// Stop before the scenarios when the probe finds a [`Verdict::Violation`] (turn off to
-    /// see every scenario a lying store fails).
-    pub stop_on_violation: bool,
+    /// Stop before the scenarios when the probe's verdict is not [`Verdict::Honest`](crate::Verdict::Honest): a
+    /// violation, an unsupported operation or a store the probe could not judge (turn off to
+    /// see every scenario such a store fails).
+    pub stop_unless_honest: bool,
     /// Delete the run's keys afterwards when the store has conditional delete.
     pub cleanup: bool,
     /// Seed of fault injection and random choices (a fixed seed makes runs comparable).
@@ -76,7 +77,7 @@ impl Default for SuiteConfig {
             large_body_bytes: 1 << 20,
             scenario_timeout: Duration::from_secs(120),
             probe: ProbeConfig::default(),
-            stop_on_violation: true,
+            stop_unless_honest: true,
             cleanup: true,
             seed: 0x5eed,
         }
@@ -256,8 +257,9 @@ pub const PROBE_SCENARIO: &str = "contract_probe";
 
 /// Runs the contract probe, then every scenario of [`scenarios::all`], against `store`.
 ///
-/// Stops early with a failed report when the probe finds a [`Verdict::Violation`] (unless
-/// [`SuiteConfig::stop_on_violation`] is off).
+/// Stops early with a failed report when the probe's verdict is not [`Verdict::Honest`](crate::Verdict::Honest)
+/// (unless [`SuiteConfig::stop_unless_honest`] is off): the scenarios would only repeat its
+/// finding, slowly.
 ///
 /// ```
 /// # fn block(f: impl std::future::Future<Output = ()>) {
@@ -300,9 +302,11 @@ pub async fn run_scenarios(
         .unwrap_or_else(|| store.capabilities().conditional_delete);
     let probe_report = run_probe(&*store, cfg, &run_prefix, conditional_delete).await;
     report.results.push(probe_result(&probe_report));
-    if let (Verdict::Violation(why), true) = (&probe_report.verdict, cfg.stop_on_violation) {
+    if !probe_report.verdict.is_honest() && cfg.stop_unless_honest {
         report.stopped_early = Some(format!(
-            "the contract probe found a violation ({why}); {} scenarios not run",
+            "the contract probe says {} ({}); {} scenarios not run",
+            probe_report.verdict.name(),
+            probe_report.verdict.reason().unwrap_or_default(),
             list.len()
         ));
         report.probe = Some(probe_report);
@@ -351,10 +355,10 @@ async fn run_probe(
 }
 
 fn probe_result(p: &ProbeReport) -> ScenarioResult {
-    let (passed, detail) = match &p.verdict {
-        Verdict::Honest => (true, format!("honest ({} steps)", p.steps.len())),
-        Verdict::Violation(why) => (false, format!("VIOLATION: {why}")),
-        Verdict::Error(why) => (false, format!("could not tell: {why}")),
+    let passed = p.verdict.is_honest();
+    let detail = match p.verdict.reason() {
+        None => format!("honest ({} steps)", p.steps.len()),
+        Some(why) => format!("{}: {why}", p.verdict.name().to_uppercase()),
     };
     ScenarioResult {
         name: PROBE_SCENARIO.into(),
@@ -412,7 +416,7 @@ async fn cleanup(store: &dyn ConditionalStore, prefix: &str, conditional_delete:
     }
     let mut left = 0;
     for key in &keys {
-        if !crate::probe::delete_current(store, key).await {
+        if !delete_current(store, key).await {
             left += 1;
         }
     }

@@ -141,3 +141,66 @@ async fn counting_store_counts_round_trips_per_kind() {
     assert_eq!(store.reset().total(), 5);
     assert_eq!(store.counts(), OpCounts::default());
 }
+
+#[tokio::test]
+async fn a_lost_answer_names_and_chains_the_stores_own_error() {
+    use fence_testkit::sabotage::{Flaw, SabotagedStore};
+    for fault in [Fault::LoseAnswer, Fault::ServerErrorAfterApply] {
+        let faulty = FaultyStore::new(Arc::new(SabotagedStore::new(Flaw::Unreachable)), 1);
+        faulty.script(OpKind::Put, [fault]);
+        let err = faulty
+            .put(&key(), "x".into(), CasGuard::Absent)
+            .await
+            .unwrap_err();
+        assert_eq!(err.commit(), Commit::Ambiguous, "{fault:?}");
+        let source = std::error::Error::source(&err).expect("the store's error is chained");
+        let inner = source
+            .downcast_ref::<fence_core::Error>()
+            .expect("a fence error");
+        assert_eq!(inner.kind(), ErrorKind::Unavailable, "{fault:?}: {err}");
+    }
+}
+
+/// A store like S3: content-hash versions, no conditional delete, a plain delete of
+/// write-once objects.
+fn s3_like() -> Arc<dyn ConditionalStore> {
+    use fence_core::Capabilities;
+    use fence_testkit::sabotage::{Flaw, SabotagedStore};
+    let caps = Capabilities::without_conditional_delete().with_content_versions();
+    Arc::new(SabotagedStore::new(Flaw::RepeatingVersions).with_capabilities(caps))
+}
+
+#[tokio::test]
+async fn wrappers_forward_delete_immutable() {
+    use fence_testkit::linearizability::{History, RecordingStore};
+    let wrappers: Vec<(&str, Arc<dyn ConditionalStore>)> = vec![
+        ("faulty", Arc::new(FaultyStore::new(s3_like(), 1))),
+        ("counting", Arc::new(CountingStore::new(s3_like()))),
+        (
+            "recording",
+            Arc::new(RecordingStore::new(s3_like(), Arc::new(History::new()))),
+        ),
+    ];
+    for (name, store) in wrappers {
+        store
+            .put(&key(), "x".into(), CasGuard::Absent)
+            .await
+            .unwrap();
+        store
+            .delete_immutable(&key())
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        assert_eq!(store.get(&key()).await.unwrap(), None, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn counting_store_counts_delete_immutable_as_one_delete() {
+    let store = CountingStore::new(s3_like());
+    store.delete_immutable(&key()).await.unwrap();
+    let want = OpCounts {
+        delete: 1,
+        ..OpCounts::default()
+    };
+    assert_eq!(store.counts(), want);
+}

@@ -124,6 +124,13 @@ fn known_good_histories_pass() {
             ],
         ),
         (
+            "unseen ambiguous create explains a later rejected create",
+            vec![
+                put((1, 2), "a", None, Return::Ambiguous),
+                put((3, 4), "b", None, Return::Rejected),
+            ],
+        ),
+        (
             "not-committed write changes nothing",
             vec![
                 put((1, 2), "a", None, Return::NotCommitted),

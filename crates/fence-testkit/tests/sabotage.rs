@@ -4,9 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::{ConditionalStore, MemoryStore};
+use fence_testkit::linearizability::{record_and_check, WorkloadConfig};
 use fence_testkit::sabotage::{Flaw, SabotagedStore};
 use fence_testkit::{
-    probe, run_all, Fault, FaultyStore, OpKind, ProbeConfig, SuiteConfig, Verdict,
+    probe, run_all, CountingStore, Fault, FaultyStore, OpKind, ProbeConfig, SuiteConfig, Verdict,
 };
 
 fn quick() -> SuiteConfig {
@@ -15,7 +16,7 @@ fn quick() -> SuiteConfig {
         racers: 8,
         linearizability_ops: 2_000,
         large_body_bytes: 4096,
-        stop_on_violation: false,
+        stop_unless_honest: false,
         ..SuiteConfig::default()
     }
 }
@@ -86,7 +87,7 @@ async fn rejected_but_landed_writes_are_caught() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_all_stops_early_on_a_violation() {
     let cfg = SuiteConfig {
-        stop_on_violation: true,
+        stop_unless_honest: true,
         ..quick()
     };
     let report = run_all(Arc::new(SabotagedStore::new(Flaw::IgnoresGuard)), &cfg).await;
@@ -148,4 +149,73 @@ async fn lost_answers_and_conflicts_are_errors_not_violations() {
         let report = probe(&faulty, &ProbeConfig::default()).await;
         assert!(!report.verdict.is_violation(), "{fault:?}: {report}");
     }
+}
+
+#[tokio::test]
+async fn a_store_without_replace_is_unsupported_not_could_not_tell() {
+    match probe_verdict(Flaw::NoUpdate).await {
+        Verdict::Unsupported(_) => {}
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_suite_stops_after_any_probe_that_is_not_honest() {
+    for flaw in [Flaw::NoUpdate, Flaw::Unreachable, Flaw::IgnoresGuard] {
+        let store = Arc::new(SabotagedStore::new(flaw));
+        let report = run_all(store, &SuiteConfig::light()).await;
+        println!("{flaw:?}:\n{report}");
+        assert!(report.stopped_early.is_some(), "{flaw:?}: {report}");
+        assert_eq!((report.passed(), report.failed()), (0, 1), "{flaw:?}");
+    }
+}
+
+#[tokio::test]
+async fn counter_stops_at_an_error_that_is_not_retryable() {
+    let counting = Arc::new(CountingStore::new(Arc::new(SabotagedStore::new(
+        Flaw::NoUpdate,
+    ))));
+    let key = fence_core::Key::new("counter").unwrap();
+    let workers = 4;
+    let outcome = fence_testkit::scenarios::store::counter(counting.clone(), &key, workers, 10);
+    assert!(outcome.await.is_err());
+    let puts = counting.counts().put;
+    assert!(
+        puts <= 1 + workers as u64,
+        "{puts} writes: a worker retried an Unsupported answer"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn linearizability_fails_when_most_writes_failed() {
+    let cfg = WorkloadConfig {
+        ops: 4_000,
+        workers: 4,
+        keys: 8,
+        seed: 1,
+    };
+    let store = Arc::new(SabotagedStore::new(Flaw::NoUpdate));
+    let checked = record_and_check(store, &fence_core::Key::new("lin").unwrap(), &cfg).await;
+    println!("{checked:?}");
+    assert!(checked.is_err(), "passed though most writes failed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_that_leaves_out_the_prefix_key_is_caught() {
+    let failures = scenario_failures(Flaw::ListsOnlyChildren).await;
+    assert_eq!(failures, ["list_prefix"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declared_content_versions_pass_the_identical_rewrite() {
+    let caps = fence_core::Capabilities::full().with_content_versions();
+    let store = SabotagedStore::new(Flaw::RepeatingVersions).with_capabilities(caps);
+    let list = fence_testkit::scenarios::store_level();
+    let rewrite: Vec<_> = list
+        .into_iter()
+        .filter(|s| s.name() == "identical_rewrite")
+        .collect();
+    let report = fence_testkit::run_scenarios(Arc::new(store), &quick(), &rewrite).await;
+    println!("{report}");
+    assert!(report.is_success(), "{report}");
 }

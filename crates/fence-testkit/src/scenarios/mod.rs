@@ -7,6 +7,7 @@
 pub mod ownership;
 pub mod runtime;
 pub mod store;
+pub mod wire;
 
 use crate::linearizability;
 use crate::suite::{Scenario, ScenarioCtx, ScenarioOutcome};
@@ -55,7 +56,14 @@ pub fn store_level() -> Vec<Scenario> {
             done(store::update_missing(&*cx.store, &cx.key("k")?, &cx.key("witness")?).await)
         }),
         Scenario::new("identical_rewrite", |cx: ScenarioCtx| async move {
-            done(store::identical_rewrite(&*cx.store, &cx.key("k")?).await)
+            let content_versions = cx.store.capabilities().content_versions;
+            store::identical_rewrite(&*cx.store, &cx.key("k")?, content_versions).await?;
+            Ok(if content_versions {
+                "content-hash versions, as declared"
+            } else {
+                "identical bytes got a new version"
+            }
+            .into())
         }),
         Scenario::new("create_race", |cx: ScenarioCtx| async move {
             let (racers, rounds) = (cx.config.racers, cx.config.race_rounds);
@@ -91,6 +99,10 @@ pub fn store_level() -> Vec<Scenario> {
         }),
         Scenario::new("list_prefix", |cx: ScenarioCtx| async move {
             done(store::list_prefix(&*cx.store, &cx.prefix).await)
+        }),
+        Scenario::new("list_all", |cx: ScenarioCtx| async move {
+            let n = store::list_all(&*cx.store, &cx.prefix).await?;
+            Ok(format!("{n} keys in the whole store"))
         }),
         Scenario::new("bodies", |cx: ScenarioCtx| async move {
             let cap = cx.store.capabilities().max_body.unwrap_or(usize::MAX);

@@ -129,8 +129,14 @@ pub async fn update_missing(
 }
 
 /// Rewriting identical bytes yields a new version, and the old version no longer matches
-/// (no ABA through content-hash versions).
-pub async fn identical_rewrite(store: &dyn ConditionalStore, key: &Key) -> Result<(), String> {
+/// (no ABA through content-hash versions) — unless the store declares
+/// [`Capabilities::content_versions`](fence_core::Capabilities), when a repeated version is
+/// allowed (fence keeps every body it writes unique instead).
+pub async fn identical_rewrite(
+    store: &dyn ConditionalStore,
+    key: &Key,
+    content_versions: bool,
+) -> Result<(), String> {
     let v1 = applied(store, "create", key, "same bytes", CasGuard::Absent).await?;
     let v2 = applied(
         store,
@@ -140,9 +146,13 @@ pub async fn identical_rewrite(store: &dyn ConditionalStore, key: &Key) -> Resul
         CasGuard::Match(v1.clone()),
     )
     .await?;
+    if v2 == v1 && content_versions {
+        return expect_stored(store, "read after rewrite", key, b"same bytes", &v1).await;
+    }
     if v2 == v1 {
         return Err(format!(
-            "rewriting identical bytes kept version {v1}: versions repeat (ABA)"
+            "rewriting identical bytes kept version {v1}: versions repeat (ABA), and the store \
+             does not declare Capabilities::content_versions"
         ));
     }
     rejected(
@@ -292,7 +302,8 @@ fn parse_counter(body: &[u8]) -> Option<u64> {
 }
 
 /// One worker's increments: read, write `n + 1` guarded by the read version, retry on
-/// `Rejected` or a not-committed error. Returns the attempts made.
+/// `Rejected` or a retryable error ([`Error::is_retryable`]); any other error ends the
+/// worker. Returns the attempts made.
 async fn increment(store: &dyn ConditionalStore, key: &Key, times: usize) -> Result<u64, String> {
     let mut attempts = 0;
     for _ in 0..times {
@@ -314,8 +325,11 @@ async fn increment(store: &dyn ConditionalStore, key: &Key, times: usize) -> Res
             {
                 Ok(PutOutcome::Applied(_)) => break,
                 Ok(PutOutcome::Rejected) => continue,
-                Err(e) if !e.is_ambiguous() => continue,
-                Err(e) => return Err(failed("counter write (cannot count exactly)", &e)),
+                Err(e) if e.is_retryable() => continue,
+                Err(e) if e.is_ambiguous() => {
+                    return Err(failed("counter write (cannot count exactly)", &e))
+                }
+                Err(e) => return Err(failed("counter write (not retryable)", &e)),
             }
         }
     }
@@ -464,43 +478,51 @@ async fn expect_list(
     Ok(())
 }
 
-/// `list` returns exactly the keys under a prefix, sorted, and prefixes are segment-wise:
-/// `a/b` does not list `a/bc/x`.
+/// `list` returns exactly the keys equal to or under a prefix, sorted, and prefixes are
+/// segment-wise: `a/b` lists the key `a/b` itself and `a/b/x`, not `a/bc/x`.
 pub async fn list_prefix(store: &dyn ConditionalStore, prefix: &Key) -> Result<(), String> {
-    let all = keys(prefix, &["a/b/y", "a/bc/x", "a/b/x", "a/c", "z"])?;
+    let all = keys(prefix, &["a/b", "a/b/y", "a/bc/x", "a/b/x", "a/c", "z"])?;
     for key in &all {
         applied(store, "create", key, "x", CasGuard::Absent).await?;
     }
-    let sorted = |rels: &[&str]| -> Result<Vec<Key>, String> {
-        let mut ks = keys(prefix, rels)?;
-        ks.sort();
-        Ok(ks)
-    };
-    expect_list(
-        store,
-        &prefix.join("a/b").map_err(|e| e.to_string())?,
-        sorted(&["a/b/x", "a/b/y"])?,
-    )
-    .await?;
-    let under_a = sorted(&["a/b/x", "a/b/y", "a/bc/x", "a/c"])?;
-    expect_list(
-        store,
-        &prefix.join("a").map_err(|e| e.to_string())?,
-        under_a,
-    )
-    .await?;
-    expect_list(
-        store,
-        prefix,
-        sorted(&["a/b/x", "a/b/y", "a/bc/x", "a/c", "z"])?,
-    )
-    .await?;
-    expect_list(
-        store,
-        &prefix.join("none").map_err(|e| e.to_string())?,
-        Vec::new(),
-    )
-    .await
+    let cases: [(&str, &[&str]); 5] = [
+        ("a/b", &["a/b", "a/b/x", "a/b/y"]),
+        ("a", &["a/b", "a/b/x", "a/b/y", "a/bc/x", "a/c"]),
+        ("z", &["z"]),
+        ("a/c/none", &[]),
+        ("none", &[]),
+    ];
+    for (rel, want) in cases {
+        let mut want = keys(prefix, want)?;
+        want.sort();
+        let at = prefix.join(rel).map_err(|e| e.to_string())?;
+        expect_list(store, &at, want).await?;
+    }
+    let mut everything = all;
+    everything.sort();
+    expect_list(store, prefix, everything).await
+}
+
+/// `list(None)` returns every key of the store, sorted: ours among them.
+pub async fn list_all(store: &dyn ConditionalStore, prefix: &Key) -> Result<usize, String> {
+    let ours = keys(prefix, &["x", "y/z"])?;
+    for key in &ours {
+        applied(store, "create", key, "x", CasGuard::Absent).await?;
+    }
+    let listed = store
+        .list(None)
+        .await
+        .map_err(|e| failed("list everything", &e))?;
+    if let Some(missing) = ours.iter().find(|k| !listed.contains(k)) {
+        return Err(format!(
+            "list(None) of {} keys lacks {missing}",
+            listed.len()
+        ));
+    }
+    if !listed.is_sorted() {
+        return Err(format!("list(None) of {} keys is not sorted", listed.len()));
+    }
+    Ok(listed.len())
 }
 
 /// A body of `len` bytes that is not all one value.

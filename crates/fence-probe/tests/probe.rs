@@ -1,0 +1,139 @@
+//! The probe on in-process stores: honest but slow ones are honest, liars are caught, and
+//! content-hash versions are reported (and must be declared).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use fence_core::{
+    Capabilities, CasGuard, ConditionalStore, DeleteOutcome, Error, Key, MemoryStore, PutOutcome,
+    Stored, Version,
+};
+use fence_probe::{probe, ProbeConfig, Verdict};
+use fence_testkit::sabotage::{Flaw, SabotagedStore};
+
+/// A store in front of another that, like SeaweedFS, serves conditional writes to one key one
+/// at a time, each taking `step` (the k-th of n concurrent racers answers after k steps), and
+/// may declare content-hash versions.
+#[derive(Debug)]
+struct Shaped {
+    inner: Arc<dyn ConditionalStore>,
+    step: Duration,
+    declares_content_versions: bool,
+    queues: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Shaped {
+    fn new(inner: impl ConditionalStore + 'static) -> Self {
+        Shaped {
+            inner: Arc::new(inner),
+            step: Duration::ZERO,
+            declares_content_versions: false,
+            queues: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn queue(&self, key: &Key) -> Arc<tokio::sync::Mutex<()>> {
+        let mut queues = self.queues.lock().unwrap();
+        queues.entry(key.clone()).or_default().clone()
+    }
+}
+
+#[async_trait]
+impl ConditionalStore for Shaped {
+    async fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
+        self.inner.get(key).await
+    }
+    async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
+        let queue = self.queue(key);
+        let _turn = queue.lock().await;
+        tokio::time::sleep(self.step).await;
+        self.inner.put(key, body, guard).await
+    }
+    async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
+        self.inner.delete(key, version).await
+    }
+    async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
+        self.inner.list(prefix).await
+    }
+    fn capabilities(&self) -> Capabilities {
+        let caps = self.inner.capabilities();
+        if self.declares_content_versions {
+            caps.with_content_versions()
+        } else {
+            caps
+        }
+    }
+}
+
+/// A store whose versions are content hashes, declaring it or not.
+fn content_hashed(declared: bool) -> Shaped {
+    Shaped {
+        declares_content_versions: declared,
+        ..Shaped::new(SabotagedStore::new(Flaw::RepeatingVersions))
+    }
+}
+
+#[tokio::test]
+async fn a_store_that_queues_racers_is_honest_though_racers_outlive_the_timeout() {
+    // 8 racers × 300 ms: the last would answer after 2.4 s, the bound is 1 s.
+    let store = Shaped {
+        step: Duration::from_millis(300),
+        ..Shaped::new(MemoryStore::new())
+    };
+    let cfg = ProbeConfig {
+        op_timeout: Duration::from_secs(1),
+        ..ProbeConfig::default()
+    };
+    let report = probe(&store, &cfg).await;
+    println!("{report}");
+    assert_eq!(report.verdict, Verdict::Honest, "{report}");
+}
+
+#[tokio::test]
+async fn content_hash_versions_are_reported_when_declared() {
+    let report = probe(&content_hashed(true), &ProbeConfig::default()).await;
+    println!("{report}");
+    assert_eq!(report.verdict, Verdict::Honest, "{report}");
+    assert_eq!(report.content_versions, Some(true));
+}
+
+#[tokio::test]
+async fn undeclared_content_hash_versions_are_a_violation() {
+    let report = probe(&content_hashed(false), &ProbeConfig::default()).await;
+    println!("{report}");
+    assert!(report.verdict.is_violation(), "{report}");
+    assert_eq!(report.content_versions, None);
+}
+
+#[tokio::test]
+async fn liars_are_caught() {
+    for flaw in [
+        Flaw::IgnoresGuard,
+        Flaw::TwoWinners,
+        Flaw::RejectsLandedWrites,
+    ] {
+        let report = probe(&SabotagedStore::new(flaw), &ProbeConfig::default()).await;
+        println!("{flaw:?}: {report}");
+        assert!(report.verdict.is_violation(), "{flaw:?}: {report}");
+    }
+}
+
+#[tokio::test]
+async fn a_missing_operation_is_unsupported_and_a_dead_store_is_an_error() {
+    let no_update = probe(
+        &SabotagedStore::new(Flaw::NoUpdate),
+        &ProbeConfig::default(),
+    )
+    .await;
+    assert!(no_update.verdict.is_unsupported(), "{no_update}");
+    assert_eq!(no_update.verdict.name(), "unsupported");
+    let dead = probe(
+        &SabotagedStore::new(Flaw::Unreachable),
+        &ProbeConfig::default(),
+    )
+    .await;
+    assert!(matches!(dead.verdict, Verdict::Error(_)), "{dead}");
+}
