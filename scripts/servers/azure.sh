@@ -3,9 +3,15 @@
 #   start: install the pinned npm package azurite@3.35.0 (3.36+ needs Node 22) and the pinned
 #          PyPI azure-storage-blob (to create the container with a signed request) under
 #          $FENCE_SERVERS_DIR (reused when present), run `azurite-blob` on 127.0.0.1 on a free
-#          port with in-memory persistence, wait until it answers, create the test container,
-#          write $FENCE_SERVERS_DIR/azure.env.
+#          port with its data in a fresh directory (wiped at every start), wait until it
+#          answers, create the test container, write $FENCE_SERVERS_DIR/azure.env.
 #   stop:  kill the server by its PID (SIGTERM, wait, SIGKILL).
+#
+# Why not --inMemoryPersistence: in memory, every write is an extent of its own, and Azurite's
+# garbage collector (every 10 minutes) removes each unreferenced extent with a linear scan of
+# the extent table. After one run of the fence-azure tests (~20k writes) that froze Azurite
+# for about 90 s, ten minutes after start; later requests timed out. On disk, writes share
+# extent files, so the collector has a handful of extents to look at.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -82,9 +88,10 @@ start() {
   local port endpoint pid t0=$SECONDS
   port=$(free_port)
   endpoint="http://127.0.0.1:$port"
-  # Run in its own folder: Azurite may leave files in its working directory.
+  local data="$dir/azure/data"
+  rm -rf "$data"; mkdir -p "$data"
   (cd "$dir/azure" && exec "$npm_dir/node_modules/.bin/azurite-blob" \
-    --blobHost 127.0.0.1 --blobPort "$port" --inMemoryPersistence --skipApiVersionCheck \
+    --blobHost 127.0.0.1 --blobPort "$port" --location "$data" --skipApiVersionCheck \
     --silent >"$logfile" 2>&1) &
   pid=$!
   echo "$pid" >"$pidfile"

@@ -457,33 +457,32 @@ mod tests {
 
     #[test]
     fn refuses_bad_configuration_before_any_io() {
-        let no_container = AzureStoreBuilder::new().build().unwrap_err();
-        assert_eq!(no_container.kind(), ErrorKind::InvalidInput);
-        let bad_url = AzureStoreBuilder::new()
-            .with_url("s3://x")
-            .build()
-            .unwrap_err();
-        assert_eq!(bad_url.kind(), ErrorKind::InvalidInput);
-        let bad_prefix = AzureStoreBuilder::new()
-            .with_emulator("http://127.0.0.1:1")
-            .with_container("abc")
-            .with_prefix("a/../b")
-            .build()
-            .unwrap_err();
-        assert_eq!(bad_prefix.kind(), ErrorKind::InvalidInput);
-        let no_account = AzureStoreBuilder::new()
-            .with_container("abc")
-            .build()
-            .unwrap_err();
-        assert_eq!(no_account.kind(), ErrorKind::InvalidInput);
-        let bad_key = AzureStoreBuilder::new()
-            .with_container("abc")
-            .with_account("acct")
-            .with_access_key("not base64 !!")
-            .build()
-            .unwrap_err();
-        assert_eq!(bad_key.kind(), ErrorKind::InvalidInput);
-        assert!(!format!("{bad_key:?}").contains("not base64 !!"));
+        let emulator = || AzureStoreBuilder::new().with_emulator("http://127.0.0.1:1");
+        let cases = [
+            ("no container", AzureStoreBuilder::new()),
+            (
+                "not an az:// URL",
+                AzureStoreBuilder::new().with_url("s3://x"),
+            ),
+            ("bad container", emulator().with_container("Not_Valid")),
+            (
+                "bad prefix",
+                emulator().with_container("abc").with_prefix("a/../b"),
+            ),
+            ("no account", AzureStoreBuilder::new().with_container("abc")),
+            (
+                "bad key",
+                AzureStoreBuilder::new()
+                    .with_container("abc")
+                    .with_account("acct")
+                    .with_access_key("not base64 !!"),
+            ),
+        ];
+        for (case, builder) in cases {
+            let err = builder.build().unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidInput, "{case}");
+            assert!(!format!("{err:?}").contains("not base64 !!"), "{case}");
+        }
     }
 
     #[test]

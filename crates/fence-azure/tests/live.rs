@@ -7,11 +7,13 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod common;
+
 use bytes::Bytes;
+use common::assert_no_text;
 use fence_azure::AzureStore;
 use fence_core::{
-    CasGuard, Commit, ConditionalStore, DeleteOutcome, Entropy, Error, ErrorKind, Key, PutOutcome,
-    Version,
+    CasGuard, Commit, ConditionalStore, DeleteOutcome, Entropy, ErrorKind, Key, PutOutcome, Version,
 };
 use fence_testkit::{probe, run_all, ProbeConfig, SuiteConfig, Verdict};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -375,18 +377,6 @@ async fn a_lost_answer_is_ambiguous_and_resolved_by_read_back() {
     assert_eq!(direct.get(&k).await.unwrap(), None, "the delete landed");
 }
 
-fn assert_no_secret(err: &Error, secret: &str) {
-    let mut texts = vec![err.to_string(), format!("{err:?}")];
-    let mut source = std::error::Error::source(err);
-    while let Some(s) = source {
-        texts.push(s.to_string());
-        source = s.source();
-    }
-    for text in texts {
-        assert!(!text.contains(secret), "secret leaked: {text}");
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_key_is_permission_denied_and_never_shown() {
     let Some(a) = azurite("a_wrong_key_is_permission_denied_and_never_shown") else {
@@ -417,7 +407,7 @@ async fn a_wrong_key_is_permission_denied_and_never_shown() {
     for err in [&put, &replace, &get, &list, &delete] {
         assert_eq!(err.kind(), ErrorKind::PermissionDenied, "{err:?}");
         assert_eq!(err.commit(), Commit::NotCommitted, "{err:?}");
-        assert_no_secret(err, secret);
+        assert_no_text(err, secret);
         assert!(
             err.to_string().contains(&a.container),
             "names the container: {err}"

@@ -6,7 +6,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod common;
+
 use bytes::Bytes;
+use common::assert_no_text;
 use fence_azure::AzureStore;
 use fence_core::{
     CasGuard, Commit, ConditionalStore, DeleteOutcome, Error, ErrorKind, Key, PutOutcome, Version,
@@ -148,6 +151,13 @@ fn kind_commit(got: Result<impl std::fmt::Debug, Error>) -> (ErrorKind, Commit) 
     (e.kind(), e.commit())
 }
 
+/// Both a create and a replace fail with `want`.
+async fn both_writes_fail(store: &AzureStore, want: (ErrorKind, Commit), context: &str) {
+    for got in [create(store).await, replace(store).await] {
+        assert_eq!(kind_commit(got), want, "{context}");
+    }
+}
+
 #[tokio::test]
 async fn a_412_on_create_is_rejected_as_real_azure_answers_it() {
     let server = canned(status(412, Some("ConditionNotMet"))).await;
@@ -178,15 +188,8 @@ async fn a_412_on_replace_is_rejected_and_sends_the_etag_as_given() {
 #[tokio::test]
 async fn other_conflicts_are_not_committed_and_not_rejections() {
     let server = canned(status(409, Some("LeaseIdMissing"))).await;
-    let store = server.store();
-    assert_eq!(
-        kind_commit(create(&store).await),
-        (ErrorKind::Conflict, Commit::NotCommitted)
-    );
-    assert_eq!(
-        kind_commit(replace(&store).await),
-        (ErrorKind::Conflict, Commit::NotCommitted)
-    );
+    let want = (ErrorKind::Conflict, Commit::NotCommitted);
+    both_writes_fail(&server.store(), want, "409 LeaseIdMissing").await;
 }
 
 #[tokio::test]
@@ -194,13 +197,8 @@ async fn throttling_and_server_errors_after_sending_are_ambiguous_and_never_retr
     for (code, error_code) in [(429, None), (503, Some("ServerBusy")), (500, None)] {
         let server = canned(status(code, error_code)).await;
         let store = server.store();
-        for got in [create(&store).await, replace(&store).await] {
-            assert_eq!(
-                kind_commit(got),
-                (ErrorKind::Unavailable, Commit::Ambiguous),
-                "{code}"
-            );
-        }
+        let want = (ErrorKind::Unavailable, Commit::Ambiguous);
+        both_writes_fail(&store, want, &code.to_string()).await;
         assert_eq!(
             server.heads().len(),
             2,
@@ -231,13 +229,8 @@ async fn a_redirect_is_never_followed_by_a_conditional_request() {
     for code in [301, 302, 303, 307, 308] {
         let redirect = canned(Answer::Status(code, vec![("Location", location.clone())])).await;
         let store = redirect.store();
-        for got in [create(&store).await, replace(&store).await] {
-            assert_eq!(
-                kind_commit(got),
-                (ErrorKind::InvalidInput, Commit::NotCommitted),
-                "{code}"
-            );
-        }
+        let want = (ErrorKind::InvalidInput, Commit::NotCommitted);
+        both_writes_fail(&store, want, &code.to_string()).await;
         assert_eq!(
             kind_commit(store.delete(&key(), &etag()).await),
             (ErrorKind::InvalidInput, Commit::NotCommitted),
@@ -329,18 +322,6 @@ async fn delete_answers_map_to_outcomes() {
     );
 }
 
-fn assert_no_text(err: &Error, text: &str) {
-    let mut all = vec![err.to_string(), format!("{err:?}")];
-    let mut source = std::error::Error::source(err);
-    while let Some(s) = source {
-        all.push(s.to_string());
-        source = s.source();
-    }
-    for t in all {
-        assert!(!t.contains(text), "{text:?} leaked: {t}");
-    }
-}
-
 #[tokio::test]
 async fn an_unreachable_endpoint_is_unavailable_not_committed_and_not_a_verdict() {
     let closed = {
@@ -348,12 +329,8 @@ async fn an_unreachable_endpoint_is_unavailable_not_committed_and_not_a_verdict(
         listener.local_addr().unwrap()
     };
     let store = store_at(&format!("http://{closed}"));
-    for got in [create(&store).await, replace(&store).await] {
-        assert_eq!(
-            kind_commit(got),
-            (ErrorKind::Unavailable, Commit::NotCommitted)
-        );
-    }
+    let refused = (ErrorKind::Unavailable, Commit::NotCommitted);
+    both_writes_fail(&store, refused, "refused").await;
     assert_eq!(
         kind_commit(store.delete(&key(), &etag()).await),
         (ErrorKind::Unavailable, Commit::NotCommitted)
