@@ -353,3 +353,65 @@ async fn an_unreachable_endpoint_is_unavailable_not_committed_and_not_a_verdict(
         "not a verdict on honesty: {report:?}"
     );
 }
+
+/// A listener whose accept queue is full and never drained: a further connect hangs in the
+/// handshake, so the client's connect timeout fires before anything is sent.
+async fn unanswered_handshakes() -> (String, TcpListener, Vec<TcpStream>) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(1).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut fillers = Vec::new();
+    // Fill the accept queue; connects beyond it wait for a SYN-ACK that never comes.
+    for _ in 0..4 {
+        let connect = TcpStream::connect(addr);
+        match tokio::time::timeout(Duration::from_millis(200), connect).await {
+            Ok(Ok(stream)) => fillers.push(stream),
+            _ => break,
+        }
+    }
+    (format!("http://{addr}"), listener, fillers)
+}
+
+#[tokio::test]
+async fn a_connect_timeout_is_not_committed() {
+    let (url, _listener, _fillers) = unanswered_handshakes().await;
+    // The connect timeout (1 s) fires before the request timeout (2 s).
+    let store = AzureStore::builder()
+        .with_emulator(&url)
+        .with_container("fence-test")
+        .with_cas_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let refused = (ErrorKind::Unavailable, Commit::NotCommitted);
+    both_writes_fail(&store, refused, "connect timeout").await;
+    assert_eq!(kind_commit(store.delete(&key(), &etag()).await), refused);
+}
+
+#[tokio::test]
+async fn without_a_signable_credential_delete_is_unsupported_without_io() {
+    let server = canned(status(202, None)).await;
+    let store = AzureStore::builder()
+        .with_emulator(&server.url)
+        .with_container("fence-test")
+        .with_config(
+            object_store::azure::AzureConfigKey::SasKey,
+            "sv=2023-11-03&sp=rw&sig=c2FzLXNlY3JldA%3D%3D",
+        )
+        .build()
+        .unwrap();
+    assert!(!store.capabilities().conditional_delete);
+    let delete = store.delete(&key(), &etag()).await.unwrap_err();
+    let immutable = store.delete_immutable(&key()).await.unwrap_err();
+    for err in [delete, immutable] {
+        assert_eq!(
+            (err.kind(), err.commit()),
+            (ErrorKind::Unsupported, Commit::NotCommitted)
+        );
+    }
+    assert!(
+        server.heads().is_empty(),
+        "no request: {:?}",
+        server.heads()
+    );
+}
