@@ -1,4 +1,5 @@
-//! Stores named by URL: `file:///path`, `memory://`, `s3://bucket/prefix`, `gs://bucket/prefix`.
+//! Stores named by URL: `file:///path`, `memory://`, `s3://bucket/prefix`, `gs://bucket/prefix`,
+//! `az://container/prefix` (or `azure://`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -47,8 +48,12 @@ pub fn open(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Failu
     if url.starts_with("gs://") {
         return open_gcs(url, lease_ttl);
     }
+    if url.starts_with("az://") || url.starts_with("azure://") {
+        return open_azure(url, lease_ttl);
+    }
     Err(Failure::usage(format!(
-        "unsupported store URL {url:?}: use file:///path, memory://, s3://bucket/prefix or gs://bucket/prefix"
+        "unsupported store URL {url:?}: use file:///path, memory://, s3://bucket/prefix, \
+         gs://bucket/prefix or az://container/prefix"
     )))
 }
 
@@ -133,6 +138,29 @@ fn open_gcs(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Failu
 fn open_gcs(_url: &str, _lease_ttl: Option<Duration>) -> Result<OpenedStore, Failure> {
     Err(Failure::usage(
         "gs:// stores are not built into this fence binary (rebuild with the `gcs` feature)",
+    ))
+}
+
+/// Azure Blob from object_store's `AZURE_*` variables (`AZURE_STORAGE_ACCOUNT_NAME`,
+/// `AZURE_STORAGE_ACCOUNT_KEY`, …; `AZURE_STORAGE_USE_EMULATOR=true` with
+/// `AZURITE_BLOB_STORAGE_URL` for Azurite).
+#[cfg(feature = "azure")]
+fn open_azure(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Failure> {
+    let mut builder = fence_azure::AzureStore::from_env().with_url(url);
+    if let Some(ttl) = lease_ttl {
+        builder = builder.with_lease_ttl(ttl);
+    }
+    let store = builder.build()?;
+    Ok(OpenedStore {
+        store: Arc::new(store),
+        url: url.to_owned(),
+    })
+}
+
+#[cfg(not(feature = "azure"))]
+fn open_azure(_url: &str, _lease_ttl: Option<Duration>) -> Result<OpenedStore, Failure> {
+    Err(Failure::usage(
+        "az:// stores are not built into this fence binary (rebuild with the `azure` feature)",
     ))
 }
 

@@ -1,0 +1,545 @@
+//! [`AzureStoreBuilder`]: configuration of an [`AzureStore`], in object_store's builder style.
+
+use std::fmt;
+use std::time::Duration;
+
+use fence_core::{Error, ErrorKind, Key};
+use object_store::azure::{AzureConfigKey, MicrosoftAzure, MicrosoftAzureBuilder};
+use object_store::client::HttpClient;
+use object_store::{BackoffConfig, ClientConfigKey, ClientOptions, RetryConfig};
+
+use crate::observe::{cas_http_client, CasTimeouts, Exchange, ObservingConnector};
+use crate::store::{AzureStore, Clients};
+
+/// The lease TTL the CAS client's timeouts derive from unless set.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
+
+/// The well-known account of Azurite and the legacy Azure Storage Emulator.
+pub const EMULATOR_ACCOUNT: &str = "devstoreaccount1";
+
+/// The published key of [`EMULATOR_ACCOUNT`] (Microsoft's documentation prints it; it only
+/// opens local emulators).
+const EMULATOR_ACCOUNT_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+/// Configures an [`AzureStore`]: account, credentials, container and key prefix, and the
+/// timeouts of its clients (see the crate docs).
+///
+/// `Debug` never shows account keys, SAS tokens or bearer tokens.
+///
+/// ```
+/// use std::time::Duration;
+/// use fence_azure::AzureStore;
+/// let store = AzureStore::builder()
+///     .with_url("az://my-container/fleet-a")
+///     .with_account("myaccount")
+///     .with_access_key("bm90LWEtcmVhbC1rZXk=")
+///     .with_lease_ttl(Duration::from_secs(6))
+///     .build()
+///     .unwrap();
+/// assert_eq!(store.container(), "my-container");
+/// assert_eq!(store.prefix(), "fleet-a");
+/// assert!(!format!("{store:?}").contains("bm90LWEtcmVhbC1rZXk="));
+/// ```
+#[derive(Clone)]
+pub struct AzureStoreBuilder {
+    azure: MicrosoftAzureBuilder,
+    container: Option<String>,
+    prefix: Option<String>,
+    emulator: Option<String>,
+    lease_ttl: Duration,
+    cas_timeout: Option<Duration>,
+    read_timeout: Duration,
+    read_retries: usize,
+    invalid: Option<String>,
+}
+
+impl Default for AzureStoreBuilder {
+    fn default() -> Self {
+        Self::from_azure(MicrosoftAzureBuilder::new())
+    }
+}
+
+impl AzureStoreBuilder {
+    /// An empty builder: set at least the container (or URL), the account and a credential.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reads object_store's `AZURE_*` environment variables: `AZURE_STORAGE_ACCOUNT_NAME`,
+    /// `AZURE_STORAGE_ACCOUNT_KEY`, `AZURE_STORAGE_SAS_KEY`, `AZURE_STORAGE_TOKEN`,
+    /// `AZURE_CLIENT_ID`/`AZURE_CLIENT_SECRET`/`AZURE_TENANT_ID`, `AZURE_ENDPOINT`,
+    /// `AZURE_CONTAINER_NAME`, `AZURE_ALLOW_HTTP`, … and the emulator switch
+    /// `AZURE_STORAGE_USE_EMULATOR=true`, with which object_store talks to
+    /// `AZURITE_BLOB_STORAGE_URL` (default `http://127.0.0.1:10000`) as the development account
+    /// [`EMULATOR_ACCOUNT`] with its published key.
+    pub fn from_env() -> Self {
+        Self::from_azure(MicrosoftAzureBuilder::from_env())
+    }
+
+    fn from_azure(azure: MicrosoftAzureBuilder) -> Self {
+        AzureStoreBuilder {
+            azure,
+            container: None,
+            prefix: None,
+            emulator: None,
+            lease_ttl: DEFAULT_LEASE_TTL,
+            cas_timeout: None,
+            read_timeout: Duration::from_secs(30),
+            read_retries: 3,
+            invalid: None,
+        }
+    }
+
+    /// Container and optional key prefix from `az://container/prefix/path` or
+    /// `azure://container/prefix/path`.
+    pub fn with_url(mut self, url: impl AsRef<str>) -> Self {
+        match parse_url(url.as_ref()) {
+            Ok((container, prefix)) => {
+                self.container = Some(container);
+                self.prefix = prefix;
+            }
+            Err(why) => self.invalid = Some(why),
+        }
+        self
+    }
+
+    /// The container.
+    pub fn with_container(mut self, container: impl Into<String>) -> Self {
+        self.container = Some(container.into());
+        self
+    }
+
+    /// Every key is stored under `prefix/` (validated like a [`Key`]).
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// The storage account.
+    pub fn with_account(mut self, account: impl Into<String>) -> Self {
+        self.azure = self.azure.with_account(account);
+        self
+    }
+
+    /// The account's shared key (base64). Never shown by `Debug` or in errors.
+    pub fn with_access_key(mut self, key: impl Into<String>) -> Self {
+        self.azure = self.azure.with_access_key(key);
+        self
+    }
+
+    /// The blob service endpoint, e.g. `https://myaccount.blob.core.windows.net` (the default
+    /// for the account) or a private endpoint.
+    pub fn with_endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.azure = self.azure.with_endpoint(endpoint.into());
+        self
+    }
+
+    /// Talks to a local emulator (Azurite) at `blob_url`, e.g. `http://127.0.0.1:10000`, as
+    /// the development account [`EMULATOR_ACCOUNT`] with its published key, unless an account
+    /// and key are set. Plain HTTP is allowed.
+    pub fn with_emulator(mut self, blob_url: impl Into<String>) -> Self {
+        self.emulator = Some(blob_url.into().trim_end_matches('/').to_string());
+        self
+    }
+
+    /// Allows plain-HTTP endpoints (local test servers).
+    pub fn with_allow_http(mut self, allow: bool) -> Self {
+        self.azure = self.azure.with_allow_http(allow);
+        self
+    }
+
+    /// Any other object_store Azure option (credentials, proxy, …), as in its
+    /// [`AzureConfigKey`].
+    pub fn with_config(mut self, key: AzureConfigKey, value: impl Into<String>) -> Self {
+        self.azure = self.azure.with_config(key, value);
+        self
+    }
+
+    /// The lease TTL the conditional-write timeouts derive from (default 10 s): each
+    /// conditional request is bounded by `ttl / 3` unless [`with_cas_timeout`] says otherwise.
+    ///
+    /// [`with_cas_timeout`]: AzureStoreBuilder::with_cas_timeout
+    pub fn with_lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// The whole-request timeout of one conditional write or delete (default: lease TTL / 3).
+    pub fn with_cas_timeout(mut self, timeout: Duration) -> Self {
+        self.cas_timeout = Some(timeout);
+        self
+    }
+
+    /// The request timeout and retry count of reads and lists (default 30 s, 3 retries).
+    pub fn with_read_policy(mut self, timeout: Duration, retries: usize) -> Self {
+        self.read_timeout = timeout;
+        self.read_retries = retries;
+        self
+    }
+
+    /// Builds the store: a client for conditional writes and deletes (no retries, no
+    /// redirects, short timeouts) and one for reads (retries on), on separate connection
+    /// pools. No I/O happens here.
+    pub fn build(self) -> Result<AzureStore, Error> {
+        if let Some(why) = &self.invalid {
+            return Err(invalid(why.clone()));
+        }
+        let container = self.container_name()?;
+        let prefix = self.prefix_segments()?;
+        let base = self.resolved().with_container_name(&container);
+        let timeouts = self.cas_timeouts();
+        let cas = build_client(cas_client(base.clone(), timeouts), &container)?;
+        let untagged = Exchange::default();
+        let read = build_client(self.read_client(base.clone(), untagged.clone()), &container)?;
+        let deletes = if self.signs_deletes() {
+            Some(delete_client(
+                &base,
+                self.emulator.is_some(),
+                timeouts,
+                &container,
+            )?)
+        } else {
+            None
+        };
+        let clients = Clients {
+            cas,
+            read,
+            deletes,
+            listed: untagged,
+        };
+        Ok(AzureStore::new(
+            clients,
+            container,
+            prefix,
+            timeouts.request,
+        ))
+    }
+
+    /// The object_store builder with the emulator (if set) spelled out as an endpoint, so
+    /// the URL comes from here and not from the process environment.
+    fn resolved(&self) -> MicrosoftAzureBuilder {
+        let Some(url) = &self.emulator else {
+            return self.azure.clone();
+        };
+        let get = |key| self.azure.get_config_value(&key);
+        let account = get(AzureConfigKey::AccountName).unwrap_or(EMULATOR_ACCOUNT.into());
+        let mut azure = self
+            .azure
+            .clone()
+            .with_use_emulator(false)
+            .with_endpoint(format!("{url}/{account}"))
+            .with_account(&account)
+            .with_allow_http(true);
+        if get(AzureConfigKey::AccessKey).is_none() && get(AzureConfigKey::SasKey).is_none() {
+            azure = azure.with_access_key(EMULATOR_ACCOUNT_KEY);
+        }
+        azure
+    }
+
+    /// Whether deletes can be sent (they go out under a short-lived SAS that object_store
+    /// signs with the account key or a user delegation key): not with a caller's own SAS
+    /// token or without signatures.
+    fn signs_deletes(&self) -> bool {
+        let get = |key| self.azure.get_config_value(&key);
+        let flag = |key| get(key).as_deref() == Some("true");
+        if flag(AzureConfigKey::SkipSignature) {
+            return false;
+        }
+        if get(AzureConfigKey::CredentialType).as_deref() == Some("sas_token") {
+            return false;
+        }
+        let other_credential = get(AzureConfigKey::AccessKey).is_some()
+            || get(AzureConfigKey::Token).is_some()
+            || get(AzureConfigKey::ClientId).is_some()
+            || flag(AzureConfigKey::UseAzureCli);
+        get(AzureConfigKey::SasKey).is_none() || other_credential
+    }
+
+    fn container_name(&self) -> Result<String, Error> {
+        let container = self
+            .container
+            .clone()
+            .or_else(|| self.azure.get_config_value(&AzureConfigKey::ContainerName))
+            .unwrap_or_default();
+        if !is_container_name(&container) {
+            return Err(invalid(format!(
+                "container name {container:?} is missing or invalid (3-63 characters: lowercase \
+                 letters, digits and single hyphens, starting with a letter or digit)"
+            )));
+        }
+        Ok(container)
+    }
+
+    fn prefix_segments(&self) -> Result<Vec<String>, Error> {
+        match self.prefix.as_deref().map(|p| p.trim_matches('/')) {
+            None | Some("") => Ok(Vec::new()),
+            Some(p) => {
+                let key = Key::new(p).map_err(|e| invalid(format!("prefix: {e}")))?;
+                Ok(key.segments().map(str::to_string).collect())
+            }
+        }
+    }
+
+    fn cas_timeouts(&self) -> CasTimeouts {
+        let derived = (self.lease_ttl / 3).max(Duration::from_millis(100));
+        let request = self.cas_timeout.unwrap_or(derived);
+        CasTimeouts {
+            request,
+            connect: request.min(Duration::from_secs(1)),
+        }
+    }
+
+    fn read_client(
+        &self,
+        base: MicrosoftAzureBuilder,
+        untagged: Exchange,
+    ) -> MicrosoftAzureBuilder {
+        let retry = RetryConfig {
+            backoff: BackoffConfig::default(),
+            max_retries: self.read_retries,
+            retry_timeout: self.read_timeout * 2,
+        };
+        // Set through config keys so options from the environment (proxies) survive.
+        let ms = |d: Duration| format!("{}ms", d.as_millis().max(1));
+        base.with_config(
+            AzureConfigKey::Client(ClientConfigKey::Timeout),
+            ms(self.read_timeout),
+        )
+        .with_config(
+            AzureConfigKey::Client(ClientConfigKey::ConnectTimeout),
+            ms(self.read_timeout.min(Duration::from_secs(5))),
+        )
+        .with_retry(retry)
+        .with_http_connector(ObservingConnector::reads(untagged))
+    }
+}
+
+/// The client of conditional writes: no retries at all; its connector bounds every request.
+fn cas_client(base: MicrosoftAzureBuilder, timeouts: CasTimeouts) -> MicrosoftAzureBuilder {
+    let retry = RetryConfig {
+        backoff: BackoffConfig::default(),
+        max_retries: 0,
+        retry_timeout: timeouts.request,
+    };
+    base.with_retry(retry)
+        .with_http_connector(ObservingConnector::cas(timeouts))
+}
+
+/// The HTTP client of deletes, on the conditional-write settings (no redirects, no retries).
+fn delete_client(
+    base: &MicrosoftAzureBuilder,
+    emulator: bool,
+    timeouts: CasTimeouts,
+    container: &str,
+) -> Result<HttpClient, Error> {
+    let mut options = ClientOptions::new();
+    for key in [
+        ClientConfigKey::AllowHttp,
+        ClientConfigKey::AllowInvalidCertificates,
+        ClientConfigKey::Http1Only,
+        ClientConfigKey::Http2Only,
+        ClientConfigKey::ProxyUrl,
+        ClientConfigKey::ProxyExcludes,
+    ] {
+        if let Some(value) = base.get_config_value(&AzureConfigKey::Client(key)) {
+            options = options.with_config(key, value);
+        }
+    }
+    let emulator = emulator
+        || base
+            .get_config_value(&AzureConfigKey::UseEmulator)
+            .as_deref()
+            == Some("true");
+    if emulator {
+        options = options.with_allow_http(true);
+    }
+    cas_http_client(&options, timeouts).map_err(|e| configuration_error(e, container))
+}
+
+fn build_client(azure: MicrosoftAzureBuilder, container: &str) -> Result<MicrosoftAzure, Error> {
+    azure.build().map_err(|e| configuration_error(e, container))
+}
+
+fn configuration_error(e: object_store::Error, container: &str) -> Error {
+    Error::new(
+        ErrorKind::InvalidInput,
+        format!("Azure configuration for container {container:?} is invalid"),
+    )
+    .with_source(e)
+    .not_committed()
+}
+
+fn invalid(message: String) -> Error {
+    Error::new(ErrorKind::InvalidInput, message).not_committed()
+}
+
+/// Azure's container naming rules (and the special `$root` and `$web` containers).
+fn is_container_name(name: &str) -> bool {
+    if name == "$root" || name == "$web" {
+        return true;
+    }
+    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+    (3..=63).contains(&name.len())
+        && name.chars().all(allowed)
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+        && !name.contains("--")
+}
+
+/// `az://container/prefix` or `azure://container/prefix` → (container, prefix).
+fn parse_url(url: &str) -> Result<(String, Option<String>), String> {
+    let rest = url
+        .strip_prefix("az://")
+        .or_else(|| url.strip_prefix("azure://"))
+        .ok_or_else(|| format!("{url:?} is not an az:// or azure:// URL"))?;
+    let (container, prefix) = match rest.split_once('/') {
+        Some((container, prefix)) => (container, Some(prefix.trim_matches('/'))),
+        None => (rest, None),
+    };
+    if container.is_empty() {
+        return Err(format!("{url:?} names no container"));
+    }
+    let prefix = prefix.filter(|p| !p.is_empty()).map(str::to_string);
+    Ok((container.to_string(), prefix))
+}
+
+impl fmt::Debug for AzureStoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let account = self.azure.get_config_value(&AzureConfigKey::AccountName);
+        f.debug_struct("AzureStoreBuilder")
+            .field("account", &account)
+            .field("container", &self.container)
+            .field("prefix", &self.prefix)
+            .field("emulator", &self.emulator)
+            .field("lease_ttl", &self.lease_ttl)
+            .field("cas_timeout", &self.cas_timeout)
+            .field("read_timeout", &self.read_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_urls() {
+        assert_eq!(parse_url("az://c").unwrap(), ("c".into(), None));
+        assert_eq!(parse_url("azure://c/").unwrap(), ("c".into(), None));
+        assert_eq!(
+            parse_url("az://c/x/y/").unwrap(),
+            ("c".into(), Some("x/y".into()))
+        );
+        assert!(parse_url("s3://b").is_err());
+        assert!(parse_url("az:///x").is_err());
+    }
+
+    #[test]
+    fn container_names_follow_azure_rules() {
+        for good in ["abc", "fence-test", "a1-b2", "$root", &"a".repeat(63)] {
+            assert!(is_container_name(good), "{good}");
+        }
+        for bad in [
+            "",
+            "ab",
+            "Abc",
+            "a_b",
+            "-ab",
+            "ab-",
+            "a--b",
+            "a.b",
+            &"a".repeat(64),
+        ] {
+            assert!(!is_container_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn refuses_bad_configuration_before_any_io() {
+        let emulator = || AzureStoreBuilder::new().with_emulator("http://127.0.0.1:1");
+        let cases = [
+            ("no container", AzureStoreBuilder::new()),
+            (
+                "not an az:// URL",
+                AzureStoreBuilder::new().with_url("s3://x"),
+            ),
+            ("bad container", emulator().with_container("Not_Valid")),
+            (
+                "bad prefix",
+                emulator().with_container("abc").with_prefix("a/../b"),
+            ),
+            ("no account", AzureStoreBuilder::new().with_container("abc")),
+            (
+                "bad key",
+                AzureStoreBuilder::new()
+                    .with_container("abc")
+                    .with_account("acct")
+                    .with_access_key("not base64 !!"),
+            ),
+        ];
+        for (case, builder) in cases {
+            let err = builder.build().unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidInput, "{case}");
+            assert!(!format!("{err:?}").contains("not base64 !!"), "{case}");
+        }
+    }
+
+    #[test]
+    fn cas_timeout_derives_from_the_lease_ttl() {
+        let b = AzureStoreBuilder::new().with_lease_ttl(Duration::from_secs(9));
+        assert_eq!(b.cas_timeouts().request, Duration::from_secs(3));
+        assert_eq!(b.cas_timeouts().connect, Duration::from_secs(1));
+        let b = b.with_cas_timeout(Duration::from_millis(700));
+        assert_eq!(b.cas_timeouts().request, Duration::from_millis(700));
+        assert_eq!(b.cas_timeouts().connect, Duration::from_millis(700));
+    }
+
+    #[test]
+    fn the_emulator_is_the_development_account_at_the_given_url() {
+        let b = AzureStoreBuilder::new().with_emulator("http://127.0.0.1:10000/");
+        let azure = b.resolved();
+        let get = |key| azure.get_config_value(&key);
+        assert_eq!(
+            get(AzureConfigKey::Endpoint).as_deref(),
+            Some("http://127.0.0.1:10000/devstoreaccount1")
+        );
+        assert_eq!(
+            get(AzureConfigKey::AccountName).as_deref(),
+            Some(EMULATOR_ACCOUNT)
+        );
+        assert!(get(AzureConfigKey::AccessKey).is_some());
+        assert!(b.signs_deletes());
+    }
+
+    #[test]
+    fn a_callers_sas_token_cannot_sign_deletes() {
+        let sas = AzureStoreBuilder::new()
+            .with_account("acct")
+            .with_config(AzureConfigKey::SasKey, "sv=2023-11-03&sig=c2VjcmV0");
+        assert!(!sas.signs_deletes());
+        assert!(sas.clone().with_access_key("a2V5").signs_deletes());
+        let anonymous = AzureStoreBuilder::new().with_config(AzureConfigKey::SkipSignature, "true");
+        assert!(!anonymous.signs_deletes());
+    }
+
+    #[test]
+    fn debug_hides_credentials() {
+        let b = AzureStoreBuilder::new()
+            .with_account("acct")
+            .with_access_key("aHVudGVyMi1zZWNyZXQ=")
+            .with_config(AzureConfigKey::SasKey, "sv=1&sig=sas-secret")
+            .with_config(AzureConfigKey::Token, "bearer-secret")
+            .with_config(AzureConfigKey::ClientSecret, "client-secret");
+        let text = format!("{b:?}");
+        for secret in [
+            "aHVudGVyMi1zZWNyZXQ=",
+            "sas-secret",
+            "bearer-secret",
+            "client-secret",
+        ] {
+            assert!(!text.contains(secret), "{text}");
+        }
+        assert!(text.contains("acct"));
+    }
+}

@@ -1,0 +1,32 @@
+//! # fence-azure
+//!
+//! [`AzureStore`]: fence's [`ConditionalStore`](fence_core::ConditionalStore) over Azure Blob
+//! Storage, built on `object_store`'s Azure client (shared keys, SAS tokens, Entra ID
+//! credentials, `from_env`, the Azurite emulator), with `az://container/prefix` URLs.
+//!
+//! - create: `PUT` with `If-None-Match: *`; replace: `PUT` with `If-Match: <etag>`; delete:
+//!   `DELETE` with `If-Match: <etag>` (conditional delete is a capability here);
+//! - **no silent retries of conditional requests**: they run on their own client with retries
+//!   off, redirects never followed, its own connection pool and timeouts derived from the
+//!   lease TTL (`ttl / 3`);
+//! - every outcome is classified here from the HTTP status and the `x-ms-error-code`: 412 →
+//!   rejected (real Azure's failed create, a failed replace, a condition on a missing blob);
+//!   409 `BlobAlreadyExists` on create → rejected (Azurite's failed create); other 409s →
+//!   not-committed [`Conflict`](fence_core::ErrorKind::Conflict); 401/403 → permission
+//!   denied naming the container; a redirect → invalid input, not committed; a refused
+//!   connection → unavailable, not committed; timeouts, resets, 429, 5xx and unreadable
+//!   answers → ambiguous;
+//! - Azure ETags change on every write, also of identical bytes, so bodies are stored as
+//!   given (no nonce) and [`Capabilities::content_versions`](fence_core::Capabilities) is
+//!   false.
+//!
+//! See `docs/azure.md` for the details and the test server.
+#![deny(missing_docs)]
+
+mod builder;
+mod classify;
+mod observe;
+mod store;
+
+pub use builder::{AzureStoreBuilder, DEFAULT_LEASE_TTL, EMULATOR_ACCOUNT};
+pub use store::AzureStore;

@@ -1,0 +1,376 @@
+//! [`AzureStore`]: the [`ConditionalStore`] contract over Azure Blob conditional requests.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use fence_core::store::delete_unsupported;
+use fence_core::{
+    Capabilities, CasGuard, ConditionalStore, DeleteOutcome, Error, ErrorKind, Key, PutOutcome,
+    Stored, Version,
+};
+use futures::TryStreamExt;
+use object_store::azure::MicrosoftAzure;
+use object_store::client::{HttpClient, HttpRequest, HttpRequestBody};
+use object_store::path::{Path, PathPart};
+use object_store::signer::Signer;
+use object_store::{GetOptions, ObjectStore, PutMode, PutOptions, PutPayload, UpdateVersion};
+use percent_encoding::percent_decode_str;
+
+use crate::builder::AzureStoreBuilder;
+use crate::classify::{
+    classify_delete, classify_put, classify_read, DeleteVerdict, Failure, PutVerdict, CONTAINER,
+    DENIED,
+};
+use crate::observe::{header_code, transport_kind, Exchange, Observed};
+
+/// The largest body of one Put Blob request (5000 MiB); fence records are a few hundred bytes.
+const MAX_BODY: usize = 5000 * 1024 * 1024;
+
+/// How long the SAS of one delete is valid. It only needs to outlive the request; the margin
+/// covers clock skew at the end of its window (a clock running ahead of the store's makes a
+/// fresh SAS not yet valid: the delete is then refused, never misapplied).
+const DELETE_SAS_LIFETIME: Duration = Duration::from_secs(300);
+
+/// The clients of one store.
+pub(crate) struct Clients {
+    /// Conditional PUTs: no retries, no redirects, timeouts from the lease TTL.
+    pub cas: MicrosoftAzure,
+    /// Reads and lists: retries on.
+    pub read: MicrosoftAzure,
+    /// DELETEs (under a SAS the `cas` client signs), when the credentials can sign them.
+    pub deletes: Option<HttpClient>,
+    /// What the read client's listings came to (their object_store call carries no
+    /// per-request record); lists are serialized to read it.
+    pub listed: Exchange,
+}
+
+/// An Azure Blob container (optionally under a key prefix) as a fence [`ConditionalStore`].
+///
+/// Creates with `If-None-Match: *`, replaces with `If-Match: <etag>`, deletes with
+/// `If-Match: <etag>`, and passes ETags back exactly as the store returned them. Conditional
+/// requests go through their own client (own connection pool, no retries, no redirects,
+/// timeouts derived from the lease TTL) and are classified here from the HTTP status and
+/// Azure error code, not by object_store; reads and lists use a second client that retries.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), fence_core::Error> {
+/// use fence_core::{CasGuard, ConditionalStore, Key, PutOutcome};
+/// let store = fence_azure::AzureStore::from_env() // AZURE_STORAGE_ACCOUNT_NAME, ...
+///     .with_url("az://my-container/fence")
+///     .build()?;
+/// let key = Key::new("nodes/n1.json")?;
+/// match store.put(&key, "{}".into(), CasGuard::Absent).await? {
+///     PutOutcome::Applied(version) => println!("created at {version}"),
+///     PutOutcome::Rejected => println!("someone else was first"),
+/// }
+/// # Ok(()) }
+/// ```
+pub struct AzureStore {
+    clients: Clients,
+    container: String,
+    prefix: Vec<String>,
+    cas_timeout: Duration,
+    list_turn: tokio::sync::Mutex<()>,
+}
+
+impl AzureStore {
+    /// A builder with nothing set.
+    pub fn builder() -> AzureStoreBuilder {
+        AzureStoreBuilder::new()
+    }
+
+    /// A builder reading object_store's `AZURE_*` environment variables.
+    pub fn from_env() -> AzureStoreBuilder {
+        AzureStoreBuilder::from_env()
+    }
+
+    pub(crate) fn new(
+        clients: Clients,
+        container: String,
+        prefix: Vec<String>,
+        cas_timeout: Duration,
+    ) -> Self {
+        AzureStore {
+            clients,
+            container,
+            prefix,
+            cas_timeout,
+            list_turn: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The container.
+    pub fn container(&self) -> &str {
+        &self.container
+    }
+
+    /// The key prefix every key is stored under (empty for none).
+    pub fn prefix(&self) -> String {
+        self.prefix.join("/")
+    }
+
+    /// The bound of one conditional write or delete.
+    pub fn cas_timeout(&self) -> Duration {
+        self.cas_timeout
+    }
+
+    fn path_of(&self, key: &Key) -> Path {
+        let segments = self.prefix.iter().map(String::as_str).chain(key.segments());
+        Path::from_iter(segments.map(PathPart::from))
+    }
+
+    /// The fence key of a listed blob, if it lies under the prefix and is a valid key.
+    fn key_of(&self, path: &Path) -> Option<Key> {
+        let decoded: Option<Vec<String>> = path.parts().map(|p| decode(p.as_ref())).collect();
+        let decoded = decoded?;
+        let rest = decoded.strip_prefix(self.prefix.as_slice())?;
+        Key::new(rest.join("/")).ok()
+    }
+
+    fn error(&self, key: Option<&Key>, f: Failure) -> Error {
+        let message = match f.kind {
+            ErrorKind::PermissionDenied | ErrorKind::NotFound | ErrorKind::InvalidInput => {
+                format!("container {:?}: {}", self.container, f.why)
+            }
+            _ => f.why.to_string(),
+        };
+        let e = Error::new(f.kind, message).with_commit(f.commit);
+        match key {
+            Some(key) => e.with_key(key),
+            None => e,
+        }
+    }
+
+    async fn conditional_put(
+        &self,
+        key: &Key,
+        body: Bytes,
+        guard: &CasGuard,
+    ) -> Result<PutOutcome, Error> {
+        let exchange = Exchange::default();
+        let mode = match guard {
+            CasGuard::Absent => PutMode::Create,
+            CasGuard::Match(version) => PutMode::Update(UpdateVersion {
+                e_tag: Some(version.as_str().to_string()),
+                version: None,
+            }),
+        };
+        let opts = PutOptions {
+            mode,
+            extensions: exchange.extensions(),
+            ..PutOptions::default()
+        };
+        let result = self
+            .clients
+            .cas
+            .put_opts(&self.path_of(key), PutPayload::from(body), opts)
+            .await;
+        let e_tag = result.as_ref().ok().map(|r| r.e_tag.as_deref());
+        let is_create = matches!(guard, CasGuard::Absent);
+        match classify_put(is_create, exchange.last().as_ref(), e_tag) {
+            PutVerdict::Applied(tag) => Ok(PutOutcome::Applied(Version::new(tag)?)),
+            PutVerdict::Rejected => Ok(PutOutcome::Rejected),
+            PutVerdict::Failed(f) => Err(self.with_source(self.error(Some(key), f), result.err())),
+        }
+    }
+
+    fn with_source(&self, e: Error, source: Option<object_store::Error>) -> Error {
+        match source {
+            Some(source) => e.with_source(source),
+            None => e,
+        }
+    }
+
+    async fn read(&self, key: &Key) -> Result<Option<Stored>, Error> {
+        let exchange = Exchange::default();
+        let opts = GetOptions {
+            extensions: exchange.extensions(),
+            ..GetOptions::default()
+        };
+        let fail = |e: object_store::Error| match classify_read(exchange.last_failure().as_ref()) {
+            Some(f) => Err(self.error(Some(key), f).with_source(e)),
+            None => Ok(None),
+        };
+        let got = match self.clients.read.get_opts(&self.path_of(key), opts).await {
+            Ok(got) => got,
+            Err(e) => return fail(e),
+        };
+        let tag = got.meta.e_tag.clone().unwrap_or_default();
+        let body = match got.bytes().await {
+            Ok(body) => body,
+            Err(e) => return Err(unreadable(key).with_source(e)),
+        };
+        let version = Version::new(tag).map_err(|e| e.with_key(key).not_committed())?;
+        Ok(Some(Stored { body, version }))
+    }
+
+    async fn list_keys(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
+        let segments = self.prefix.iter().map(String::as_str);
+        let under: Vec<&str> = match prefix {
+            Some(p) => segments.chain(p.segments()).collect(),
+            None => segments.collect(),
+        };
+        let under =
+            (!under.is_empty()).then(|| Path::from_iter(under.into_iter().map(PathPart::from)));
+        let metas = self.list_paths(under.as_ref()).await?;
+        let mut keys: Vec<Key> = metas.iter().filter_map(|p| self.key_of(p)).collect();
+        if let Some(p) = prefix {
+            // A listing shows what lies under `p/`; the key `p` itself needs its own look-up.
+            if self.read(p).await?.is_some() {
+                keys.push(p.clone());
+            }
+        }
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
+    }
+
+    async fn list_paths(&self, under: Option<&Path>) -> Result<Vec<Path>, Error> {
+        let _turn = self.list_turn.lock().await;
+        self.clients.listed.clear();
+        let listed: Result<Vec<_>, _> = self.clients.read.list(under).try_collect().await;
+        match listed {
+            Ok(metas) => Ok(metas.into_iter().map(|m| m.location).collect()),
+            Err(e) => {
+                let observed = self.clients.listed.last_failure();
+                let f = classify_read(observed.as_ref()).unwrap_or(Failure {
+                    kind: ErrorKind::NotFound,
+                    commit: fence_core::Commit::NotCommitted,
+                    why: CONTAINER,
+                });
+                Err(self.error(None, f).with_source(e))
+            }
+        }
+    }
+
+    /// One DELETE, with `If-Match: <version>` when given, under a SAS for exactly this blob.
+    async fn send_delete(
+        &self,
+        key: &Key,
+        version: Option<&Version>,
+    ) -> Result<DeleteVerdict, Error> {
+        let Some(http) = &self.clients.deletes else {
+            return Err(delete_unsupported(key));
+        };
+        let path = self.path_of(key);
+        let url = self
+            .clients
+            .cas
+            .signed_url(http::Method::DELETE, &path, DELETE_SAS_LIFETIME)
+            .await
+            .map_err(|e| self.signing_error(key, e))?;
+        let mut request = HttpRequest::new(HttpRequestBody::empty());
+        *request.method_mut() = http::Method::DELETE;
+        // The URL carries the SAS signature: it never goes into an error or a log.
+        *request.uri_mut() = url.as_str().parse().map_err(|_| {
+            Error::new(ErrorKind::InvalidInput, "unusable blob URL")
+                .with_key(key)
+                .not_committed()
+        })?;
+        let headers = request.headers_mut();
+        headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(0));
+        if let Some(version) = version {
+            let value = http::HeaderValue::from_str(version.as_str()).map_err(|_| {
+                Error::new(ErrorKind::InvalidInput, "the version is not a valid ETag")
+                    .with_key(key)
+                    .not_committed()
+            })?;
+            headers.insert(http::header::IF_MATCH, value);
+        }
+        let observed = match http.execute(request).await {
+            Ok(response) => Observed::Answer {
+                status: response.status().as_u16(),
+                code: header_code(response.headers()),
+            },
+            Err(e) => Observed::Transport(transport_kind(&e)),
+        };
+        Ok(classify_delete(&observed))
+    }
+
+    fn signing_error(&self, key: &Key, e: object_store::Error) -> Error {
+        let f = Failure {
+            kind: ErrorKind::PermissionDenied,
+            commit: fence_core::Commit::NotCommitted,
+            why: DENIED,
+        };
+        self.error(Some(key), f).with_source(e)
+    }
+
+    fn delete_failure(&self, key: &Key, verdict: DeleteVerdict) -> Result<DeleteOutcome, Error> {
+        match verdict {
+            DeleteVerdict::Deleted => Ok(DeleteOutcome::Deleted),
+            DeleteVerdict::Rejected => Ok(DeleteOutcome::Rejected),
+            DeleteVerdict::Failed(f) => Err(self.error(Some(key), f)),
+        }
+    }
+}
+
+fn decode(part: &str) -> Option<String> {
+    percent_decode_str(part)
+        .decode_utf8()
+        .ok()
+        .map(|s| s.into_owned())
+}
+
+fn unreadable(key: &Key) -> Error {
+    Error::new(ErrorKind::Unavailable, "the blob's body could not be read")
+        .with_key(key)
+        .not_committed()
+}
+
+#[async_trait]
+impl ConditionalStore for AzureStore {
+    async fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
+        self.read(key).await
+    }
+
+    async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
+        if body.len() > MAX_BODY {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                "body larger than one Put Blob request",
+            )
+            .with_key(key)
+            .not_committed());
+        }
+        self.conditional_put(key, body, &guard).await
+    }
+
+    async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
+        let verdict = self.send_delete(key, Some(version)).await?;
+        self.delete_failure(key, verdict)
+    }
+
+    /// One unconditional DELETE: for a blob written once and never rewritten, a late delete
+    /// can only remove that same blob. Absent is `Ok`.
+    async fn delete_immutable(&self, key: &Key) -> Result<(), Error> {
+        let verdict = self.send_delete(key, None).await?;
+        self.delete_failure(key, verdict).map(|_| ())
+    }
+
+    async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
+        self.list_keys(prefix).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let caps = if self.clients.deletes.is_some() {
+            Capabilities::full()
+        } else {
+            Capabilities::without_conditional_delete()
+        };
+        caps.with_max_body(MAX_BODY)
+    }
+}
+
+impl fmt::Debug for AzureStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AzureStore")
+            .field("container", &self.container)
+            .field("prefix", &self.prefix())
+            .field("cas_timeout", &self.cas_timeout)
+            .field("conditional_delete", &self.clients.deletes.is_some())
+            .finish_non_exhaustive()
+    }
+}
