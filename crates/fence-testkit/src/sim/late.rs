@@ -84,6 +84,10 @@ impl ConditionalStore for LateStore {
         self.inner.delete(key, version).await
     }
 
+    async fn delete_immutable(&self, key: &Key) -> Result<(), Error> {
+        self.inner.delete_immutable(key).await
+    }
+
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
         self.inner.list(prefix).await
     }

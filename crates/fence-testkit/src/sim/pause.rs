@@ -183,6 +183,11 @@ impl ConditionalStore for PausableStore {
         let r = self.inner.delete(key, version).await;
         self.answer(r).await
     }
+    async fn delete_immutable(&self, key: &Key) -> Result<(), Error> {
+        self.gate().await;
+        let r = self.inner.delete_immutable(key).await;
+        self.answer(r).await
+    }
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
         self.gate().await;
         let r = self.inner.list(prefix).await;

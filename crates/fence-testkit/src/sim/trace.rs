@@ -301,6 +301,9 @@ impl ConditionalStore for HistoryStore {
     async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
         self.inner.delete(key, version).await
     }
+    async fn delete_immutable(&self, key: &Key) -> Result<(), Error> {
+        self.inner.delete_immutable(key).await
+    }
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
         self.inner.list(prefix).await
     }
@@ -345,6 +348,9 @@ impl ConditionalStore for LeaseProbe {
     }
     async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
         self.inner.delete(key, version).await
+    }
+    async fn delete_immutable(&self, key: &Key) -> Result<(), Error> {
+        self.inner.delete_immutable(key).await
     }
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
         self.inner.list(prefix).await
