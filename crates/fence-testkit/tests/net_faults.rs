@@ -1,14 +1,14 @@
 //! Faults on the wire between each real adapter and its real server: the fault proxy of
-//! `fence_testkit::wire` sits between fence-s3 and SeaweedFS / moto, and between fence-gcs
-//! and fake-gcs-server. Every answer of the adapter is checked against what the server
+//! `fence_testkit::wire` sits between fence-s3 and SeaweedFS / moto, between fence-gcs and
+//! fake-gcs-server, and between fence-azure and Azurite. Every answer of the adapter is checked against what the server
 //! applied, and the lease/claim/write runtime runs through the same faults.
 //!
 //! Prints per server `net-faults <server>: N ops, F faults injected, V violations`.
 //! Servers come from the environment (`scripts/servers/*.sh` write it); without it the tests
 //! skip with a notice, or fail when `FENCE_REQUIRE_SERVERS=1`.
 //!
-//! Adding a backend (Azure, say) is one more entry in [`servers`]: its name, its server's
-//! address, and a function building the adapter for an endpoint and a prefix.
+//! Adding a backend is one more entry in [`servers`]: its name, its server's address, and a
+//! function building the adapter for an endpoint and a prefix.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -95,12 +95,32 @@ fn gcs() -> Option<Server> {
     })
 }
 
+fn azure() -> Option<Server> {
+    let container = var("FENCE_AZURE_CONTAINER")?;
+    let adapter: Adapter = Box::new(move |endpoint: &str, prefix: &str| {
+        let store = fence_azure::AzureStore::builder()
+            .with_emulator(endpoint)
+            .with_container(&container)
+            .with_prefix(prefix)
+            .with_lease_ttl(TTL)
+            .build()
+            .expect("valid Azure configuration");
+        Arc::new(store)
+    });
+    Some(Server {
+        name: "azurite",
+        endpoint: var("FENCE_AZURE_ENDPOINT")?,
+        adapter,
+    })
+}
+
 /// The backend named `name`, from the environment.
 fn servers(name: &str) -> Option<Server> {
     let found = match name {
         "seaweedfs" => var("FENCE_S3_SEAWEED_ENDPOINT").and_then(|e| s3("seaweedfs", e)),
         "moto" => var("FENCE_S3_MOTO_ENDPOINT").and_then(|e| s3("moto", e)),
         "fake-gcs-server" => gcs(),
+        "azurite" => azure(),
         _ => None,
     };
     if found.is_none() {
@@ -185,6 +205,11 @@ async fn net_faults_moto() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn net_faults_fake_gcs_server() {
     net_faults("fake-gcs-server", 3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn net_faults_azurite() {
+    net_faults("azurite", 4).await;
 }
 
 /// A deliberately mis-classifying adapter over the real one, caught over the proxy.
