@@ -227,6 +227,23 @@ impl Clock {
     }
 }
 
+/// Measures how long something took, on the real monotonic clock (latency metrics; never a
+/// decision).
+#[derive(Clone, Copy, Debug)]
+pub struct Stopwatch(std::time::Instant);
+
+impl Stopwatch {
+    /// Starts now.
+    pub fn start() -> Self {
+        Stopwatch(std::time::Instant::now())
+    }
+
+    /// Time since the start.
+    pub fn elapsed(&self) -> Duration {
+        self.0.elapsed()
+    }
+}
+
 /// A shared, seedable source of randomness (nonces, jitter).
 ///
 /// ```

@@ -26,6 +26,7 @@ pub mod record;
 pub mod runtime;
 #[cfg(feature = "sabotage")]
 pub mod sabotage;
+pub mod stats;
 pub mod store;
 
 pub use clock::{now_ms, Clock, Entropy, Stop, Suspension};

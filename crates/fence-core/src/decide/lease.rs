@@ -321,6 +321,12 @@ impl LeaseCore {
         self.is_live_phase() && self.authority_until().is_some_and(|until| mono_ms < until)
     }
 
+    /// Whether the core holds a lease now (renewing, resolving, backing off included),
+    /// whatever the clock says.
+    pub fn is_live(&self) -> bool {
+        self.is_live_phase()
+    }
+
     fn is_live_phase(&self) -> bool {
         matches!(
             self.phase,

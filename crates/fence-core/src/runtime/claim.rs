@@ -13,6 +13,7 @@ use crate::error::{Commit, Error, ErrorKind};
 use crate::flaws::sabotaged;
 use crate::ownership::check_name;
 use crate::record::{CellHead, CellPayload, Extra, HeadFormat};
+use crate::stats;
 use crate::store::{CasGuard, Version};
 
 /// A fenced write's acknowledgement: the head is stored at `version`, and the store applied
@@ -192,6 +193,11 @@ pub(crate) async fn claim(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim,
     match write.settle(bound).await {
         Ok(Settled::Landed(v)) => {
             info!(node = me, cell, epoch, from = ?from, "cell claimed");
+            stats::claimed(match (&from, epoch) {
+                (Some(_), _) => stats::ClaimKind::Takeover,
+                (None, 1) => stats::ClaimKind::New,
+                (None, _) => stats::ClaimKind::Reclaim,
+            });
             CellClaim::new(shared, cell, epoch, Some(Known::of(body, v)))
         }
         Ok(Settled::Moved { .. }) => Err(lost_race(cell, Commit::NotCommitted)),
@@ -445,6 +451,7 @@ impl CellClaim {
             };
             match write.settle(|| self.shared.request_bound_ms()).await {
                 Ok(Settled::Landed(version)) => {
+                    stats::write_acknowledged();
                     self.collect_replaced(&base.payload, &payload);
                     #[cfg(feature = "sabotage")]
                     fence.wrote(&self.cell, &payload);
@@ -465,6 +472,7 @@ impl CellClaim {
                     warn!(node = self.shared.node(), cell = %self.cell, epoch = self.epoch, found = epoch,
                           "write refused: the epoch was superseded");
                     self.end(ClaimStatus::Superseded { epoch });
+                    stats::write_fenced();
                     return Err(not_ours(&self.cell, epoch));
                 }
                 Err(e) => {

@@ -12,6 +12,7 @@ use crate::decide::{
     Holder, LeaseCore, LeaseEffect, LeaseEvent, LeaseStatus, ObservedLease, ReadResult, WriteResult,
 };
 use crate::error::{Commit, Error, ErrorKind};
+use crate::stats;
 use crate::record::{Extra, LeaseBody, NodeLeaseRecord};
 use crate::store::{CasGuard, PutOutcome};
 
@@ -150,9 +151,14 @@ impl Shared {
                         record,
                         nonce,
                         timeout_ms,
-                    } => queue.push(LeaseEvent::Written(
-                        self.write_lease(guard, record, nonce, timeout_ms).await,
-                    )),
+                    } => {
+                        let renewal = guard != CasGuard::Absent && self.core().is_live();
+                        let result = self.write_lease(guard, record, nonce, timeout_ms).await;
+                        if renewal && matches!(result, WriteResult::Applied(_)) {
+                            stats::lease_renewed();
+                        }
+                        queue.push(LeaseEvent::Written(result))
+                    }
                     LeaseEffect::Read { timeout_ms } => {
                         queue.push(LeaseEvent::Read(self.read_lease(timeout_ms).await))
                     }
@@ -165,9 +171,17 @@ impl Shared {
     fn publish(&self, status: LeaseStatus) {
         match &status {
             LeaseStatus::Fenced { reason } => {
+                stats::lease_fenced(*reason);
                 warn!(node = self.node(), %reason, "lease fenced: stop writing")
             }
-            s => info!(node = self.node(), status = %s, "lease status"),
+            s => {
+                match s {
+                    LeaseStatus::Held => stats::lease_acquired(),
+                    LeaseStatus::Released => stats::lease_released(),
+                    _ => {}
+                }
+                info!(node = self.node(), status = %s, "lease status")
+            }
         }
         self.status.send_replace(status);
     }

@@ -176,8 +176,8 @@ impl FenceBuilder {
             cfg.stale_after_ms = ms(s);
         }
         let entropy = self.entropy.unwrap_or_default();
-        let mut ownership =
-            Ownership::new(self.store, self.node.clone()).with_entropy(entropy.clone());
+        let metered: Arc<dyn ConditionalStore> = Arc::new(crate::stats::Metered::new(self.store));
+        let mut ownership = Ownership::new(metered, self.node.clone()).with_entropy(entropy.clone());
         if let Some(p) = &self.prefix {
             ownership = ownership.with_prefix(p)?;
         }
