@@ -115,7 +115,11 @@ impl ConditionalStore for Metered {
     async fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
         let watch = Stopwatch::start();
         let r = self.inner.get(key).await;
-        observe("get", r.as_ref().map_or_else(outcome_of_error, |_| "ok"), watch);
+        observe(
+            "get",
+            r.as_ref().map_or_else(outcome_of_error, |_| "ok"),
+            watch,
+        );
         r
     }
 
@@ -146,14 +150,22 @@ impl ConditionalStore for Metered {
     async fn delete_immutable(&self, key: &Key) -> Result<(), Error> {
         let watch = Stopwatch::start();
         let r = self.inner.delete_immutable(key).await;
-        observe("delete", r.as_ref().map_or_else(outcome_of_error, |_| "applied"), watch);
+        observe(
+            "delete",
+            r.as_ref().map_or_else(outcome_of_error, |_| "applied"),
+            watch,
+        );
         r
     }
 
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
         let watch = Stopwatch::start();
         let r = self.inner.list(prefix).await;
-        observe("list", r.as_ref().map_or_else(outcome_of_error, |_| "ok"), watch);
+        observe(
+            "list",
+            r.as_ref().map_or_else(outcome_of_error, |_| "ok"),
+            watch,
+        );
         r
     }
 

@@ -611,3 +611,85 @@ async fn a_429_after_the_write_landed_is_ambiguous() {
     let k = key("cells/c1/own.json");
     canned::assert_create_lands_ambiguously(&throttled, &direct, &k, ErrorKind::Unavailable).await;
 }
+
+/// Issue 14 item 2: a bucket written by the seed's system moves to fence without resetting
+/// epochs. Its records are written here with a plain client, as the seed would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_shaped_records_continue_their_epochs() {
+    let Some(s) = servers("seed_shaped_records_continue_their_epochs") else {
+        return;
+    };
+    let prefix = fresh_prefix("seed");
+    let raw = raw_client(&s, &s.seaweed);
+    let put_raw = |rel: &str, body: String| {
+        let path = Path::parse(format!("{prefix}/{rel}")).unwrap();
+        let raw = &raw;
+        async move { raw.put(&path, body.into()).await.unwrap() }
+    };
+    let now = fence_core::now_ms();
+    put_raw(
+        "cells/released/own.json",
+        r#"{"node":"","epoch":41}"#.into(),
+    )
+    .await;
+    put_raw(
+        "cells/orphan/own.json",
+        r#"{"node":"ghost","epoch":7}"#.into(),
+    )
+    .await;
+    put_raw("cells/gone/own.json", r#"{"node":"old","epoch":3}"#.into()).await;
+    put_raw("cells/live/own.json", r#"{"node":"busy","epoch":5}"#.into()).await;
+    let lease = |node: &str, expires_ms: u64| {
+        format!(
+            r#"{{"node":"{node}","expires_ms":{expires_ms},"addr":"10.0.0.9:7000","peer_protocol":1,"generation":"gen-1"}}"#
+        )
+    };
+    put_raw("nodes/old.json", lease("old", now - 3_600_000)).await;
+    put_raw("nodes/busy.json", lease("busy", now + 3_600_000)).await;
+
+    let store: Arc<dyn ConditionalStore> = Arc::new(s.store(&s.seaweed, &prefix));
+    let fence = fence_core::Fence::builder(store, "me")
+        .ttl(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let keeper = fence.acquire().await.unwrap();
+    let released = keeper.claim("released").await.unwrap();
+    assert_eq!(
+        released.epoch(),
+        42,
+        "a released seed cell continues at epoch + 1"
+    );
+    // A seed lease that expired an hour ago is a process long gone: taken over at once.
+    assert_eq!(keeper.claim("gone").await.unwrap().epoch(), 4);
+    // A seed lease that looks alive is judged like any other: not ours.
+    let busy = keeper.claim("live").await.unwrap_err();
+    assert_eq!(busy.kind(), ErrorKind::Busy);
+    // An owner with no lease record at all: taken over once its absence was seen for a TTL.
+    assert_eq!(
+        keeper.claim("orphan").await.unwrap_err().kind(),
+        ErrorKind::Busy
+    );
+    let orphan = loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        match keeper.claim("orphan").await {
+            Ok(c) => break c,
+            Err(e) => assert_eq!(e.kind(), ErrorKind::Busy, "{e}"),
+        }
+    };
+    assert_eq!(orphan.epoch(), 8);
+    // What fence wrote back is plain JSON that keeps the seed's fields.
+    let path = Path::parse(format!("{prefix}/cells/released/own.json")).unwrap();
+    let bytes = raw.get(&path).await.unwrap().bytes().await.unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(
+        (json["node"].as_str(), json["epoch"].as_u64()),
+        (Some("me"), Some(42))
+    );
+    released.release().await.unwrap();
+    let bytes = raw.get(&path).await.unwrap().bytes().await.unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(
+        (json["node"].as_str(), json["epoch"].as_u64()),
+        (Some(""), Some(42))
+    );
+}

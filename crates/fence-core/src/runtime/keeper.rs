@@ -12,8 +12,8 @@ use crate::decide::{
     Holder, LeaseCore, LeaseEffect, LeaseEvent, LeaseStatus, ObservedLease, ReadResult, WriteResult,
 };
 use crate::error::{Commit, Error, ErrorKind};
-use crate::stats;
 use crate::record::{Extra, LeaseBody, NodeLeaseRecord};
+use crate::stats;
 use crate::store::{CasGuard, PutOutcome};
 
 /// State shared by the keeper task, the handle and the cell claims.

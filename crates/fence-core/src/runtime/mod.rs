@@ -177,7 +177,8 @@ impl FenceBuilder {
         }
         let entropy = self.entropy.unwrap_or_default();
         let metered: Arc<dyn ConditionalStore> = Arc::new(crate::stats::Metered::new(self.store));
-        let mut ownership = Ownership::new(metered, self.node.clone()).with_entropy(entropy.clone());
+        let mut ownership =
+            Ownership::new(metered, self.node.clone()).with_entropy(entropy.clone());
         if let Some(p) = &self.prefix {
             ownership = ownership.with_prefix(p)?;
         }
