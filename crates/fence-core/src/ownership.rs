@@ -438,6 +438,18 @@ impl Ownership {
         if payload.len() <= inline_max {
             return Ok(CellPayload::Inline(payload));
         }
+        if let Some(max) = self.store.capabilities().max_body {
+            if payload.len() > max {
+                return Err(Error::new(
+                    ErrorKind::InvalidInput,
+                    format!(
+                        "a payload of {} bytes is above this store's bound of {max}",
+                        payload.len()
+                    ),
+                )
+                .not_committed());
+            }
+        }
         let blob = BlobRef {
             name: format!("{epoch}-{}", self.fresh_nonce()),
             len: payload.len() as u64,

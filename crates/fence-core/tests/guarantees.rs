@@ -360,3 +360,41 @@ async fn memory_is_bounded() {
     }
     assert!(a.observer().len() <= 4_096, "{}", a.observer().len());
 }
+
+/// Large payloads live in write-once objects: a claim never moves them, a replaced one is
+/// deleted, and `collect_garbage` removes what a crash left behind at earlier epochs.
+#[tokio::test(start_paused = true)]
+async fn payload_objects_are_carried_by_pointer_and_collected() {
+    let store = Steered::new();
+    let a = fence(store.clone(), "a");
+    let lease = a.acquire().await.unwrap();
+    let cell = lease.claim("c").await.unwrap();
+    let big = |c: u8| Bytes::from(vec![c; 64 * 1024]);
+    cell.write(big(b'x')).await.unwrap();
+    cell.write(big(b'y')).await.unwrap();
+    advance(10).await; // the replaced object is deleted in the background
+    let blobs =
+        |s: Arc<Steered>| async move { s.raw().list(Some(&key("cells/c/blobs"))).await.unwrap() };
+    assert_eq!(
+        blobs(store.clone()).await.len(),
+        1,
+        "the replaced object is gone"
+    );
+    // An object left behind by a crash at epoch 1 (never referenced).
+    let orphan = key("cells/c/blobs/1-orphan");
+    store
+        .raw()
+        .put(&orphan, big(b'z'), CasGuard::Absent)
+        .await
+        .unwrap();
+    drop(cell);
+    let cell = lease.claim("c").await.unwrap();
+    assert_eq!(cell.epoch(), 2);
+    let claim_bytes = store.applied("own.json").last().unwrap().len();
+    assert!(
+        claim_bytes < 1_024,
+        "the claim carried a pointer, {claim_bytes} bytes"
+    );
+    assert_eq!(cell.collect_garbage().await.unwrap(), 1, "only the orphan");
+    assert_eq!(cell.read().await.unwrap().unwrap().payload, big(b'y'));
+}

@@ -530,6 +530,37 @@ impl CellClaim {
         });
     }
 
+    /// Deletes payload objects of this cell that no head can refer to any more: those of
+    /// earlier epochs (no writer of an earlier epoch can land a head after this claim's
+    /// seal) other than the one the head points at now. Objects a crash or an unsettled write
+    /// left behind go this way; a replaced object is deleted when its write lands. Returns how
+    /// many were deleted. Uses one listing (for inspection, as the store contract allows: what
+    /// is deleted is decided by epochs and the head, never by the listing alone).
+    pub async fn collect_garbage(&self) -> Result<usize, Error> {
+        let own = &self.shared.fence.ownership;
+        // Serialised with this claim's writes, so none of ours is in flight meanwhile.
+        let _writes = self.known.lock().await;
+        let prefix = own.blobs_prefix(&self.cell)?;
+        let names = own.store().list(Some(&prefix)).await?;
+        let Some((head, _)) = own.read_head(&self.cell).await? else {
+            return Ok(0);
+        };
+        let current = head.payload.blob().map(|b| b.name.clone());
+        let mut deleted = 0;
+        for key in names {
+            let Some(name) = key.as_str().rsplit('/').next() else {
+                continue;
+            };
+            let epoch = name.split('-').next().and_then(|e| e.parse::<u64>().ok());
+            let older = epoch.is_some_and(|e| e < self.epoch);
+            if older && current.as_deref() != Some(name) {
+                own.store().delete_immutable(&key).await?;
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
+
     /// Reads the cell's data.
     pub async fn read(&self) -> Result<Option<CellData>, Error> {
         cell::read_cell(&self.shared.fence.ownership, &self.cell).await
