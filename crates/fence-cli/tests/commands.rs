@@ -28,7 +28,7 @@ fn status_json_shows_what_run_and_put_did() {
     let script = format!(
         "{} put x --value 1 && echo $FENCE_NODE > {} && echo $FENCE_EPOCH > {}; \
          for i in $(seq 200); do [ -f {} ] && exit 0; sleep 0.05; done",
-        common::FENCE,
+        common::fence_bin(),
         node.display(),
         epoch.display(),
         done.display()
@@ -104,7 +104,7 @@ fn put_and_get_round_trip_binary_values_and_refuse_unclaimed_epochs() {
     assert_eq!(never.status.code(), Some(76));
 
     let bytes: Vec<u8> = vec![0, 159, 146, 150, 255, b'\n'];
-    let script = format!("{} put bin - && {} get bin", common::FENCE, common::FENCE);
+    let script = format!("{} put bin - && {} get bin", common::fence_bin(), common::fence_bin());
     let mut child = fence(&[
         "run", "--store", &store.url, "--lease", "kv", "--", "sh", "-c", &script,
     ])
