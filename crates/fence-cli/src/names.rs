@@ -20,7 +20,9 @@ pub fn check_lease(name: &str) -> Result<(), Failure> {
         || name.len() > MAX_LEASE_BYTES
         || name == "."
         || name == ".."
-        || name.chars().any(|c| c == '/' || c == '\\' || c.is_control());
+        || name
+            .chars()
+            .any(|c| c == '/' || c == '\\' || c.is_control());
     if bad {
         return Err(Failure::usage(format!(
             "lease name {}: must be 1 to {MAX_LEASE_BYTES} bytes without '/', '\\' or control \

@@ -81,7 +81,10 @@ mod linux {
         let mut fields = rest.split_whitespace().skip(1);
         let ppid = fields.next()?.parse().ok()?;
         let pgid = fields.next()?.parse().ok()?;
-        Some(((Pid::from_raw(pid), Pid::from_raw(ppid)), Pid::from_raw(pgid)))
+        Some((
+            (Pid::from_raw(pid), Pid::from_raw(ppid)),
+            Pid::from_raw(pgid),
+        ))
     }
 }
 
@@ -103,7 +106,10 @@ pub fn leader_state(leader: Pid) -> LeaderState {
     #[cfg(target_os = "linux")]
     {
         use nix::sys::wait::{waitid, Id};
-        let stop = waitid(Id::Pid(leader), WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG);
+        let stop = waitid(
+            Id::Pid(leader),
+            WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG,
+        );
         let exit = waitid(
             Id::Pid(leader),
             WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT,
@@ -164,11 +170,7 @@ pub fn signal_child(child: ChildProc, signal: Signal) {
 
 /// The controlling terminal, if this process has one.
 pub fn controlling_tty() -> Option<File> {
-    File::options()
-        .read(true)
-        .write(true)
-        .open("/dev/tty")
-        .ok()
+    File::options().read(true).write(true).open("/dev/tty").ok()
 }
 
 /// Whether this process's group is the foreground of its controlling terminal.

@@ -91,7 +91,9 @@ fn adopt_pipe(fd: i32, write: bool) -> std::io::Result<File> {
         .write(write)
         .open(format!("/dev/fd/{fd}"))?;
     if !file.metadata()?.file_type().is_fifo() {
-        return Err(std::io::Error::other(format!("descriptor {fd} is not a pipe")));
+        return Err(std::io::Error::other(format!(
+            "descriptor {fd} is not a pipe"
+        )));
     }
     nix::unistd::close(fd)?;
     Ok(file)
@@ -99,8 +101,8 @@ fn adopt_pipe(fd: i32, write: bool) -> std::io::Result<File> {
 
 /// `fence __reaper`: runs the command's tree until it is gone; returns the command's exit code.
 pub fn reaper_main(args: ReaperArgs) -> u8 {
-    let pipes = adopt_pipe(args.control_fd, false)
-        .and_then(|c| Ok((c, adopt_pipe(args.report_fd, true)?)));
+    let pipes =
+        adopt_pipe(args.control_fd, false).and_then(|c| Ok((c, adopt_pipe(args.report_fd, true)?)));
     let (control, report) = match pipes {
         Ok(p) => p,
         Err(e) => {
@@ -188,8 +190,7 @@ impl Reaper {
             Ok(s) => s,
             Err(e) => return cannot_start(&e),
         };
-        let mut chld = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
-        {
+        let mut chld = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()) {
             Ok(s) => s,
             Err(e) => return cannot_start(&e),
         };
@@ -215,10 +216,8 @@ impl Reaper {
         let mut control_open = true;
         loop {
             let tick = match reaper.phase {
-                Phase::Running => (reaper.args.silence / 4).clamp(
-                    Duration::from_millis(5),
-                    Duration::from_millis(250),
-                ),
+                Phase::Running => (reaper.args.silence / 4)
+                    .clamp(Duration::from_millis(5), Duration::from_millis(250)),
                 Phase::Ending { .. } => Duration::from_millis(20),
             };
             tokio::select! {
@@ -317,7 +316,9 @@ impl Reaper {
         };
         if self.clock.mono_ms() >= kill_at {
             procs::signal_group(self.leader, Some(Signal::SIGKILL));
-            children.iter().for_each(|&c| procs::signal_child(c, Signal::SIGKILL));
+            children
+                .iter()
+                .for_each(|&c| procs::signal_child(c, Signal::SIGKILL));
         } else {
             self.term_new(&children);
         }
@@ -413,10 +414,8 @@ pub fn exec_main(parent: i32, foreground: bool, command: &[OsString]) -> u8 {
     let Some(program) = command.first() else {
         return CANNOT_START;
     };
-    let argv: Result<Vec<CString>, _> = command
-        .iter()
-        .map(|a| CString::new(a.as_bytes()))
-        .collect();
+    let argv: Result<Vec<CString>, _> =
+        command.iter().map(|a| CString::new(a.as_bytes())).collect();
     let errno = match argv {
         Ok(argv) => match nix::unistd::execvp(&argv[0], &argv) {
             Err(errno) => errno,

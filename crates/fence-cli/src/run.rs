@@ -171,7 +171,10 @@ async fn holder(fence: &Fence) -> Result<Option<Holder>, Error> {
         addr => shown(addr),
     };
     let when = if left_ms > 0 {
-        format!("its lease runs {:.1}s more unless renewed", left_ms as f64 / 1e3)
+        format!(
+            "its lease runs {:.1}s more unless renewed",
+            left_ms as f64 / 1e3
+        )
     } else {
         format!("its lease expired {:.1}s ago", -left_ms as f64 / 1e3)
     };
@@ -278,14 +281,9 @@ async fn lease_gone(keeper: &LeaseKeeper, ttl: Duration) -> String {
 /// No command: prints the epoch and holds the lease until a signal (exit 0) or its loss.
 async fn hold(held: Held, mut signals: Signals, opts: &RunOptions) -> Result<u8, Failure> {
     outln!("{}", held.claim.epoch());
-    let lost = loop {
-        tokio::select! {
-            s = until_terminating(&mut signals) => {
-                let _ = s;
-                break None;
-            }
-            why = lease_gone(&held.keeper, opts.ttl) => break Some(why),
-        }
+    let lost = tokio::select! {
+        _ = until_terminating(&mut signals) => None,
+        why = lease_gone(&held.keeper, opts.ttl) => Some(why),
     };
     match lost {
         None => {
@@ -412,4 +410,3 @@ fn on_signal(
         stop_self();
     }
 }
-

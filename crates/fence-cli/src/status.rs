@@ -211,9 +211,10 @@ async fn cell_names(store: &Arc<dyn ConditionalStore>) -> Result<Vec<String>, Fa
 /// The rest of every key under `dir/`.
 async fn keys_under(store: &Arc<dyn ConditionalStore>, dir: &str) -> Result<Vec<String>, Failure> {
     let prefix = Key::new(dir)?;
-    let keys = store.list(Some(&prefix)).await.map_err(|e| {
-        Failure::from(e).prefixed(&format!("cannot list {dir}/ of the store"))
-    })?;
+    let keys = store
+        .list(Some(&prefix))
+        .await
+        .map_err(|e| Failure::from(e).prefixed(&format!("cannot list {dir}/ of the store")))?;
     Ok(keys
         .iter()
         .filter_map(|k| k.as_str().strip_prefix(dir)?.strip_prefix('/'))

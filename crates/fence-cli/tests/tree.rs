@@ -8,7 +8,9 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{alive, all_gone_within, fence, output, pid_in, wait_bounded, wait_for_line, Store};
+use common::{
+    alive, all_gone_within, fence, output, pid_in, run_args, wait_bounded, wait_for_line, Store,
+};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -35,10 +37,20 @@ fn tree_pids(store: &Store) -> Vec<i32> {
 #[test]
 fn sigkill_of_fence_takes_the_whole_command_tree_down_before_a_waiter_starts() {
     let store = Store::new();
-    let mut holder = fence(&[
-        "run", "--store", &store.url, "--lease", "k", "--ttl", "2s", "--grace", "5s", "--",
-        "sh", "-c", &stubborn_tree(&store),
-    ])
+    let mut holder = fence(&run_args(
+        &store,
+        "k",
+        &[
+            "--ttl",
+            "2s",
+            "--grace",
+            "5s",
+            "--",
+            "sh",
+            "-c",
+            &stubborn_tree(&store),
+        ],
+    ))
     .spawn()
     .expect("spawn holder");
     let pids = tree_pids(&store);
@@ -50,10 +62,21 @@ fn sigkill_of_fence_takes_the_whole_command_tree_down_before_a_waiter_starts() {
         pids[1],
         pids[2]
     );
-    let mut waiter = fence(&[
-        "run", "--store", &store.url, "--lease", "k", "--ttl", "2s", "--timeout", "20s",
-        "--quiet", "--", "sh", "-c", &check,
-    ])
+    let mut waiter = fence(&run_args(
+        &store,
+        "k",
+        &[
+            "--ttl",
+            "2s",
+            "--timeout",
+            "20s",
+            "--quiet",
+            "--",
+            "sh",
+            "-c",
+            &check,
+        ],
+    ))
     .spawn()
     .expect("spawn waiter");
     std::thread::sleep(Duration::from_millis(300));
@@ -67,7 +90,11 @@ fn sigkill_of_fence_takes_the_whole_command_tree_down_before_a_waiter_starts() {
     let status = wait_bounded(&mut waiter, Duration::from_secs(25), "the waiter");
     assert_eq!(status.code(), Some(0));
     let seen = std::fs::read_to_string(store.path("seen")).expect("the waiter ran");
-    assert_eq!(seen.trim(), "checked", "the waiter's command started beside: {seen}");
+    assert_eq!(
+        seen.trim(),
+        "checked",
+        "the waiter's command started beside: {seen}"
+    );
 }
 
 #[test]
@@ -77,16 +104,23 @@ fn a_background_job_never_outlives_the_lease() {
         "cd {}; sleep 1000 & echo $! > bg; setsid sleep 1000 & echo $! > bg2; exit 0",
         store.dir.path().display()
     );
-    let out = output(&[
-        "run", "--store", &store.url, "--lease", "bg", "--grace", "2s", "--", "sh", "-c",
-        &script,
-    ]);
-    assert_eq!(out.status.code(), Some(0));
+    // No pipes: a job that outlives fence must not keep the test waiting for their end.
+    let mut run = fence(&run_args(
+        &store,
+        "bg",
+        &["--grace", "2s", "--", "sh", "-c", &script],
+    ))
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("spawn");
+    let status = wait_bounded(&mut run, Duration::from_secs(10), "fence run");
+    assert_eq!(status.code(), Some(0));
     for f in ["bg", "bg2"] {
         let pid = pid_in(&store.path(f));
         assert!(!alive(pid), "{f} ({pid}) outlived the lease");
     }
-    let next = output(&["run", "--store", &store.url, "--lease", "bg", "--", "true"]);
+    let next = output(&run_args(&store, "bg", &["--", "true"]));
     assert_eq!(next.status.code(), Some(0), "the lease was released");
 }
 
@@ -98,10 +132,11 @@ fn a_lost_lease_ends_grandchildren_too() {
          echo $$ > g0; while :; do sleep 0.05; done",
         store.dir.path().display()
     );
-    let mut holder = fence(&[
-        "run", "--store", &store.url, "--lease", "lost", "--ttl", "1s", "--grace", "300ms",
-        "--", "sh", "-c", &script,
-    ])
+    let mut holder = fence(&run_args(
+        &store,
+        "lost",
+        &["--ttl", "1s", "--grace", "300ms", "--", "sh", "-c", &script],
+    ))
     .stderr(Stdio::piped())
     .spawn()
     .expect("spawn holder");
@@ -116,7 +151,10 @@ fn a_lost_lease_ends_grandchildren_too() {
     let status = wait_bounded(&mut holder, Duration::from_secs(10), "the fenced holder");
     assert_eq!(status.code(), Some(76));
     let alive_after: Vec<_> = pids.iter().filter(|&&p| alive(p)).collect();
-    assert!(alive_after.is_empty(), "still running after the lease was lost: {alive_after:?}");
+    assert!(
+        alive_after.is_empty(),
+        "still running after the lease was lost: {alive_after:?}"
+    );
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut holder.stderr.take().unwrap(), &mut stderr).unwrap();
     // Plain words, no Rust debug text such as `Fenced { reason: Expired }`.
@@ -134,10 +172,11 @@ fn a_stopped_fence_stops_its_command_until_it_continues() {
         "while :; do echo t >> {}; sleep 0.02; done",
         ticks.display()
     );
-    let mut holder = fence(&[
-        "run", "--store", &store.url, "--lease", "frozen", "--ttl", "3s", "--", "sh", "-c",
-        &script,
-    ])
+    let mut holder = fence(&run_args(
+        &store,
+        "frozen",
+        &["--ttl", "3s", "--", "sh", "-c", &script],
+    ))
     .spawn()
     .expect("spawn holder");
     assert!(wait_for_line(&ticks, "t", Duration::from_secs(10)));
@@ -150,11 +189,17 @@ fn a_stopped_fence_stops_its_command_until_it_continues() {
     std::thread::sleep(Duration::from_millis(600));
     let later = count();
     kill(fence_pid, Signal::SIGCONT).expect("SIGCONT");
-    assert_eq!(frozen_at, later, "the command ran on while fence was stopped");
+    assert_eq!(
+        frozen_at, later,
+        "the command ran on while fence was stopped"
+    );
     // Within the TTL the lease still holds: the command continues.
     std::thread::sleep(Duration::from_millis(600));
     assert!(count() > later, "the command did not continue with fence");
-    assert!(holder.try_wait().unwrap().is_none(), "fence ended the command");
+    assert!(
+        holder.try_wait().unwrap().is_none(),
+        "fence ended the command"
+    );
     kill(fence_pid, Signal::SIGTERM).unwrap();
     wait_bounded(&mut holder, Duration::from_secs(10), "the holder");
 }
@@ -176,11 +221,9 @@ fn catchable_signals_reach_the_command_group_and_fence_keeps_running() {
         log = log.display(),
         done = done.display()
     );
-    let mut run = fence(&[
-        "run", "--store", &store.url, "--lease", "sig", "--", "sh", "-c", &script,
-    ])
-    .spawn()
-    .expect("spawn");
+    let mut run = fence(&run_args(&store, "sig", &["--", "sh", "-c", &script]))
+        .spawn()
+        .expect("spawn");
     assert!(wait_for_line(&log, "ready", Duration::from_secs(10)));
     std::thread::sleep(Duration::from_millis(100));
     let pid = Pid::from_raw(run.id() as i32);
@@ -205,10 +248,11 @@ fn catchable_signals_reach_the_command_group_and_fence_keeps_running() {
 #[test]
 fn the_command_starts_with_sigpipe_at_its_default_and_no_signal_blocked() {
     let store = Store::new();
-    let out = output(&[
-        "run", "--store", &store.url, "--lease", "disp", "--", "sh", "-c",
-        "grep -E '^Sig(Blk|Ign)' /proc/$$/status",
-    ]);
+    let out = output(&run_args(
+        &store,
+        "disp",
+        &["--", "sh", "-c", "grep -E '^Sig(Blk|Ign)' /proc/$$/status"],
+    ));
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
     let mask = |name: &str| {
@@ -216,5 +260,9 @@ fn the_command_starts_with_sigpipe_at_its_default_and_no_signal_blocked() {
         u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
     };
     assert_eq!(mask("SigBlk"), 0, "{text}");
-    assert_eq!(mask("SigIgn") & (1 << (13 - 1)), 0, "SIGPIPE ignored: {text}");
+    assert_eq!(
+        mask("SigIgn") & (1 << (13 - 1)),
+        0,
+        "SIGPIPE ignored: {text}"
+    );
 }

@@ -44,6 +44,13 @@ pub fn fence(args: &[&str]) -> Command {
     c
 }
 
+/// `run --store STORE --lease LEASE REST...`
+pub fn run_args<'a>(store: &'a Store, lease: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["run", "--store", store.url.as_str(), "--lease", lease];
+    args.extend_from_slice(rest);
+    args
+}
+
 /// Runs `fence ARGS` to completion.
 pub fn output(args: &[&str]) -> Output {
     fence(args).output().expect("spawn fence")
@@ -141,9 +148,8 @@ pub fn canned_http(status: &'static str) -> String {
                     break;
                 }
             }
-            let answer = format!(
-                "HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-            );
+            let answer =
+                format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
             let _ = stream.write_all(answer.as_bytes());
         }
     });
@@ -262,6 +268,10 @@ impl S3Env {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
-        format!("s3://{}/fence-cli-test-{n:x}-{}", self.bucket, std::process::id())
+        format!(
+            "s3://{}/fence-cli-test-{n:x}-{}",
+            self.bucket,
+            std::process::id()
+        )
     }
 }
