@@ -60,6 +60,14 @@ impl Failure {
         Failure::new(USAGE, message)
     }
 
+    /// A failure whose line was already printed: the exit code only.
+    pub fn silent(code: u8) -> Self {
+        Failure {
+            code,
+            message: String::new(),
+        }
+    }
+
     /// The same failure, its message preceded by `context: `.
     #[must_use]
     pub fn prefixed(self, context: &str) -> Self {

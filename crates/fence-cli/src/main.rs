@@ -284,7 +284,9 @@ fn serve(command: Cmd) -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
-            eprintln!("fence {name}: {f}");
+            if !f.message.is_empty() {
+                eprintln!("fence {name}: {f}");
+            }
             ExitCode::from(f.code)
         }
     }
@@ -310,7 +312,9 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
                 store,
                 lease,
                 ttl,
-                wait: timeout.or(wait.then_some(run::FOREVER)),
+                wait: timeout
+                    .or(wait.then_some(run::FOREVER))
+                    .filter(|limit| !limit.is_zero()),
                 grace,
                 quiet,
                 conflict_exit_code,

@@ -86,10 +86,19 @@ pub struct ReaperArgs {
 /// the command does not inherit it.
 fn adopt_pipe(fd: i32, write: bool) -> std::io::Result<File> {
     use std::os::unix::fs::FileTypeExt;
-    let file = File::options()
-        .read(!write)
-        .write(write)
-        .open(format!("/dev/fd/{fd}"))?;
+    let open = |dir: &str| {
+        File::options()
+            .read(!write)
+            .write(write)
+            .open(format!("{dir}/{fd}"))
+    };
+    let file = open("/dev/fd").or_else(|e| {
+        if cfg!(target_os = "linux") {
+            open("/proc/self/fd")
+        } else {
+            Err(e)
+        }
+    })?;
     if !file.metadata()?.file_type().is_fifo() {
         return Err(std::io::Error::other(format!(
             "descriptor {fd} is not a pipe"
@@ -186,40 +195,20 @@ struct Reaper {
 
 impl Reaper {
     async fn run(args: ReaperArgs, control: File, mut report: File) -> u8 {
-        let mut signals = match Signals::install(PARENT_DEATH) {
+        let setup = Signals::install(PARENT_DEATH).and_then(|signals| {
+            let chld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())?;
+            Ok((signals, chld, spawn_exec_stage(&args)?))
+        });
+        let (mut signals, mut chld, leader) = match setup {
             Ok(s) => s,
-            Err(e) => return cannot_start(&e),
-        };
-        let mut chld = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()) {
-            Ok(s) => s,
-            Err(e) => return cannot_start(&e),
-        };
-        let leader = match spawn_exec_stage(&args) {
-            Ok(pid) => pid,
             Err(e) => return cannot_start(&e),
         };
         let _ = writeln!(report, "ready {leader}");
         drop(report);
-        let clock = Clock::system();
-        let mut reaper = Reaper {
-            supervisor_group: getpgid(Some(Pid::from_raw(args.supervisor))).ok(),
-            args,
-            beat_at: clock.mono_ms(),
-            clock,
-            leader,
-            phase: Phase::Running,
-            exit: None,
-            termed: Vec::new(),
-            frozen: false,
-        };
+        let mut reaper = Reaper::new(args, leader);
         let mut control = read_control(control);
         let mut control_open = true;
         loop {
-            let tick = match reaper.phase {
-                Phase::Running => (reaper.args.silence / 4)
-                    .clamp(Duration::from_millis(5), Duration::from_millis(250)),
-                Phase::Ending { .. } => Duration::from_millis(20),
-            };
             tokio::select! {
                 c = control.recv(), if control_open => match c {
                     Some(Control::Beat) => reaper.on_beat(),
@@ -231,11 +220,37 @@ impl Reaper {
                 },
                 s = signals.recv() => reaper.on_signal(s),
                 _ = chld.recv() => {}
-                _ = reaper.clock.sleep(tick) => {}
+                _ = reaper.clock.sleep(reaper.tick()) => {}
             }
             if let Some(code) = reaper.step() {
                 return code;
             }
+        }
+    }
+
+    fn new(args: ReaperArgs, leader: Pid) -> Reaper {
+        let clock = Clock::system();
+        Reaper {
+            supervisor_group: getpgid(Some(Pid::from_raw(args.supervisor))).ok(),
+            args,
+            beat_at: clock.mono_ms(),
+            clock,
+            leader,
+            phase: Phase::Running,
+            exit: None,
+            termed: Vec::new(),
+            frozen: false,
+        }
+    }
+
+    /// How often to look without an event: often enough to notice missing heartbeats in
+    /// time while running, and to sweep promptly while ending.
+    fn tick(&self) -> Duration {
+        match self.phase {
+            Phase::Running => {
+                (self.args.silence / 4).clamp(Duration::from_millis(5), Duration::from_millis(250))
+            }
+            Phase::Ending { .. } => Duration::from_millis(20),
         }
     }
 

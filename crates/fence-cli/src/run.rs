@@ -14,6 +14,7 @@
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
 use std::time::Duration;
 
 use fence_core::{CellClaim, Clock, Error, ErrorKind, Fence, LeaseKeeper};
@@ -302,7 +303,30 @@ async fn hold(held: Held, mut signals: Signals, opts: &RunOptions) -> Result<u8,
 
 /// Runs the command's tree to its end; releases the lease only once the tree is gone.
 async fn supervise(held: Held, mut signals: Signals, opts: &RunOptions) -> Result<u8, Failure> {
-    let spec = TreeSpec {
+    let mut tree = match CommandTree::spawn(&tree_spec(&held, opts)) {
+        Ok(t) => t,
+        Err(e) => {
+            held.release().await;
+            return Err(Failure::new(
+                CANNOT_EXECUTE,
+                format!("cannot start the command: {e}"),
+            ));
+        }
+    };
+    let (status, lost) = watch(&mut tree, &held, &mut signals, opts).await;
+    tree.restore_terminal();
+    let code = exit_code(&mut tree, status).await;
+    if lost.is_some() {
+        held.abandon().await;
+        // `lose` said why on stderr when it began ending the command: one line is enough.
+        return Err(Failure::silent(opts.fenced_exit_code));
+    }
+    held.release().await;
+    Ok(code)
+}
+
+fn tree_spec(held: &Held, opts: &RunOptions) -> TreeSpec {
+    TreeSpec {
         command: opts.command.clone(),
         env: vec![
             ("FENCE_EPOCH".into(), held.claim.epoch().to_string()),
@@ -313,76 +337,65 @@ async fn supervise(held: Held, mut signals: Signals, opts: &RunOptions) -> Resul
         grace: opts.grace,
         orphan_grace: opts.orphan_grace(),
         silence: opts.ttl / 3,
-    };
-    let beat = (opts.ttl / 10).max(Duration::from_millis(5));
+    }
+}
+
+/// Forwards signals, sends heartbeats and watches the lease until the tree is gone; returns
+/// how the supervising process ended and, if the lease was lost, why.
+async fn watch(
+    tree: &mut CommandTree,
+    held: &Held,
+    signals: &mut Signals,
+    opts: &RunOptions,
+) -> (std::io::Result<ExitStatus>, Option<String>) {
     let clock = Clock::system();
-    let mut tree = match CommandTree::spawn(&spec) {
-        Ok(t) => t,
-        Err(e) => {
-            held.release().await;
-            return Err(Failure::new(
-                CANNOT_EXECUTE,
-                format!("cannot start the command: {e}"),
-            ));
-        }
-    };
+    let beat = (opts.ttl / 10).max(Duration::from_millis(5));
     let mut lost: Option<String> = None;
     let mut next_beat = clock.mono_ms();
-    let status = loop {
+    loop {
         tokio::select! {
-            status = tree.wait() => break status,
-            s = signals.recv() => on_signal(&mut tree, &held.keeper, &mut lost, s, opts),
+            status = tree.wait() => return (status, lost),
+            s = signals.recv() => on_signal(tree, &held.keeper, &mut lost, s, opts),
             status = held.keeper.lost(), if lost.is_none() => {
-                lose(&mut tree, &mut lost, lease_lost(&status), opts);
+                lose(tree, &mut lost, lease_lost(&status), opts);
             }
             () = clock.sleep_until(next_beat), if lost.is_none() => {
                 next_beat = clock.mono_ms() + beat.as_millis() as u64;
                 if held.keeper.is_held() {
                     tree.heartbeat();
                 } else {
-                    lose(&mut tree, &mut lost, AUTHORITY_RAN_OUT.to_owned(), opts);
+                    lose(tree, &mut lost, AUTHORITY_RAN_OUT.to_owned(), opts);
                 }
             }
         }
-    };
-    tree.restore_terminal();
-    let code = match status {
-        Ok(status) if status.signal().is_some() => {
-            // The supervising process itself was killed: end what is left of the tree here.
-            tree.kill_remains().await;
-            128u8.saturating_add(status.signal().unwrap_or(0) as u8)
-        }
-        Ok(status) => status.code().unwrap_or(0) as u8,
+    }
+}
+
+/// The command's exit code from the supervising process's status. If that process itself
+/// was killed, what is left of the tree is ended here first.
+async fn exit_code(tree: &mut CommandTree, status: std::io::Result<ExitStatus>) -> u8 {
+    match status {
+        Ok(status) => match status.signal() {
+            None => status.code().unwrap_or(0) as u8,
+            Some(signal) => {
+                tree.kill_remains().await;
+                128u8.saturating_add(signal as u8)
+            }
+        },
         Err(e) => {
             tree.kill_remains().await;
             eprintln!("fence run: lost track of the command: {e}");
             STORE
-        }
-    };
-    match lost {
-        Some(why) => {
-            held.abandon().await;
-            Err(Failure::new(
-                opts.fenced_exit_code,
-                format!(
-                    "lease {} lost while the command ran ({why}); the command was ended",
-                    opts.lease_shown()
-                ),
-            ))
-        }
-        None => {
-            held.release().await;
-            Ok(code)
         }
     }
 }
 
 const AUTHORITY_RAN_OUT: &str = "its authority ran out before a renewal got through";
 
-/// The lease is lost: says so once and asks for the command's end.
+/// The lease is lost: says so (the one line of this failure) and asks for the command's end.
 fn lose(tree: &mut CommandTree, lost: &mut Option<String>, why: String, opts: &RunOptions) {
     eprintln!(
-        "fence run: lease {} lost: {why}; ending the command",
+        "fence run: lease {} lost while the command ran: {why}; ending the command's processes",
         opts.lease_shown()
     );
     *lost = Some(why);

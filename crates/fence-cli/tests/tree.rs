@@ -5,7 +5,8 @@
 
 mod common;
 
-use std::process::Stdio;
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{
@@ -157,6 +158,7 @@ fn a_lost_lease_ends_grandchildren_too() {
     );
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut holder.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
     // Plain words, no Rust debug text such as `Fenced { reason: Expired }`.
     assert!(
         !stderr.contains('{') && !stderr.contains("Expired") && !stderr.contains("Fenced"),
@@ -251,7 +253,12 @@ fn the_command_starts_with_sigpipe_at_its_default_and_no_signal_blocked() {
     let out = output(&run_args(
         &store,
         "disp",
-        &["--", "sh", "-c", "grep -E '^Sig(Blk|Ign)' /proc/$$/status"],
+        &[
+            "--",
+            "sh",
+            "-c",
+            "exec grep -E '^Sig(Blk|Ign)' /proc/self/status",
+        ],
     ));
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
@@ -265,4 +272,37 @@ fn the_command_starts_with_sigpipe_at_its_default_and_no_signal_blocked() {
         0,
         "SIGPIPE ignored: {text}"
     );
+}
+
+#[test]
+fn a_command_in_the_foreground_of_a_terminal_can_read_it() {
+    // `script` runs fence in the foreground of a fresh pseudo-terminal and types our stdin
+    // into it; the command's process group must get the terminal, or its read stops it.
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: no `script` (util-linux) to make a pseudo-terminal");
+        return;
+    }
+    let store = Store::new();
+    let line = format!(
+        "{} run --store {} --lease tty -- sh -c 'read x; echo got $x'",
+        common::fence_bin(),
+        store.url
+    );
+    let mut script = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn script");
+    script.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let status = wait_bounded(&mut script, Duration::from_secs(10), "the command reading");
+    let mut out = String::new();
+    script
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{out}");
+    assert!(out.contains("got hello"), "{out}");
 }
