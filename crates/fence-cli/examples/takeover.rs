@@ -1,5 +1,6 @@
 //! Takeover after SIGKILL of the holder, on local files: how long after `kill -9` of a
-//! `fence run` holder does a waiting `fence run --wait` start its command?
+//! `fence run` holder does a waiting `fence run --wait` start its command? And, side by side,
+//! how long after a holder's command simply exits (a release)?
 //!
 //! ```sh
 //! cargo build -p fence-cli --examples && target/debug/examples/takeover [TRIALS] [TTL...]
@@ -10,7 +11,8 @@
 //! random part of a TTL, so the holder is killed at a random phase of its renewals and of the
 //! waiter's polling); `kill -9` of the holder's `fence`; the time until the waiter's command
 //! prints its start. The line per TTL gives min, median, max and the worst case as a ratio of
-//! the TTL and of the goal TTL + TTL/3 + 100 ms.
+//! the TTL and of the goal TTL + TTL/3 + 100 ms. The release trials instead let the holder's
+//! command exit at a random moment and time the waiter's start from then.
 // A benchmark of real processes measures real time (wall clock, shared with `date +%s%N` of
 // the waiter's command); the crate's clock rules are for the library.
 #![allow(clippy::disallowed_methods)]
@@ -73,20 +75,36 @@ fn wait_file(path: &Path, limit: Duration) -> Option<String> {
     None
 }
 
-/// One trial: milliseconds from SIGKILL of the holder to the waiter's command start.
-fn trial(fence: &Path, ttl: Duration, entropy: &Entropy) -> Option<f64> {
+/// How a trial's holder goes away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Exit {
+    /// `kill -9` of its `fence`.
+    Killed,
+    /// Its command exits, so it releases the lease.
+    Released,
+}
+
+/// One trial: milliseconds from the holder's end to the waiter's command start.
+fn trial(fence: &Path, ttl: Duration, exit: Exit, entropy: &Entropy) -> Option<f64> {
     let dir = tempfile::tempdir().ok()?;
     let url = format!("file://{}", dir.path().display());
     let ttl_arg = format!("{}ms", ttl.as_millis());
-    let ready = dir.path().join("ready");
-    let started = dir.path().join("started");
-    let holder = run(
-        fence,
-        &url,
-        &ttl_arg,
-        &[],
-        &format!("echo 1 > {}; exec sleep 1000", ready.display()),
+    let (ready, started, gone) = (
+        dir.path().join("ready"),
+        dir.path().join("started"),
+        dir.path().join("gone"),
     );
+    let phase = ttl.as_millis() as u64 / 2 + entropy.below(ttl.as_millis() as u64 / 2 + 1);
+    let holder_script = match exit {
+        Exit::Killed => format!("echo 1 > {}; exec sleep 1000", ready.display()),
+        Exit::Released => format!(
+            "echo 1 > {}; sleep {}; date +%s%N > {}",
+            ready.display(),
+            phase as f64 / 1e3,
+            gone.display()
+        ),
+    };
+    let holder = run(fence, &url, &ttl_arg, &[], &holder_script);
     wait_file(&ready, Duration::from_secs(10))?;
     let waiter = run(
         fence,
@@ -95,14 +113,19 @@ fn trial(fence: &Path, ttl: Duration, entropy: &Entropy) -> Option<f64> {
         &["--wait", "--quiet"],
         &format!("date +%s%N > {}", started.display()),
     );
-    let phase = ttl.as_millis() as u64 / 2 + entropy.below(ttl.as_millis() as u64 / 2 + 1);
-    std::thread::sleep(Duration::from_millis(phase));
-    let killed_at = now_ns();
-    drop(holder);
+    let ended_at = match exit {
+        Exit::Killed => {
+            std::thread::sleep(Duration::from_millis(phase));
+            let at = now_ns();
+            drop(holder);
+            at
+        }
+        Exit::Released => wait_file(&gone, ttl * 4)?.parse().ok()?,
+    };
     let start = wait_file(&started, ttl * 4 + Duration::from_secs(5));
     drop(waiter);
     let start: u128 = start?.parse().ok()?;
-    Some(start.saturating_sub(killed_at) as f64 / 1e6)
+    Some(start.saturating_sub(ended_at) as f64 / 1e6)
 }
 
 fn main() {
@@ -123,23 +146,33 @@ fn main() {
         fence.display()
     );
     for ttl in ttls {
-        let mut ms: Vec<f64> = (0..trials)
-            .filter_map(|_| trial(&fence, ttl, &entropy))
-            .collect();
-        ms.sort_by(f64::total_cmp);
-        if ms.is_empty() {
-            println!("TTL {ttl:?}: no trial completed");
-            continue;
+        for exit in [Exit::Killed, Exit::Released] {
+            let mut ms: Vec<f64> = (0..trials)
+                .filter_map(|_| trial(&fence, ttl, exit, &entropy))
+                .collect();
+            ms.sort_by(f64::total_cmp);
+            report(ttl, exit, &ms);
         }
-        let ttl_ms = ttl.as_millis() as f64;
-        let goal = ttl_ms + ttl_ms / 3.0 + 100.0;
-        let (min, median, max) = (ms[0], ms[ms.len() / 2], ms[ms.len() - 1]);
-        println!(
-            "TTL {ttl:?}: n={} min {min:.0} ms, median {median:.0} ms, max {max:.0} ms; \
-             worst / TTL = {:.2}, worst / goal (TTL + TTL/3 + 100 ms = {goal:.0} ms) = {:.2}",
-            ms.len(),
-            max / ttl_ms,
-            max / goal
-        );
     }
+}
+
+fn report(ttl: Duration, exit: Exit, ms: &[f64]) {
+    let what = match exit {
+        Exit::Killed => "after SIGKILL",
+        Exit::Released => "after release",
+    };
+    if ms.is_empty() {
+        println!("TTL {ttl:?} {what}: no trial completed");
+        return;
+    }
+    let ttl_ms = ttl.as_millis() as f64;
+    let goal = ttl_ms + ttl_ms / 3.0 + 100.0;
+    let (min, median, max) = (ms[0], ms[ms.len() / 2], ms[ms.len() - 1]);
+    println!(
+        "TTL {ttl:?} {what}: n={} min {min:.0} ms, median {median:.0} ms, max {max:.0} ms; \
+         worst / TTL = {:.2}, worst / goal (TTL + TTL/3 + 100 ms = {goal:.0} ms) = {:.2}",
+        ms.len(),
+        max / ttl_ms,
+        max / goal
+    );
 }

@@ -166,7 +166,7 @@ async fn holder(fence: &Fence) -> Result<Option<Holder>, Error> {
     if lease.record.expires_ms == 0 {
         return Ok(None);
     }
-    let left_ms = lease.record.expires_ms as i64 - fence.clock().wall_ms() as i64;
+    let left_ms = crate::status::ms_until(lease.record.expires_ms, fence.clock().wall_ms());
     let by = match lease.record.addr.as_str() {
         "" => "another process".to_owned(),
         addr => shown(addr),
@@ -177,7 +177,10 @@ async fn holder(fence: &Fence) -> Result<Option<Holder>, Error> {
             left_ms as f64 / 1e3
         )
     } else {
-        format!("its lease expired {:.1}s ago", -left_ms as f64 / 1e3)
+        format!(
+            "its lease expired {:.1}s ago",
+            left_ms.unsigned_abs() as f64 / 1e3
+        )
     };
     Ok(Some(Holder {
         words: format!("held by {by} ({when})"),

@@ -7,13 +7,14 @@
 //! {
 //!   "store": "file:///tmp/f",
 //!   "now_ms": 1767225600000,
-//!   "leases": [{"node": "run-h-42-1a2b3c4d", "expires_ms": 1767225601000,
-//!               "expires_in_ms": 1000, "live": true, "released": false, "addr": "pid:42",
+//!   "leases": [{"node": "run.backup", "expires_ms": 1767225601000,
+//!               "expires_in_ms": 1000, "live": true, "released": false, "addr": "pid:42@host",
 //!               "generation": "…", "version": "…"}],
-//!   "cells": [{"name": "backup", "holder": "run-h-42-1a2b3c4d", "epoch": 3,
+//!   "cells": [{"name": "backup", "holder": "run.backup", "epoch": 3,
 //!              "live": true, "expires_in_ms": 1000, "version": "…",
-//!              "data": {"epoch": 3, "node": "run-h-42-1a2b3c4d", "version": "…",
-//!                       "keys": ["state"]}}]
+//!              "data": {"epoch": 3, "node": "run.backup", "version": "…",
+//!                       "keys": ["state"]}}],
+//!   "bad": [{"key": "cells/old/own.json", "error": "corrupt record at …"}]
 //! }
 //! ```
 //!
@@ -232,7 +233,7 @@ fn mark_bad(status: &mut Status, key: String, e: &Error) {
 async fn read_lease(own: &Ownership, node: &str, status: &mut Status) {
     match own.read_node_lease(node).await {
         Ok(Some(lease)) => {
-            let expires_in_ms = lease.record.expires_ms as i64 - status.now_ms as i64;
+            let expires_in_ms = ms_until(lease.record.expires_ms, status.now_ms);
             status.leases.push(LeaseRow {
                 node: node.to_owned(),
                 expires_ms: lease.record.expires_ms,
@@ -345,6 +346,19 @@ fn expires(ms: Option<i64>) -> String {
     match ms {
         None => "no lease".into(),
         Some(ms) if ms > 0 => format!("{:.1}s", ms as f64 / 1000.0),
-        Some(ms) => format!("expired {:.1}s ago", -ms as f64 / 1000.0),
+        Some(ms) => format!("expired {:.1}s ago", ms.unsigned_abs() as f64 / 1000.0),
     }
+}
+
+/// `expires_ms - now_ms` without overflow, whatever a record from the store says.
+///
+/// ```
+/// use fence_cli::status::ms_until;
+/// assert_eq!(ms_until(1_500, 1_000), 500);
+/// assert_eq!(ms_until(0, 1_000), -1_000);
+/// assert_eq!(ms_until(u64::MAX, 0), i64::MAX);
+/// ```
+pub fn ms_until(expires_ms: u64, now_ms: u64) -> i64 {
+    let diff = i128::from(expires_ms) - i128::from(now_ms);
+    diff.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
