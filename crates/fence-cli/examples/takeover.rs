@@ -142,7 +142,7 @@ fn main() {
     let fence = fence_bin();
     let entropy = Entropy::from_os();
     println!(
-        "takeover after SIGKILL of the holder, local files, {trials} trials per TTL ({})",
+        "takeover by a waiting fence run, local files, {trials} trials each ({})",
         fence.display()
     );
     for ttl in ttls {

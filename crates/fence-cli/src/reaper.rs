@@ -49,15 +49,24 @@ const PARENT_DEATH: &[Signal] = &[Signal::SIGPWR];
 #[cfg(not(target_os = "linux"))]
 const PARENT_DEATH: &[Signal] = &[];
 
-/// The path this binary re-executes itself by: the path it was started from while that is
-/// still there (so `ps` shows `fence`), else, on Linux, `/proc/self/exe`, which works even
-/// after the binary was replaced or deleted on disk.
+/// The path this binary re-executes itself by: on Linux `/proc/self/exe`, which is this very
+/// binary even after it was replaced or deleted on disk (an upgrade while a command runs must
+/// not pair this `fence run` with another version's supervising process); elsewhere the path
+/// it was started from.
 pub fn self_exe() -> std::io::Result<std::path::PathBuf> {
-    match std::env::current_exe() {
-        Ok(path) if path.is_file() => Ok(path),
-        _ if cfg!(target_os = "linux") => Ok("/proc/self/exe".into()),
-        other => other,
+    if cfg!(target_os = "linux") {
+        Ok("/proc/self/exe".into())
+    } else {
+        std::env::current_exe()
     }
+}
+
+/// The name this binary was started as, for the `argv[0]` of its re-executions (so `ps`
+/// shows `fence __reaper …`, not `/proc/self/exe __reaper …`).
+pub fn self_name() -> OsString {
+    std::env::args_os()
+        .next()
+        .unwrap_or_else(|| OsString::from("fence"))
 }
 
 /// What `fence __reaper` is told.
@@ -404,7 +413,8 @@ fn cannot_start(e: &dyn std::fmt::Display) -> u8 {
 /// Starts `fence __exec`, the leader of a new process group, which becomes the command.
 fn spawn_exec_stage(args: &ReaperArgs) -> std::io::Result<Pid> {
     let mut cmd = std::process::Command::new(self_exe()?);
-    cmd.arg("__exec")
+    cmd.arg0(self_name())
+        .arg("__exec")
         .arg("--parent")
         .arg(std::process::id().to_string());
     if args.foreground {

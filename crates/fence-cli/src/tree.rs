@@ -16,7 +16,7 @@ use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 
 use crate::procs;
-use crate::reaper::self_exe;
+use crate::reaper::{self_exe, self_name};
 
 /// How the command is started.
 #[derive(Debug, Clone)]
@@ -74,7 +74,8 @@ impl CommandTree {
         let (report, report_theirs) = pipe_pair(true)?;
         let foreground = procs::in_foreground();
         let mut cmd = Command::new(self_exe()?);
-        cmd.arg("__reaper")
+        cmd.arg0(self_name())
+            .arg("__reaper")
             .args(["--supervisor", &std::process::id().to_string()])
             .args(["--control-fd", &control_theirs.as_raw_fd().to_string()])
             .args(["--report-fd", &report_theirs.as_raw_fd().to_string()])
