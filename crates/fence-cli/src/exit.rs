@@ -5,16 +5,17 @@
 //! | 0 | success (`probe`: the store is honest) |
 //! | 1 | a check failed: `demo` saw a broken invariant, `probe` caught a contract violation |
 //! | 2 | usage: bad arguments, bad store URL, missing store directory |
-//! | 3 | `get`: no such key in the cell |
-//! | 69 | the store failed: unreachable, denied, timed out, corrupt record (`probe`: could not tell) |
-//! | 75 | busy: the lease is held by another live process (`run` without `--wait`, or its timeout ran out) |
-//! | 76 | fenced: `put` with an epoch that is no longer current; `run` lost its lease while the command ran (the command was terminated) |
+//! | 3 | `get`: no such key in the cell; `status NAME`: no such lease |
+//! | 69 | the store failed: unreachable, denied, timed out, corrupt record (`status`: some record is bad; `probe`: could not tell) |
+//! | 75 | busy: the lease is held by another live process (`run` without a wait, or its wait ran out; `--conflict-exit-code` changes it) |
+//! | 76 | fenced: `put` with an epoch that is no longer current; `run` lost its lease while the command ran (the command was terminated; `--fenced-exit-code` changes it) |
 //! | 126, 127 | `run`: the command could not be executed / was not found |
 //!
 //! Otherwise `run` exits with its command's code, or 128 + N if a signal N killed it.
 
 use std::fmt;
 
+use fence_core::decide::{FenceReason, LeaseStatus};
 use fence_core::{Error, ErrorKind};
 
 /// Success.
@@ -58,6 +59,20 @@ impl Failure {
     pub fn usage(message: impl Into<String>) -> Self {
         Failure::new(USAGE, message)
     }
+
+    /// A failure whose line was already printed: the exit code only.
+    pub fn silent(code: u8) -> Self {
+        Failure {
+            code,
+            message: String::new(),
+        }
+    }
+
+    /// The same failure, its message preceded by `context: `.
+    #[must_use]
+    pub fn prefixed(self, context: &str) -> Self {
+        Failure::new(self.code, format!("{context}: {}", self.message))
+    }
 }
 
 impl fmt::Display for Failure {
@@ -68,7 +83,92 @@ impl fmt::Display for Failure {
 
 impl From<Error> for Failure {
     fn from(e: Error) -> Self {
-        Failure::new(code_of(e.kind()), e.to_string())
+        Failure::new(code_of(e.kind()), describe(&e))
+    }
+}
+
+/// Longest part of a user-supplied name that a message repeats.
+const SHOWN_BYTES: usize = 100;
+
+/// A user-supplied name for a message: quoted and escaped once, cut after about 100 bytes
+/// (the cut says how long the whole name was).
+///
+/// ```
+/// use fence_cli::exit::shown;
+/// assert_eq!(shown("nightly"), "\"nightly\"");
+/// assert_eq!(shown("a\"b"), r#""a\"b""#);
+/// let long = "x".repeat(5000);
+/// assert!(shown(&long).len() < 130);
+/// assert!(shown(&long).ends_with("(5000 bytes)"));
+/// ```
+pub fn shown(name: &str) -> String {
+    if name.len() <= SHOWN_BYTES {
+        return format!("{name:?}");
+    }
+    let mut end = SHOWN_BYTES;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{:?}… ({} bytes)", &name[..end], name.len())
+}
+
+/// Longest part of one cause that a message repeats (HTTP bodies can be long).
+const CAUSE_CHARS: usize = 300;
+
+/// One plain line for `e`: what failed, then each underlying cause that adds something (an
+/// unreachable endpoint, missing credentials), never Rust debug text.
+///
+/// ```
+/// use fence_core::{Error, ErrorKind};
+/// let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+/// let e = Error::new(ErrorKind::Unavailable, "listing failed").with_source(io).not_committed();
+/// assert_eq!(fence_cli::exit::describe(&e), "store unavailable: listing failed: connection refused");
+/// ```
+pub fn describe(e: &Error) -> String {
+    let mut line = e.to_string();
+    let mut seen: Vec<String> = vec![line.clone()];
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let text = one_line(&c.to_string());
+        // Error chains often repeat their cause in their own text: skip what was said.
+        if !text.is_empty() && !seen.iter().any(|s| s.contains(&text)) {
+            line.push_str(": ");
+            line.extend(text.chars().take(CAUSE_CHARS));
+            seen.push(text);
+        }
+        cause = c.source();
+    }
+    line
+}
+
+/// Why a lease was lost, in words.
+///
+/// ```
+/// use fence_core::decide::{FenceReason, LeaseStatus};
+/// let why = fence_cli::exit::lease_lost(&LeaseStatus::Fenced { reason: FenceReason::Expired });
+/// assert!(!why.contains("Expired"));
+/// ```
+pub fn lease_lost(status: &LeaseStatus) -> String {
+    match status {
+        LeaseStatus::Fenced { reason } => fence_reason(*reason).to_owned(),
+        LeaseStatus::Released => "it was released".to_owned(),
+        LeaseStatus::Busy { .. } => "another process holds it".to_owned(),
+        LeaseStatus::Unavailable => "the store failed".to_owned(),
+        LeaseStatus::Acquiring | LeaseStatus::Held => {
+            "its authority ran out before a renewal got through".to_owned()
+        }
+    }
+}
+
+fn fence_reason(reason: FenceReason) -> &'static str {
+    match reason {
+        FenceReason::Rejected => "another process took the lease over (the store refused our renewal)",
+        FenceReason::LandedAfterExpiry => "a renewal got through only after the lease had expired",
+        FenceReason::Expired => {
+            "the lease expired before a renewal got through (fence was paused, or the store was unreachable)"
+        }
+        FenceReason::Superseded => "another process rewrote the lease record",
+        FenceReason::AttemptsExhausted => "every renewal attempt failed",
     }
 }
 

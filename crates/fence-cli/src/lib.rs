@@ -4,12 +4,13 @@
 //! [`ConditionalStore`](fence_core::ConditionalStore), so it can be tested (and reused)
 //! without spawning the binary.
 //!
-//! - [`run`]: hold a lease while a command runs (`fence run`);
+//! - [`run`]: hold a lease while a command runs (`fence run`), with [`tree`], [`reaper`],
+//!   [`signals`] and [`procs`] keeping the command's process tree together;
 //! - [`kv`]: fenced writes and reads of named values in a cell (`fence put`, `fence get`);
 //! - [`status`]: leases and cells (`fence status`);
 //! - [`probe`]: the contract probe (`fence probe`);
 //! - [`demo`]: the fleet demo (`fence demo`);
-//! - [`stores`]: stores named by URL; [`exit`]: exit codes.
+//! - [`stores`]: stores named by URL; [`names`]: lease names; [`exit`]: exit codes.
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -32,7 +33,12 @@ pub mod demo;
 pub mod exit;
 pub mod kv;
 mod link;
+pub mod names;
 pub mod probe;
+pub mod procs;
+pub mod reaper;
 pub mod run;
+pub mod signals;
 pub mod status;
 pub mod stores;
+pub mod tree;

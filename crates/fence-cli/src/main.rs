@@ -1,12 +1,13 @@
 //! The `fence` command. See docs/cli.md.
 
+use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use fence_cli::exit::{Failure, CHECK_FAILED, OK, USAGE};
-use fence_cli::{demo, kv, probe, run, status, stores};
+use fence_cli::exit::{shown, Failure, BUSY, CHECK_FAILED, FENCED, OK, STORE, USAGE};
+use fence_cli::{demo, kv, names, probe, reaper, run, status, stores};
 
 /// `println!` that ignores a closed stdout.
 macro_rules! outln {
@@ -36,9 +37,10 @@ fn duration(s: &str) -> Result<Duration, String> {
 enum Cmd {
     /// Holds a lease while a command runs; the command gets FENCE_EPOCH, FENCE_LEASE,
     /// FENCE_STORE and FENCE_NODE. Exits with the command's code; 75 if the lease is busy; 76
-    /// if the lease was lost (the command is terminated).
+    /// if the lease was lost (the command's processes are ended). Without a command, holds the
+    /// lease until a signal and prints its epoch.
     #[command(
-        after_help = "Example:\n  fence run --store file:///tmp/locks --lease nightly --ttl 10s --wait --timeout 5m -- sh -c 'echo epoch $FENCE_EPOCH; ./job.sh'"
+        after_help = "Example:\n  fence run --store file:///tmp/locks --lease nightly --ttl 10s --timeout 5m -- sh -c 'echo epoch $FENCE_EPOCH; ./job.sh'\n  fence run --store file:///tmp/locks --lease maintenance &   # hold it; kill %1 to let go"
     )]
     Run {
         /// Store URL: file:///path, s3://bucket/prefix, gs://bucket/prefix (or memory://).
@@ -50,18 +52,27 @@ enum Cmd {
         /// Lease TTL: how long a paused or dead holder keeps others waiting.
         #[arg(long, default_value = "10s", value_parser = duration)]
         ttl: Duration,
-        /// Wait for the lease instead of failing at once (exit 75).
+        /// Wait for the lease instead of failing at once (exit 75); forever unless --timeout.
         #[arg(long)]
         wait: bool,
-        /// With --wait: give up after this long (default: wait forever).
-        #[arg(long, requires = "wait", value_parser = duration)]
+        /// Wait at most this long for the lease (implies --wait; 0s: do not wait).
+        #[arg(long, value_parser = duration)]
         timeout: Option<Duration>,
-        /// Time between SIGTERM and SIGKILL when the lease is lost.
+        /// Time between SIGTERM and SIGKILL when the command's processes are ended.
         #[arg(long, default_value = "5s", value_parser = duration)]
         grace: Duration,
-        /// The command and its arguments, after `--`.
-        #[arg(last = true, required = true, num_args = 1..)]
-        command: Vec<String>,
+        /// Say nothing on stderr while waiting.
+        #[arg(long, short)]
+        quiet: bool,
+        /// The exit code when the lease is busy.
+        #[arg(long, default_value_t = BUSY, value_name = "CODE")]
+        conflict_exit_code: u8,
+        /// The exit code when the lease is lost while the command runs.
+        #[arg(long, default_value_t = FENCED, value_name = "CODE")]
+        fenced_exit_code: u8,
+        /// The command and its arguments, after `--` (none: hold the lease until a signal).
+        #[arg(last = true, num_args = 0.., value_parser = clap::value_parser!(OsString))]
+        command: Vec<OsString>,
     },
     /// A fenced write of KEY in the lease's data: refused (exit 76) when EPOCH is no longer
     /// current. Reads the value from FILE, `-` (stdin, the default) or --value.
@@ -126,9 +137,9 @@ enum Cmd {
     Probe {
         /// Store URL.
         url: String,
-        /// Rounds of each concurrent race.
-        #[arg(long, default_value_t = 3)]
-        rounds: usize,
+        /// Rounds of each concurrent race (at least 1).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
+        rounds: u16,
         /// Print the report as JSON (shape: docs/cli.md).
         #[arg(long)]
         json: bool,
@@ -150,6 +161,36 @@ enum Cmd {
         #[arg(long)]
         store: Option<String>,
     },
+    /// The supervising process of `fence run` (internal).
+    #[command(name = "__reaper", hide = true)]
+    Reaper {
+        #[arg(long)]
+        supervisor: i32,
+        #[arg(long)]
+        control_fd: i32,
+        #[arg(long)]
+        report_fd: i32,
+        #[arg(long)]
+        grace_ms: u64,
+        #[arg(long)]
+        orphan_grace_ms: u64,
+        #[arg(long)]
+        silence_ms: u64,
+        #[arg(long)]
+        foreground: bool,
+        #[arg(last = true, num_args = 1.., value_parser = clap::value_parser!(OsString))]
+        command: Vec<OsString>,
+    },
+    /// The exec stage of `fence run`'s command (internal).
+    #[command(name = "__exec", hide = true)]
+    Exec {
+        #[arg(long)]
+        parent: i32,
+        #[arg(long)]
+        foreground: bool,
+        #[arg(last = true, num_args = 1.., value_parser = clap::value_parser!(OsString))]
+        command: Vec<OsString>,
+    },
 }
 
 impl Cmd {
@@ -161,13 +202,67 @@ impl Cmd {
             Cmd::Status { .. } => "status",
             Cmd::Probe { .. } => "probe",
             Cmd::Demo { .. } => "demo",
+            Cmd::Reaper { .. } | Cmd::Exec { .. } => "run",
         }
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    let cli = Cli::parse();
+/// Parses the arguments. A usage error is one line on stderr (clap's own text without its
+/// usage block; a user-supplied value in it is cut short) and exit 2.
+fn parse() -> Result<Cli, ExitCode> {
+    use clap::error::ErrorKind as Clap;
+    match Cli::try_parse() {
+        Ok(cli) => Ok(cli),
+        Err(e) if matches!(e.kind(), Clap::DisplayHelp | Clap::DisplayVersion) => e.exit(),
+        Err(e) if e.kind() == Clap::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
+        Err(e) => {
+            let text = e.render().to_string();
+            let reason = text.split("\n\n").next().unwrap_or_default();
+            let reason = reason.trim().trim_start_matches("error:");
+            let line: String = reason.split_whitespace().collect::<Vec<_>>().join(" ");
+            let line: String = line.chars().take(300).collect();
+            eprintln!("fence: {line} (see fence --help)");
+            Err(ExitCode::from(USAGE))
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match parse() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
+    match cli.command {
+        // The exec stage becomes the command: no runtime, no threads, nothing to inherit.
+        Cmd::Exec {
+            parent,
+            foreground,
+            command,
+        } => ExitCode::from(reaper::exec_main(parent, foreground, &command)),
+        Cmd::Reaper {
+            supervisor,
+            control_fd,
+            report_fd,
+            grace_ms,
+            orphan_grace_ms,
+            silence_ms,
+            foreground,
+            command,
+        } => ExitCode::from(reaper::reaper_main(reaper::ReaperArgs {
+            supervisor,
+            control_fd,
+            report_fd,
+            grace: Duration::from_millis(grace_ms),
+            orphan_grace: Duration::from_millis(orphan_grace_ms),
+            silence: Duration::from_millis(silence_ms),
+            foreground,
+            command,
+        })),
+        command => serve(command),
+    }
+}
+
+fn serve(command: Cmd) -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("FENCE_LOG")
@@ -175,11 +270,23 @@ async fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let name = cli.command.name();
-    match dispatch(cli.command).await {
+    let name = command.name();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build();
+    // `fence run` starts its supervising process from this (the main) thread: block_on polls
+    // on the calling thread, and the child's parent-death signal follows the thread that
+    // started it.
+    let result = match runtime {
+        Ok(rt) => rt.block_on(dispatch(command)),
+        Err(e) => Err(Failure::new(STORE, format!("cannot start: {e}"))),
+    };
+    match result {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
-            eprintln!("fence {name}: {f}");
+            if !f.message.is_empty() {
+                eprintln!("fence {name}: {f}");
+            }
             ExitCode::from(f.code)
         }
     }
@@ -194,16 +301,24 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
             wait,
             timeout,
             grace,
+            quiet,
+            conflict_exit_code,
+            fenced_exit_code,
             command,
         } => {
+            names::check_lease(&lease)?;
             let store = stores::open(&store, Some(ttl))?;
             run::run(run::RunOptions {
                 store,
                 lease,
                 ttl,
-                wait,
-                timeout,
+                wait: timeout
+                    .or(wait.then_some(run::FOREVER))
+                    .filter(|limit| !limit.is_zero()),
                 grace,
+                quiet,
+                conflict_exit_code,
+                fenced_exit_code,
                 command,
             })
             .await
@@ -217,6 +332,7 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
             file,
             value,
         } => {
+            names::check_lease(&lease)?;
             let store = stores::open(&store, None)?;
             let value = read_value(file.as_deref(), value)?;
             let node = node.unwrap_or_else(|| format!("put-{}", std::process::id()));
@@ -224,19 +340,29 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
             Ok(OK)
         }
         Cmd::Get { store, lease, key } => {
+            names::check_lease(&lease)?;
             let store = stores::open(&store, None)?;
-            let value = kv::get(&store.store, &lease, &key).await?;
+            let value = kv::get(&store.store, &lease, &key)
+                .await
+                .map_err(|f| match f.code {
+                    fence_cli::exit::NOT_FOUND => Failure::new(
+                        f.code,
+                        format!("no key {} in lease {}", shown(&key), shown(&lease)),
+                    ),
+                    _ => f,
+                })?;
             write_stdout(&value)?;
             Ok(OK)
         }
         Cmd::Status { store, name, json } => show_status(&store, name.as_deref(), json).await,
-        Cmd::Probe { url, rounds, json } => run_probe(&url, rounds, json).await,
+        Cmd::Probe { url, rounds, json } => run_probe(&url, rounds.into(), json).await,
         Cmd::Demo {
             nodes,
             cells,
             ttl,
             store,
         } => run_demo(nodes, cells, ttl, store.as_deref()).await,
+        Cmd::Reaper { .. } | Cmd::Exec { .. } => Err(Failure::usage("internal subcommand")),
     }
 }
 
@@ -252,9 +378,8 @@ fn read_value(file: Option<&str>, value: Option<String>) -> Result<Vec<u8>, Fail
                 .map_err(|e| Failure::usage(format!("cannot read stdin: {e}")))?;
             Ok(buf)
         }
-        Some(path) => {
-            std::fs::read(path).map_err(|e| Failure::usage(format!("cannot read {path}: {e}")))
-        }
+        Some(path) => std::fs::read(path)
+            .map_err(|e| Failure::usage(format!("cannot read {}: {e}", shown(path)))),
     }
 }
 
@@ -266,6 +391,9 @@ fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
 }
 
 async fn show_status(url: &str, name: Option<&str>, json: bool) -> Result<u8, Failure> {
+    if let Some(name) = name {
+        names::check_lease(name)?;
+    }
     let store = stores::open(url, None)?;
     let status = status::read(&store.store, &store.url, name).await?;
     if json {
@@ -275,18 +403,32 @@ async fn show_status(url: &str, name: Option<&str>, json: bool) -> Result<u8, Fa
     } else {
         outln!("{}", status::table(&status).trim_end());
     }
-    Ok(OK)
+    match status.bad.len() {
+        0 => Ok(OK),
+        n => Err(Failure::new(
+            STORE,
+            format!("{n} record(s) could not be read; every other record is listed"),
+        )),
+    }
 }
 
 async fn run_probe(url: &str, rounds: usize, json: bool) -> Result<u8, Failure> {
     let store = stores::open(url, None)?;
     let report = probe::run(store.store.as_ref(), rounds, true).await;
+    // A file store keeps the directories of deleted keys: remove the empty ones the probe made.
+    let left_dirs = store.prune_dirs(&report.prefix);
     if json {
-        let text = serde_json::to_string_pretty(&probe::ProbeJson::from(&report))
+        let mut value = serde_json::to_value(probe::ProbeJson::from(&report))
+            .map_err(|e| Failure::new(CHECK_FAILED, e.to_string()))?;
+        value["left_dirs"] = serde_json::json!(left_dirs);
+        let text = serde_json::to_string_pretty(&value)
             .map_err(|e| Failure::new(CHECK_FAILED, e.to_string()))?;
         outln!("{text}");
     } else {
         outln!("{report}");
+        for dir in &left_dirs {
+            outln!("  left behind: directory {dir}");
+        }
     }
     let code = probe::exit_code(&report.verdict);
     if code != OK {
@@ -304,6 +446,9 @@ async fn run_demo(
     if nodes < 2 || cells == 0 {
         return Err(Failure::usage("needs at least 2 nodes and 1 cell"));
     }
+    if ttl < Duration::from_millis(30) {
+        return Err(Failure::usage("--ttl must be at least 30ms"));
+    }
     let opened = stores::open_demo(store)?;
     let cfg = demo::DemoConfig {
         nodes,
@@ -311,7 +456,16 @@ async fn run_demo(
         ttl,
         store_label: opened.url.clone(),
     };
-    let ok = demo::run(opened.store, cfg).await?;
+    let result = demo::run(opened.store.clone(), cfg).await;
+    let ok = match result {
+        Ok(ok) => ok,
+        Err(e) => {
+            if store.is_none() {
+                opened.remove_dir();
+            }
+            return Err(e.into());
+        }
+    };
     if opened.url.starts_with("file://") {
         outln!("the store is kept: fence status --store {}", opened.url);
     }

@@ -1,24 +1,34 @@
 //! `fence run`: hold a lease while a command runs.
 //!
-//! Each `fence run` is a node of its own (`run-<host>-<pid>-<random>`): it acquires its node
-//! lease, then claims the cell named by `--lease` at a new epoch, which the command receives
-//! as `FENCE_EPOCH`. While the command runs the node lease is renewed; if it is lost, the
-//! command gets SIGTERM, then SIGKILL after the grace period, and `fence` exits 76. When the
-//! command exits, the cell and the lease are released and `fence` exits with its code
-//! (128 + N if signal N killed it). SIGTERM, SIGINT and SIGHUP sent to `fence` are forwarded.
+//! Every `fence run` of lease `NAME` acts as node `run.NAME` ([`node_of`]): they all contend
+//! for that one node lease, so at most one holds it. The holder claims the cell `NAME` at a
+//! new epoch, which the command receives as `FENCE_EPOCH`, and starts the command through a
+//! supervising process ([`crate::reaper`]) that keeps the command's whole process tree
+//! together: the tree is ended (SIGTERM, SIGKILL after `--grace`) when the command exits, when
+//! the lease is lost, and when `fence run` dies, and the lease is released only once the tree
+//! is gone. Every catchable signal sent to `fence run` is forwarded to the command's process
+//! group ([`crate::signals`]). Without a command, `fence run` holds the lease until a signal.
+//!
+//! Waiting (`--wait`, `--timeout`) is [`Fence::acquire_wait`]: it rides through store
+//! failures until its time is up and takes the lease over once its holder is gone.
 
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use fence_core::decide::LeaseStatus;
-use fence_core::{CellClaim, Entropy, ErrorKind, Fence, LeaseKeeper};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
-use tokio::process::{Child, Command};
-use tokio::signal::unix::{signal, SignalKind};
+use fence_core::{CellClaim, Clock, Error, ErrorKind, Fence, LeaseKeeper};
+use nix::sys::signal::Signal;
 
-use crate::exit::{Failure, BUSY, CANNOT_EXECUTE, COMMAND_NOT_FOUND, FENCED, STORE};
+use crate::exit::{describe, lease_lost, shown, Failure, CANNOT_EXECUTE, OK, STORE};
+use crate::names::{check_lease, node_of};
+use crate::procs;
+use crate::signals::{stop_self, terminates, Signals};
 use crate::stores::OpenedStore;
+use crate::tree::{CommandTree, TreeSpec};
+
+/// A wait without end (`--wait` without `--timeout`): a century.
+pub const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// What `fence run` does.
 #[derive(Debug, Clone)]
@@ -29,264 +39,390 @@ pub struct RunOptions {
     pub lease: String,
     /// Node lease TTL.
     pub ttl: Duration,
-    /// Wait for the lease instead of failing at once.
-    pub wait: bool,
-    /// How long to wait (`None`: forever).
-    pub timeout: Option<Duration>,
-    /// Time between SIGTERM and SIGKILL when the lease is lost.
+    /// How long to wait for a busy lease: `None` fails at once, [`FOREVER`] never gives up.
+    pub wait: Option<Duration>,
+    /// Time between SIGTERM and SIGKILL when the command's tree is ended.
     pub grace: Duration,
-    /// The command and its arguments.
-    pub command: Vec<String>,
+    /// Say nothing on stderr while waiting.
+    pub quiet: bool,
+    /// The exit code when the lease is busy (75 by default).
+    pub conflict_exit_code: u8,
+    /// The exit code when the lease is lost while the command runs (76 by default).
+    pub fenced_exit_code: u8,
+    /// The command and its arguments; empty: hold the lease until a signal.
+    pub command: Vec<OsString>,
 }
 
-/// Signals `fence` forwards to the command.
-struct Forwarded {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
-}
-
-impl Forwarded {
-    fn install() -> Result<Self, Failure> {
-        let install = |kind| {
-            signal(kind).map_err(|e| Failure::new(STORE, format!("cannot handle signals: {e}")))
-        };
-        Ok(Forwarded {
-            term: install(SignalKind::terminate())?,
-            int: install(SignalKind::interrupt())?,
-            hup: install(SignalKind::hangup())?,
-        })
+impl RunOptions {
+    fn lease_shown(&self) -> String {
+        shown(&self.lease)
     }
 
-    async fn recv(&mut self) -> Signal {
-        tokio::select! {
-            _ = self.term.recv() => Signal::SIGTERM,
-            _ = self.int.recv() => Signal::SIGINT,
-            _ = self.hup.recv() => Signal::SIGHUP,
+    /// The grace period when `fence run` itself is gone: at most TTL/4, so a holder that was
+    /// renewing (every TTL/3) has its tree gone before its lease can expire.
+    fn orphan_grace(&self) -> Duration {
+        self.grace.min(self.ttl / 4)
+    }
+}
+
+/// The lease while it is held: the node lease and the claimed cell.
+///
+/// The node lease's record stays after release (marked released): every run of the lease
+/// uses the same node id, so records do not pile up.
+struct Held {
+    keeper: LeaseKeeper,
+    claim: CellClaim,
+}
+
+impl Held {
+    /// Releases the cell (keeping its epoch), then the node lease.
+    async fn release(self) {
+        let cell = self.claim.cell().to_owned();
+        if let Err(e) = self.claim.release().await {
+            eprintln!(
+                "fence run: warning: could not release lease {}: {}",
+                shown(&cell),
+                describe(&e)
+            );
         }
+        self.keeper.release().await;
+    }
+
+    /// Gives up a lost lease.
+    async fn abandon(self) {
+        drop(self.claim);
+        self.keeper.release().await;
     }
 }
 
-/// Runs the command under the lease; returns the exit code.
+/// Runs the command under the lease (or holds it); returns the exit code.
 pub async fn run(opts: RunOptions) -> Result<u8, Failure> {
-    let program = opts
-        .command
-        .first()
-        .ok_or_else(|| Failure::usage("no command given (fence run ... -- CMD ARGS...)"))?;
-    let mut signals = Forwarded::install()?;
-    let node = node_id();
-    let fence = Fence::builder(opts.store.store.clone(), node.clone())
+    check_lease(&opts.lease)?;
+    // Orphans of the command's tree come to us if the supervising process is killed.
+    procs::become_subreaper();
+    let mut signals = Signals::install(&[])
+        .map_err(|e| Failure::new(CANNOT_EXECUTE, format!("cannot catch signals: {e}")))?;
+    let fence = Fence::builder(opts.store.store.clone(), node_of(&opts.lease))
         .ttl(opts.ttl)
-        .addr(format!("pid:{}", std::process::id()))
+        .addr(holder_addr())
         .build()?;
-    let mut keeper = fence.acquire().await?;
-    let claim = tokio::select! {
-        c = claim_cell(&fence, &mut keeper, &opts) => c,
-        s = signals.recv() => Err(Failure::new(128 + s as i32 as u8, format!("{s} while waiting for lease {}", opts.lease))),
+    let keeper = tokio::select! {
+        k = acquire(&fence, &opts) => k?,
+        s = until_terminating(&mut signals) => {
+            let code = 128u8.saturating_add(s as i32 as u8);
+            return Err(Failure::new(code, format!("{s} while waiting for lease {}", opts.lease_shown())));
+        }
     };
-    let claim = match claim {
+    let claim = match claim(&keeper, &opts).await {
         Ok(c) => c,
         Err(f) => {
-            retire(&fence, keeper).await;
+            keeper.release().await;
             return Err(f);
         }
     };
-    let child = match spawn(program, &opts, &node, claim.epoch()) {
-        Ok(c) => c,
-        Err(f) => {
-            finish(&fence, claim, keeper).await;
-            return Err(f);
-        }
-    };
-    supervise(&fence, child, claim, keeper, signals, &opts).await
+    let held = Held { keeper, claim };
+    if opts.command.is_empty() {
+        return hold(held, signals, &opts).await;
+    }
+    supervise(held, signals, &opts).await
 }
 
-/// `run-<host>-<pid>-<random>`.
-fn node_id() -> String {
+/// `pid:<pid>@<host>`: who holds the lease, for `fence status` and waiters.
+fn holder_addr() -> String {
     let host = nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())
         .unwrap_or_else(|| "host".into());
-    let host: String = host
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .take(64)
-        .collect();
-    let random = Entropy::from_os().next_u64() as u32;
-    format!("run-{host}-{}-{random:08x}", std::process::id())
+    let host: String = host.chars().take(64).collect();
+    format!("pid:{}@{host}", std::process::id())
 }
 
-/// Claims the cell; with `--wait`, retries while it is busy (every ~TTL/4, with jitter),
-/// and acquires a fresh node lease if its own was lost while waiting.
-async fn claim_cell(
-    fence: &Fence,
-    keeper: &mut LeaseKeeper,
-    opts: &RunOptions,
-) -> Result<CellClaim, Failure> {
-    let clock = fence.clock();
-    let deadline = opts.timeout.map(|t| clock.mono_ms() + t.as_millis() as u64);
-    let entropy = Entropy::from_os();
-    let poll_ms = (opts.ttl.as_millis() as u64 / 4).max(10);
+/// Signals before there is a command: TSTP stops us, WINCH, URG and CONT are nothing to us,
+/// every other one ends `fence`.
+async fn until_terminating(signals: &mut Signals) -> Signal {
     loop {
-        let failure = match keeper.claim(&opts.lease).await {
-            Ok(claim) => return Ok(claim),
-            Err(e) if e.kind() == ErrorKind::Busy => {
-                let waited = if opts.wait { " (wait timed out)" } else { "" };
-                Failure::new(BUSY, format!("lease {} is busy{waited}: {e}", opts.lease))
-            }
-            Err(e) if e.kind() == ErrorKind::Fenced && opts.wait && !keeper.is_held() => {
-                *keeper = fence.acquire().await?;
-                continue;
-            }
-            Err(e) if opts.wait && e.is_retryable() => e.into(),
-            Err(e) => return Err(e.into()),
-        };
-        let now = clock.mono_ms();
-        if !opts.wait || deadline.is_some_and(|d| now >= d) {
-            return Err(failure);
+        let s = signals.recv().await;
+        if s == Signal::SIGTSTP {
+            stop_self();
+        } else if terminates(s) {
+            return s;
         }
-        let pause = poll_ms / 2 + entropy.below(poll_ms);
-        let until = deadline.map_or(now + pause, |d| d.min(now + pause));
-        clock.sleep_until(until).await;
     }
 }
 
-fn spawn(program: &str, opts: &RunOptions, node: &str, epoch: u64) -> Result<Child, Failure> {
-    Command::new(program)
-        .args(&opts.command[1..])
-        .env("FENCE_EPOCH", epoch.to_string())
-        .env("FENCE_LEASE", &opts.lease)
-        .env("FENCE_STORE", &opts.store.url)
-        .env("FENCE_NODE", node)
-        .spawn()
-        .map_err(|e| {
-            let code = match e.kind() {
-                std::io::ErrorKind::NotFound => COMMAND_NOT_FOUND,
-                _ => CANNOT_EXECUTE,
-            };
-            Failure::new(code, format!("cannot run {program:?}: {e}"))
-        })
+/// The lease record as a waiter sees it.
+struct Holder {
+    /// "held by …" in words.
+    words: String,
+    /// Unexpired (by this machine's clock) and not released.
+    live: bool,
 }
 
-/// Waits for the command, forwarding signals and watching the lease.
-async fn supervise(
-    fence: &Fence,
-    mut child: Child,
-    claim: CellClaim,
-    keeper: LeaseKeeper,
-    mut signals: Forwarded,
+async fn holder(fence: &Fence) -> Result<Option<Holder>, Error> {
+    let own = fence.ownership();
+    let Some(lease) = own.read_node_lease(own.node()).await? else {
+        return Ok(None);
+    };
+    if lease.record.expires_ms == 0 {
+        return Ok(None);
+    }
+    let left_ms = crate::status::ms_until(lease.record.expires_ms, fence.clock().wall_ms());
+    let by = match lease.record.addr.as_str() {
+        "" => "another process".to_owned(),
+        addr => shown(addr),
+    };
+    let when = if left_ms > 0 {
+        format!(
+            "its lease runs {:.1}s more unless renewed",
+            left_ms as f64 / 1e3
+        )
+    } else {
+        format!(
+            "its lease expired {:.1}s ago",
+            left_ms.unsigned_abs() as f64 / 1e3
+        )
+    };
+    Ok(Some(Holder {
+        words: format!("held by {by} ({when})"),
+        live: left_ms > 0,
+    }))
+}
+
+async fn acquire(fence: &Fence, opts: &RunOptions) -> Result<LeaseKeeper, Failure> {
+    let result = match opts.wait {
+        None => fence.acquire().await,
+        Some(limit) => {
+            if !opts.quiet {
+                announce(fence, opts, limit).await;
+            }
+            fence.acquire_wait(limit).await
+        }
+    };
+    match result {
+        Ok(keeper) => Ok(keeper),
+        Err(e) => Err(acquire_failure(fence, opts, e).await),
+    }
+}
+
+/// Says once on stderr that we wait, and for whom.
+async fn announce(fence: &Fence, opts: &RunOptions, limit: Duration) {
+    let whom = match holder(fence).await {
+        Ok(Some(h)) => h.words,
+        Ok(None) => return,
+        Err(e) => format!("its lease record cannot be read now ({})", describe(&e)),
+    };
+    let most = if limit >= FOREVER {
+        String::new()
+    } else {
+        format!(" (at most {})", humantime::format_duration(limit))
+    };
+    eprintln!(
+        "fence run: waiting for lease {}{most}: {whom}",
+        opts.lease_shown()
+    );
+}
+
+async fn acquire_failure(fence: &Fence, opts: &RunOptions, e: Error) -> Failure {
+    let lease = opts.lease_shown();
+    let waited = if opts.wait.is_some() {
+        " (the wait ran out)"
+    } else {
+        ""
+    };
+    match e.kind() {
+        ErrorKind::Busy | ErrorKind::Fenced => match holder(fence).await {
+            Ok(Some(h)) if h.live || e.kind() == ErrorKind::Busy => Failure::new(
+                opts.conflict_exit_code,
+                format!("lease {lease} is busy{waited}: {}", h.words),
+            ),
+            Ok(_) if e.kind() == ErrorKind::Busy => Failure::new(
+                opts.conflict_exit_code,
+                format!("lease {lease} is busy{waited}"),
+            ),
+            Ok(_) => Failure::new(
+                STORE,
+                format!(
+                    "lease {lease}: the store did not take the lease record (FENCE_LOG=fence_core=debug shows why)"
+                ),
+            ),
+            Err(read) => Failure::from(read).prefixed(&format!("lease {lease}")),
+        },
+        _ => Failure::from(e).prefixed(&format!("lease {lease}")),
+    }
+}
+
+async fn claim(keeper: &LeaseKeeper, opts: &RunOptions) -> Result<CellClaim, Failure> {
+    let lease = opts.lease_shown();
+    keeper.claim(&opts.lease).await.map_err(|e| match e.kind() {
+        ErrorKind::Busy => Failure::new(
+            opts.conflict_exit_code,
+            format!("lease {lease} is held by a process other than a fence run of it"),
+        ),
+        ErrorKind::Fenced => Failure::new(
+            opts.conflict_exit_code,
+            format!("lease {lease} was lost before the command started"),
+        ),
+        _ => Failure::from(e).prefixed(&format!("lease {lease}")),
+    })
+}
+
+/// Resolves once the lease is lost, with the reason in words. Besides the keeper's own
+/// verdict, looks at the monotonic authority now and then (after a pause of this process, the
+/// keeper's timer and this check race; either one ends the command).
+async fn lease_gone(keeper: &LeaseKeeper, ttl: Duration) -> String {
+    let clock = Clock::system();
+    let every = (ttl / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    tokio::select! {
+        status = keeper.lost() => lease_lost(&status),
+        () = async {
+            while keeper.is_held() {
+                clock.sleep(every).await;
+            }
+        } => AUTHORITY_RAN_OUT.to_owned(),
+    }
+}
+
+/// No command: prints the epoch and holds the lease until a signal (exit 0) or its loss.
+async fn hold(held: Held, mut signals: Signals, opts: &RunOptions) -> Result<u8, Failure> {
+    outln!("{}", held.claim.epoch());
+    let lost = tokio::select! {
+        _ = until_terminating(&mut signals) => None,
+        why = lease_gone(&held.keeper, opts.ttl) => Some(why),
+    };
+    match lost {
+        None => {
+            held.release().await;
+            Ok(OK)
+        }
+        Some(why) => {
+            held.abandon().await;
+            Err(Failure::new(
+                opts.fenced_exit_code,
+                format!("lease {} lost: {why}", opts.lease_shown()),
+            ))
+        }
+    }
+}
+
+/// Runs the command's tree to its end; releases the lease only once the tree is gone.
+async fn supervise(held: Held, mut signals: Signals, opts: &RunOptions) -> Result<u8, Failure> {
+    let mut tree = match CommandTree::spawn(&tree_spec(&held, opts)) {
+        Ok(t) => t,
+        Err(e) => {
+            held.release().await;
+            return Err(Failure::new(
+                CANNOT_EXECUTE,
+                format!("cannot start the command: {e}"),
+            ));
+        }
+    };
+    let (status, lost) = watch(&mut tree, &held, &mut signals, opts).await;
+    tree.restore_terminal();
+    let code = exit_code(&mut tree, status).await;
+    if lost.is_some() {
+        held.abandon().await;
+        // `lose` said why on stderr when it began ending the command: one line is enough.
+        return Err(Failure::silent(opts.fenced_exit_code));
+    }
+    held.release().await;
+    Ok(code)
+}
+
+fn tree_spec(held: &Held, opts: &RunOptions) -> TreeSpec {
+    TreeSpec {
+        command: opts.command.clone(),
+        env: vec![
+            ("FENCE_EPOCH".into(), held.claim.epoch().to_string()),
+            ("FENCE_LEASE".into(), opts.lease.clone()),
+            ("FENCE_STORE".into(), opts.store.url.clone()),
+            ("FENCE_NODE".into(), held.keeper.node().to_owned()),
+        ],
+        grace: opts.grace,
+        orphan_grace: opts.orphan_grace(),
+        silence: opts.ttl / 3,
+    }
+}
+
+/// Forwards signals, sends heartbeats and watches the lease until the tree is gone; returns
+/// how the supervising process ended and, if the lease was lost, why.
+async fn watch(
+    tree: &mut CommandTree,
+    held: &Held,
+    signals: &mut Signals,
     opts: &RunOptions,
-) -> Result<u8, Failure> {
-    let pid = child.id().map(|id| Pid::from_raw(id as i32));
-    let check_every = opts.ttl / 4;
-    let outcome = {
-        let lost = keeper.lost();
-        tokio::pin!(lost);
-        loop {
-            tokio::select! {
-                status = child.wait() => break Ok(status),
-                s = signals.recv() => forward(pid, s),
-                status = &mut lost => break Err(loss_reason(&status)),
-                _ = tokio::time::sleep(check_every) => {
-                    if !keeper.is_held() {
-                        break Err("its authority expired".to_owned());
-                    }
+) -> (std::io::Result<ExitStatus>, Option<String>) {
+    let clock = Clock::system();
+    let beat = (opts.ttl / 10).max(Duration::from_millis(5));
+    let mut lost: Option<String> = None;
+    let mut next_beat = clock.mono_ms();
+    loop {
+        tokio::select! {
+            status = tree.wait() => return (status, lost),
+            s = signals.recv() => on_signal(tree, &held.keeper, &mut lost, s, opts),
+            status = held.keeper.lost(), if lost.is_none() => {
+                lose(tree, &mut lost, lease_lost(&status), opts);
+            }
+            () = clock.sleep_until(next_beat), if lost.is_none() => {
+                next_beat = clock.mono_ms() + beat.as_millis() as u64;
+                if held.keeper.is_held() {
+                    tree.heartbeat();
+                } else {
+                    lose(tree, &mut lost, AUTHORITY_RAN_OUT.to_owned(), opts);
                 }
             }
         }
-    };
-    match outcome {
-        Ok(status) => {
-            let status =
-                status.map_err(|e| Failure::new(STORE, format!("waiting for the command: {e}")))?;
-            finish(fence, claim, keeper).await;
-            Ok(exit_code(status))
-        }
-        Err(why) => {
-            let failure = lose(child, pid, opts, &why).await;
-            drop(claim);
-            retire(fence, keeper).await;
-            Err(failure)
-        }
     }
 }
 
-fn loss_reason(status: &LeaseStatus) -> String {
+/// The command's exit code from the supervising process's status. If that process itself
+/// was killed, what is left of the tree is ended here first.
+async fn exit_code(tree: &mut CommandTree, status: std::io::Result<ExitStatus>) -> u8 {
     match status {
-        LeaseStatus::Fenced { reason } => format!("fenced: {reason:?}"),
-        other => format!("{other:?}"),
-    }
-}
-
-fn forward(pid: Option<Pid>, signal: Signal) {
-    if let Some(pid) = pid {
-        let _ = kill(pid, signal);
-    }
-}
-
-/// The lease is gone: SIGTERM, then SIGKILL after the grace period.
-async fn lose(mut child: Child, pid: Option<Pid>, opts: &RunOptions, why: &str) -> Failure {
-    eprintln!(
-        "fence run: lease {} lost ({why}); terminating the command",
-        opts.lease
-    );
-    forward(pid, Signal::SIGTERM);
-    if tokio::time::timeout(opts.grace, child.wait())
-        .await
-        .is_err()
-    {
-        forward(pid, Signal::SIGKILL);
-        let _ = child.wait().await;
-    }
-    Failure::new(
-        FENCED,
-        format!(
-            "lease {} was lost while the command ran; the command was terminated",
-            opts.lease
-        ),
-    )
-}
-
-/// Releases the cell (keeping its epoch), then the node lease.
-async fn finish(fence: &Fence, claim: CellClaim, keeper: LeaseKeeper) {
-    let cell = claim.cell().to_owned();
-    if let Err(e) = claim.release().await {
-        eprintln!("fence run: warning: could not release lease {cell}: {e}");
-    }
-    retire(fence, keeper).await;
-}
-
-/// Releases the node lease and, where the store can delete conditionally, removes its
-/// record: the node id is this process's alone, so nobody else can have rewritten it, and a
-/// peer that finds no lease record treats its node as expired.
-async fn retire(fence: &Fence, keeper: LeaseKeeper) {
-    let generation = keeper.generation();
-    keeper.release().await;
-    let own = fence.ownership();
-    if !own.store().capabilities().conditional_delete {
-        return;
-    }
-    let Ok(Some(lease)) = own.read_node_lease(own.node()).await else {
-        return;
-    };
-    if lease.record.expires_ms == 0 && lease.record.generation == generation {
-        if let Ok(key) = own.lease_key(own.node()) {
-            let _ = own.store().delete(&key, &lease.etag).await;
+        Ok(status) => match status.signal() {
+            None => status.code().unwrap_or(0) as u8,
+            Some(signal) => {
+                tree.kill_remains().await;
+                128u8.saturating_add(signal as u8)
+            }
+        },
+        Err(e) => {
+            tree.kill_remains().await;
+            eprintln!("fence run: lost track of the command: {e}");
+            STORE
         }
     }
 }
 
-fn exit_code(status: ExitStatus) -> u8 {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => code as u8,
-        (None, Some(sig)) => 128u8.saturating_add(sig as u8),
-        (None, None) => STORE,
+const AUTHORITY_RAN_OUT: &str = "its authority ran out before a renewal got through";
+
+/// The lease is lost: says so (the one line of this failure) and asks for the command's end.
+fn lose(tree: &mut CommandTree, lost: &mut Option<String>, why: String, opts: &RunOptions) {
+    eprintln!(
+        "fence run: lease {} lost while the command ran: {why}; ending the command's processes",
+        opts.lease_shown()
+    );
+    *lost = Some(why);
+    tree.terminate();
+}
+
+/// A signal while the command runs: forwarded to its process group. A terminal stop is
+/// passed on and then stops `fence` too (so the shell sees the job stop); a SIGCONT after the
+/// lease ran out is not passed on: the command is ended instead.
+fn on_signal(
+    tree: &mut CommandTree,
+    keeper: &LeaseKeeper,
+    lost: &mut Option<String>,
+    s: Signal,
+    opts: &RunOptions,
+) {
+    if lost.is_none() && !keeper.is_held() {
+        lose(tree, lost, AUTHORITY_RAN_OUT.to_owned(), opts);
+    }
+    if s == Signal::SIGCONT && lost.is_some() {
+        return;
+    }
+    tree.forward(s);
+    if s == Signal::SIGTSTP && lost.is_none() {
+        stop_self();
     }
 }

@@ -7,26 +7,30 @@
 //! {
 //!   "store": "file:///tmp/f",
 //!   "now_ms": 1767225600000,
-//!   "leases": [{"node": "run-h-42-1a2b3c4d", "expires_ms": 1767225601000,
-//!               "expires_in_ms": 1000, "live": true, "released": false, "addr": "pid:42",
+//!   "leases": [{"node": "run.backup", "expires_ms": 1767225601000,
+//!               "expires_in_ms": 1000, "live": true, "released": false, "addr": "pid:42@host",
 //!               "generation": "…", "version": "…"}],
-//!   "cells": [{"name": "backup", "holder": "run-h-42-1a2b3c4d", "epoch": 3,
+//!   "cells": [{"name": "backup", "holder": "run.backup", "epoch": 3,
 //!              "live": true, "expires_in_ms": 1000, "version": "…",
-//!              "data": {"epoch": 3, "node": "run-h-42-1a2b3c4d", "version": "…",
-//!                       "keys": ["state"]}}]
+//!              "data": {"epoch": 3, "node": "run.backup", "version": "…",
+//!                       "keys": ["state"]}}],
+//!   "bad": [{"key": "cells/old/own.json", "error": "corrupt record at …"}]
 //! }
 //! ```
 //!
 //! `holder` is `null` for a released cell; `live` says whether the holder's node lease is
 //! unexpired by this machine's clock; `data` is `null` before the first claim and `keys` is
-//! `null` when the data is not a fence key map.
+//! `null` when the data is not a fence key map. `bad` lists the records that could not be read
+//! (corrupt, a directory or a symlink where a record belongs, unreadable), each with its
+//! `key` and `error`; every other record is still listed, and `fence status` exits 69.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use fence_core::{ConditionalStore, Key, Ownership};
+use fence_core::{ConditionalStore, Error, Key, Ownership};
 use serde::Serialize;
 
-use crate::exit::Failure;
+use crate::exit::{describe, shown, Failure, NOT_FOUND};
 use crate::kv::KeyMap;
 
 /// Everything `fence status` shows.
@@ -40,6 +44,17 @@ pub struct Status {
     pub leases: Vec<LeaseRow>,
     /// Cells, by name.
     pub cells: Vec<CellRow>,
+    /// Records that could not be read.
+    pub bad: Vec<BadRecord>,
+}
+
+/// A record that could not be read.
+#[derive(Debug, Clone, Serialize)]
+pub struct BadRecord {
+    /// Its key.
+    pub key: String,
+    /// Why, in one line.
+    pub error: String,
 }
 
 /// One node lease.
@@ -95,7 +110,10 @@ pub struct DataRow {
     pub keys: Option<Vec<String>>,
 }
 
-/// Reads the status of every cell (or only `only`) and the node leases involved.
+/// Reads the status of every cell (or only `only`) and the node leases involved. A record
+/// that cannot be read is listed in [`Status::bad`] and the rest is read on.
+///
+/// Errors: exit 3 when `only` names no lease; exit 69 when the store cannot be listed.
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -106,6 +124,9 @@ pub struct DataRow {
 /// let status = fence_cli::status::read(&store, "memory://", None).await.unwrap();
 /// assert_eq!(status.cells[0].holder.as_deref(), Some("n1"));
 /// assert_eq!(status.cells[0].epoch, 1);
+/// assert!(status.bad.is_empty());
+/// let missing = fence_cli::status::read(&store, "memory://", Some("other")).await;
+/// assert_eq!(missing.unwrap_err().code, 3);
 /// # });
 /// ```
 pub async fn read(
@@ -114,88 +135,151 @@ pub async fn read(
     only: Option<&str>,
 ) -> Result<Status, Failure> {
     let own = Ownership::new(store.clone(), "fence-status");
-    let now_ms = fence_core::now_ms();
-    let mut leases = Vec::new();
-    for node in names(store, "nodes", |rest| rest.strip_suffix(".json")).await? {
-        if let Some(row) = lease_row(&own, &node, now_ms).await? {
-            leases.push(row);
-        }
-    }
-    let mut cells = Vec::new();
-    for name in names(store, "cells", |rest| rest.strip_suffix("/own.json")).await? {
-        if only.is_some_and(|o| o != name) {
-            continue;
-        }
-        if let Some(row) = cell_row(&own, &name, &leases).await? {
-            cells.push(row);
-        }
-    }
-    if only.is_some() {
-        leases.retain(|l| cells.iter().any(|c| c.holder.as_deref() == Some(&l.node)));
-    }
-    Ok(Status {
+    let mut status = Status {
         store: url.to_owned(),
-        now_ms,
-        leases,
-        cells,
-    })
+        now_ms: fence_core::now_ms(),
+        leases: Vec::new(),
+        cells: Vec::new(),
+        bad: Vec::new(),
+    };
+    let cells = match only {
+        Some(name) => vec![name.to_owned()],
+        None => cell_names(store).await?,
+    };
+    let nodes = match only {
+        Some(_) => BTreeSet::new(),
+        None => node_names(store).await?,
+    };
+    for node in &nodes {
+        read_lease(&own, node, &mut status).await;
+    }
+    for name in &cells {
+        let (rows, bad) = (status.cells.len(), status.bad.len());
+        read_cell(&own, name, &mut status).await;
+        if status.cells.len() == rows && status.bad.len() == bad {
+            owner_missing(store, name, only.is_some(), &mut status).await?;
+        }
+    }
+    Ok(status)
 }
 
-/// The names under `dir/` that `pick` accepts (from the rest of the key after `dir/`).
-async fn names(
+/// A cell without an owner record: absent (exit 3 for `status NAME`) when nothing else is
+/// stored under its name, else a bad record (its owner record was removed, or is something a
+/// listing skips).
+async fn owner_missing(
     store: &Arc<dyn ConditionalStore>,
-    dir: &str,
-    pick: impl Fn(&str) -> Option<&str>,
-) -> Result<Vec<String>, Failure> {
-    let prefix = Key::new(dir)?;
-    let keys = store.list(Some(&prefix)).await?;
-    Ok(keys
+    name: &str,
+    named: bool,
+    status: &mut Status,
+) -> Result<(), Failure> {
+    let prefix = Key::new(format!("cells/{name}"))?;
+    if named && store.list(Some(&prefix)).await?.is_empty() {
+        return Err(Failure::new(
+            NOT_FOUND,
+            format!("no lease {} in {}", shown(name), status.store),
+        ));
+    }
+    status.bad.push(BadRecord {
+        key: format!("cells/{name}/own.json"),
+        error: "missing, although the cell has other keys".into(),
+    });
+    Ok(())
+}
+
+/// Node names of `nodes/<node>.json`.
+async fn node_names(store: &Arc<dyn ConditionalStore>) -> Result<BTreeSet<String>, Failure> {
+    Ok(keys_under(store, "nodes")
+        .await?
         .iter()
-        .filter_map(|k| k.as_str().strip_prefix(dir)?.strip_prefix('/'))
-        .filter_map(pick)
+        .filter_map(|rest| rest.strip_suffix(".json"))
         .filter(|name| !name.is_empty() && !name.contains('/'))
         .map(str::to_owned)
         .collect())
 }
 
-async fn lease_row(own: &Ownership, node: &str, now_ms: u64) -> Result<Option<LeaseRow>, Failure> {
-    let Some(lease) = own.read_node_lease(node).await? else {
-        return Ok(None);
-    };
-    let expires_in_ms = lease.record.expires_ms as i64 - now_ms as i64;
-    Ok(Some(LeaseRow {
-        node: node.to_owned(),
-        expires_ms: lease.record.expires_ms,
-        expires_in_ms,
-        live: expires_in_ms > 0,
-        released: lease.record.expires_ms == 0,
-        addr: lease.record.addr,
-        generation: lease.record.generation,
-        version: lease.etag.as_str().to_owned(),
-    }))
+/// Cell names: every `cells/<name>/…` key counts, so a cell whose owner record is broken (or
+/// a directory, or a symlink, which a listing skips) still shows up through its other keys.
+async fn cell_names(store: &Arc<dyn ConditionalStore>) -> Result<Vec<String>, Failure> {
+    let names: BTreeSet<String> = keys_under(store, "cells")
+        .await?
+        .iter()
+        .filter_map(|rest| rest.split_once('/').map(|(name, _)| name.to_owned()))
+        .filter(|name| !name.is_empty())
+        .collect();
+    Ok(names.into_iter().collect())
 }
 
-async fn cell_row(
-    own: &Ownership,
-    name: &str,
-    leases: &[LeaseRow],
-) -> Result<Option<CellRow>, Failure> {
-    let Some(owner) = own.read_owner(name).await? else {
-        return Ok(None);
+/// The rest of every key under `dir/`.
+async fn keys_under(store: &Arc<dyn ConditionalStore>, dir: &str) -> Result<Vec<String>, Failure> {
+    let prefix = Key::new(dir)?;
+    let keys = store
+        .list(Some(&prefix))
+        .await
+        .map_err(|e| Failure::from(e).prefixed(&format!("cannot list {dir}/ of the store")))?;
+    Ok(keys
+        .iter()
+        .filter_map(|k| k.as_str().strip_prefix(dir)?.strip_prefix('/'))
+        .map(str::to_owned)
+        .collect())
+}
+
+fn mark_bad(status: &mut Status, key: String, e: &Error) {
+    status.bad.push(BadRecord {
+        key,
+        error: describe(e),
+    });
+}
+
+async fn read_lease(own: &Ownership, node: &str, status: &mut Status) {
+    match own.read_node_lease(node).await {
+        Ok(Some(lease)) => {
+            let expires_in_ms = ms_until(lease.record.expires_ms, status.now_ms);
+            status.leases.push(LeaseRow {
+                node: node.to_owned(),
+                expires_ms: lease.record.expires_ms,
+                expires_in_ms,
+                live: expires_in_ms > 0,
+                released: lease.record.expires_ms == 0,
+                addr: lease.record.addr,
+                generation: lease.record.generation,
+                version: lease.etag.as_str().to_owned(),
+            });
+        }
+        Ok(None) => {}
+        Err(e) => mark_bad(status, format!("nodes/{node}.json"), &e),
+    }
+}
+
+async fn read_cell(own: &Ownership, name: &str, status: &mut Status) {
+    let owner = match own.read_owner(name).await {
+        Ok(Some(owner)) => owner,
+        Ok(None) => return,
+        Err(e) => return mark_bad(status, format!("cells/{name}/own.json"), &e),
+    };
+    if let Some(holder) = owner.node.as_deref() {
+        if !status.leases.iter().any(|l| l.node == holder) {
+            read_lease(own, holder, status).await;
+        }
+    }
+    let data = match fence_core::read_cell(own, name).await {
+        Ok(data) => data.map(|d| DataRow {
+            epoch: d.epoch,
+            node: d.owner.unwrap_or_default(),
+            version: owner.etag.as_str().to_owned(),
+            keys: KeyMap::parse(&d.payload)
+                .ok()
+                .map(|m| m.keys().map(str::to_owned).collect()),
+        }),
+        Err(e) => {
+            mark_bad(status, format!("cells/{name}/own.json"), &e);
+            None
+        }
     };
     let lease = owner
         .node
         .as_deref()
-        .and_then(|n| leases.iter().find(|l| l.node == n));
-    let data = fence_core::read_cell(own, name).await?.map(|d| DataRow {
-        epoch: d.epoch,
-        node: d.owner.unwrap_or_default(),
-        version: owner.etag.as_str().to_owned(),
-        keys: KeyMap::parse(&d.payload)
-            .ok()
-            .map(|m| m.keys().map(str::to_owned).collect()),
-    });
-    Ok(Some(CellRow {
+        .and_then(|n| status.leases.iter().find(|l| l.node == n));
+    let row = CellRow {
         name: name.to_owned(),
         live: lease.is_some_and(|l| l.live),
         expires_in_ms: lease.map(|l| l.expires_in_ms),
@@ -203,7 +287,8 @@ async fn cell_row(
         epoch: owner.epoch,
         version: owner.etag.as_str().to_owned(),
         data,
-    }))
+    };
+    status.cells.push(row);
 }
 
 /// The status as a readable table.
@@ -248,6 +333,12 @@ pub fn table(status: &Status) -> String {
             c.name, holder, c.epoch, exp, keys, c.version
         );
     }
+    if !status.bad.is_empty() {
+        out += "\nBAD RECORDS (not readable; everything else is listed above)\n";
+        for b in &status.bad {
+            out += &format!("  {:<40} {}\n", b.key, b.error);
+        }
+    }
     out
 }
 
@@ -255,6 +346,19 @@ fn expires(ms: Option<i64>) -> String {
     match ms {
         None => "no lease".into(),
         Some(ms) if ms > 0 => format!("{:.1}s", ms as f64 / 1000.0),
-        Some(ms) => format!("expired {:.1}s ago", -ms as f64 / 1000.0),
+        Some(ms) => format!("expired {:.1}s ago", ms.unsigned_abs() as f64 / 1000.0),
     }
+}
+
+/// `expires_ms - now_ms` without overflow, whatever a record from the store says.
+///
+/// ```
+/// use fence_cli::status::ms_until;
+/// assert_eq!(ms_until(1_500, 1_000), 500);
+/// assert_eq!(ms_until(0, 1_000), -1_000);
+/// assert_eq!(ms_until(u64::MAX, 0), i64::MAX);
+/// ```
+pub fn ms_until(expires_ms: u64, now_ms: u64) -> i64 {
+    let diff = i128::from(expires_ms) - i128::from(now_ms);
+    diff.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }

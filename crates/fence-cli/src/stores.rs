@@ -8,7 +8,7 @@ use std::time::Duration;
 use fence_core::{ConditionalStore, MemoryStore};
 use fence_fs::FsStore;
 
-use crate::exit::{Failure, STORE};
+use crate::exit::{shown, Failure, STORE};
 
 /// An opened store and the URL that names it for other processes (`FENCE_STORE`): a
 /// `file://` URL is made absolute.
@@ -18,12 +18,66 @@ pub struct OpenedStore {
     pub store: Arc<dyn ConditionalStore>,
     /// Its canonical URL.
     pub url: String,
+    /// The directory of a `file://` store.
+    pub root: Option<PathBuf>,
+}
+
+/// Removes `dir` if nothing but fence-fs's own `.fence` folder (lock and temp files of
+/// objects that are gone) is left in it. Only for directories this process wrote alone.
+fn remove_if_empty(dir: &Path) -> std::io::Result<()> {
+    let mut entries = std::fs::read_dir(dir)?;
+    let only_internal = entries.all(|e| e.is_ok_and(|e| e.file_name() == ".fence"));
+    if only_internal {
+        let internal = dir.join(".fence");
+        if internal.is_dir() {
+            std::fs::remove_dir_all(&internal)?;
+        }
+    }
+    std::fs::remove_dir(dir)
+}
+
+impl OpenedStore {
+    /// For a `file://` store: removes the empty directories at and above `prefix` (up to the
+    /// store's root, which stays), deepest first; returns those left (not empty, or not
+    /// removable), relative to the root. Other stores have no directories: nothing to do.
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir().unwrap();
+    /// std::fs::create_dir_all(dir.path().join("a/b/c")).unwrap();
+    /// std::fs::write(dir.path().join("a/keep"), "x").unwrap();
+    /// let opened = fence_cli::stores::open(&format!("file://{}", dir.path().display()), None).unwrap();
+    /// assert_eq!(opened.prune_dirs("a/b/c"), vec!["a".to_owned()]);
+    /// assert!(!dir.path().join("a/b").exists());
+    /// ```
+    pub fn prune_dirs(&self, prefix: &str) -> Vec<String> {
+        let Some(root) = &self.root else {
+            return Vec::new();
+        };
+        let mut left = Vec::new();
+        let mut rel = Path::new(prefix.trim_matches('/'));
+        while !rel.as_os_str().is_empty() {
+            let dir = root.join(rel);
+            if dir.is_dir() && remove_if_empty(&dir).is_err() {
+                left.push(rel.display().to_string());
+            }
+            rel = rel.parent().unwrap_or(Path::new(""));
+        }
+        left
+    }
+
+    /// Removes a `file://` store's whole directory (the demo's own temporary one).
+    pub fn remove_dir(&self) {
+        if let Some(root) = &self.root {
+            let _ = std::fs::remove_dir_all(root);
+        }
+    }
 }
 
 /// Opens the store named by `url`. `lease_ttl` tunes the transport timeouts of remote stores.
 ///
-/// Errors: exit 2 for an unknown scheme, a malformed URL or a missing directory; exit 69 when
-/// the store cannot be opened.
+/// Errors: exit 2 for an unknown scheme, a malformed URL, a relative `file://` path, a missing
+/// directory or missing configuration (what to set is in the message); exit 69 when the
+/// store cannot be opened.
 ///
 /// ```
 /// let dir = tempfile::tempdir().unwrap();
@@ -31,12 +85,15 @@ pub struct OpenedStore {
 /// let opened = fence_cli::stores::open(&url, None).unwrap();
 /// assert!(opened.url.starts_with("file:///"));
 /// assert_eq!(fence_cli::stores::open("ftp://x", None).unwrap_err().code, 2);
+/// // Relative to the working directory would make the same URL another lock domain elsewhere.
+/// assert_eq!(fence_cli::stores::open("file://locks", None).unwrap_err().code, 2);
 /// ```
 pub fn open(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Failure> {
     if url == "memory://" {
         return Ok(OpenedStore {
             store: Arc::new(MemoryStore::new()),
             url: url.to_owned(),
+            root: None,
         });
     }
     if let Some(path) = url.strip_prefix("file://") {
@@ -52,17 +109,25 @@ pub fn open(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Failu
         return open_azure(url, lease_ttl);
     }
     Err(Failure::usage(format!(
-        "unsupported store URL {url:?}: use file:///path, memory://, s3://bucket/prefix, \
-         gs://bucket/prefix or az://container/prefix"
+        "unsupported store URL {}: use file:///path, memory://, s3://bucket/prefix, gs://bucket/prefix or az://container/prefix",
+        shown(url)
     )))
 }
 
-/// Opens an existing directory as a [`FsStore`].
+/// Opens an existing directory as a [`FsStore`]: only an absolute path, so one URL names one
+/// lock domain whatever the working directory.
 fn open_dir(path: &Path) -> Result<OpenedStore, Failure> {
     if path.as_os_str().is_empty() {
         return Err(Failure::usage(
             "file:// URL without a path (use file:///abs/path)",
         ));
+    }
+    if !path.is_absolute() {
+        return Err(Failure::usage(format!(
+            "file:// URL with a relative path {}: use file:///abs/path (three slashes), so the URL \
+             names the same directory from every working directory",
+            shown(&path.display().to_string())
+        )));
     }
     if !path.is_dir() {
         return Err(Failure::usage(format!(
@@ -80,11 +145,38 @@ fn open_dir(path: &Path) -> Result<OpenedStore, Failure> {
     Ok(OpenedStore {
         store: Arc::new(store),
         url: format!("file://{}", abs.display()),
+        root: Some(abs),
     })
+}
+
+/// A custom `AWS_ENDPOINT` (SeaweedFS, MinIO, moto, …) without credentials in the
+/// environment would make object_store ask an EC2 instance metadata service, which serves
+/// only AWS: refuse that up front and say what to set.
+#[cfg(feature = "s3")]
+fn check_s3_credentials() -> Result<(), Failure> {
+    let set = |v: &str| std::env::var_os(v).is_some_and(|x| !x.is_empty());
+    let endpoint = set("AWS_ENDPOINT") || set("AWS_ENDPOINT_URL");
+    let credentials = [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    ]
+    .iter()
+    .any(|v| set(v));
+    let unsigned = std::env::var("AWS_SKIP_SIGNATURE").is_ok_and(|v| v == "true" || v == "1");
+    if endpoint && !credentials && !unsigned {
+        return Err(Failure::usage(
+            "s3:// with a custom AWS_ENDPOINT needs credentials: set AWS_ACCESS_KEY_ID and \
+             AWS_SECRET_ACCESS_KEY (or AWS_SKIP_SIGNATURE=true for a store that checks none)",
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(feature = "s3")]
 fn open_s3(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Failure> {
+    check_s3_credentials()?;
     let mut builder = fence_s3::S3Store::from_env().with_url(url);
     if let Some(ttl) = lease_ttl {
         builder = builder.with_lease_ttl(ttl);
@@ -93,6 +185,7 @@ fn open_s3(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Failur
     Ok(OpenedStore {
         store: Arc::new(store),
         url: url.to_owned(),
+        root: None,
     })
 }
 
@@ -103,25 +196,67 @@ fn open_s3(_url: &str, _lease_ttl: Option<Duration>) -> Result<OpenedStore, Fail
     ))
 }
 
-/// The GCS endpoint from `FENCE_GCS_ENDPOINT` or `STORAGE_EMULATOR_HOST` (an emulator, spoken
-/// to anonymously), if set.
+/// The GCS emulator endpoint from `FENCE_GCS_ENDPOINT` or `STORAGE_EMULATOR_HOST` (spoken to
+/// anonymously), if set: `http(s)://host[:port]` or `host:port`.
 #[cfg(feature = "gcs")]
-fn gcs_endpoint() -> Option<String> {
-    let raw = std::env::var("FENCE_GCS_ENDPOINT")
-        .or_else(|_| std::env::var("STORAGE_EMULATOR_HOST"))
-        .ok()
-        .filter(|e| !e.is_empty())?;
-    if raw.contains("://") {
-        Some(raw)
+fn gcs_endpoint() -> Result<Option<String>, Failure> {
+    let Some((var, raw)) = ["FENCE_GCS_ENDPOINT", "STORAGE_EMULATOR_HOST"]
+        .into_iter()
+        .find_map(|v| Some((v, std::env::var(v).ok().filter(|e| !e.is_empty())?)))
+    else {
+        return Ok(None);
+    };
+    let endpoint = if raw.contains("://") {
+        raw.clone()
     } else {
-        Some(format!("http://{raw}"))
+        format!("http://{raw}")
+    };
+    check_endpoint(&endpoint).map_err(|why| {
+        Failure::usage(format!(
+            "{var}={} is not an emulator endpoint ({why}): set it to the emulator's base URL, \
+             e.g. {var}=http://127.0.0.1:4443",
+            shown(&raw)
+        ))
+    })?;
+    Ok(Some(endpoint))
+}
+
+/// Whether `endpoint` is `http(s)://host[:port]` with nothing after it but an optional `/`.
+#[cfg(feature = "gcs")]
+fn check_endpoint(endpoint: &str) -> Result<(), String> {
+    let parsed = url::Url::parse(endpoint).map_err(|e| e.to_string())?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(format!("scheme {} is not http or https", parsed.scheme()));
     }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err("no host".into());
+    }
+    if parsed.path() != "/" || parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err("only scheme, host and port are allowed".into());
+    }
+    Ok(())
+}
+
+/// Without an emulator endpoint, gs:// means real GCS: this binary needs Google's default
+/// credentials for that, which only the `gcs-auth` feature brings.
+#[cfg(feature = "gcs")]
+fn check_gcs_credentials(endpoint: Option<&str>) -> Result<(), Failure> {
+    if endpoint.is_some() || cfg!(feature = "gcs-auth") {
+        return Ok(());
+    }
+    Err(Failure::usage(
+        "gs:// has no credentials in this fence binary: for an emulator set FENCE_GCS_ENDPOINT \
+         (e.g. http://127.0.0.1:4443); for real GCS rebuild fence with `--features gcs-auth` and \
+         provide Google's default credentials (GOOGLE_APPLICATION_CREDENTIALS)",
+    ))
 }
 
 #[cfg(feature = "gcs")]
 fn open_gcs(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Failure> {
+    let endpoint = gcs_endpoint()?;
+    check_gcs_credentials(endpoint.as_deref())?;
     let mut builder = fence_gcs::GcsStore::builder().with_url(url);
-    if let Some(endpoint) = gcs_endpoint() {
+    if let Some(endpoint) = endpoint {
         builder = builder.with_endpoint(endpoint).with_anonymous();
     }
     if let Some(ttl) = lease_ttl {
@@ -131,6 +266,7 @@ fn open_gcs(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Failu
     Ok(OpenedStore {
         store: Arc::new(store),
         url: url.to_owned(),
+        root: None,
     })
 }
 
@@ -154,6 +290,7 @@ fn open_azure(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Fai
     Ok(OpenedStore {
         store: Arc::new(store),
         url: url.to_owned(),
+        root: None,
     })
 }
 

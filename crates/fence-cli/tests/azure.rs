@@ -95,7 +95,7 @@ fn a_fenced_run_put_and_get_on_azurite() {
     let run = emulator(fence(&[
         "run", "--store", &url, "--lease", "nightly", "--ttl", "6s", "--", "sh", "-c", script,
     ]))
-    .env("FENCE_BIN", common::FENCE)
+    .env("FENCE_BIN", common::fence_bin())
     .output()
     .unwrap();
     assert_eq!(

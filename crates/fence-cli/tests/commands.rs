@@ -28,7 +28,7 @@ fn status_json_shows_what_run_and_put_did() {
     let script = format!(
         "{} put x --value 1 && echo $FENCE_NODE > {} && echo $FENCE_EPOCH > {}; \
          for i in $(seq 200); do [ -f {} ] && exit 0; sleep 0.05; done",
-        common::FENCE,
+        common::fence_bin(),
         node.display(),
         epoch.display(),
         done.display()
@@ -104,7 +104,11 @@ fn put_and_get_round_trip_binary_values_and_refuse_unclaimed_epochs() {
     assert_eq!(never.status.code(), Some(76));
 
     let bytes: Vec<u8> = vec![0, 159, 146, 150, 255, b'\n'];
-    let script = format!("{} put bin - && {} get bin", common::FENCE, common::FENCE);
+    let script = format!(
+        "{} put bin - && {} get bin",
+        common::fence_bin(),
+        common::fence_bin()
+    );
     let mut child = fence(&[
         "run", "--store", &store.url, "--lease", "kv", "--", "sh", "-c", &script,
     ])
@@ -159,8 +163,27 @@ fn bad_urls_and_missing_directories_are_usage_errors_on_one_line() {
             "{args:?}"
         );
     }
-    let no_cmd = output(&["run", "--store", &store.url, "--lease", "x"]);
-    assert_eq!(no_cmd.status.code(), Some(2));
+    for args in [
+        vec!["run", "--store", store.url.as_str()],
+        vec![
+            "run",
+            "--store",
+            store.url.as_str(),
+            "--lease",
+            "x",
+            "--ttl",
+            "soon",
+        ],
+        vec!["bogus"],
+    ] {
+        let out = output(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr).lines().count(),
+            1,
+            "usage errors are one line too: {args:?}"
+        );
+    }
     let not_found = output(&[
         "run",
         "--store",

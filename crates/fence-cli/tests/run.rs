@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{fence, output, wait_bounded, wait_for_file, Store, FENCE};
+use common::{fence, fence_bin, output, wait_bounded, wait_for_file, Store};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -94,8 +94,9 @@ fn a_paused_holder_is_fenced_when_it_wakes_and_its_stale_put_is_refused() {
 
     let (b_epoch, b_put) = (store.path("b.epoch"), store.path("b.put"));
     let b_script = format!(
-        "echo $FENCE_EPOCH > {}; {FENCE} put k --value from-b && echo ok > {}; sleep 2",
+        "echo $FENCE_EPOCH > {}; {} put k --value from-b && echo ok > {}; sleep 2",
         b_epoch.display(),
+        fence_bin(),
         b_put.display()
     );
     let mut b = fence(&[

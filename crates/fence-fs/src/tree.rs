@@ -599,7 +599,7 @@ fn visit(
     keys: &mut Vec<Key>,
 ) -> Result<(), Error> {
     match file_type {
-        FileType::Directory => {
+        FileType::Directory if !name.ends_with(crate::layout::OBJECT_SUFFIX) => {
             let sub = join(path, name);
             if !relevant(&sub, prefix) {
                 return Ok(());
@@ -610,7 +610,11 @@ fn visit(
             };
             walk(fd.as_fd(), &sub, prefix, keys)
         }
-        FileType::RegularFile => {
+        // An object's entry that is not a regular file (a directory or a symlink put there
+        // by hand) is listed too: reading it then says what is wrong, instead of the key
+        // vanishing from every listing. Key segments never end in the object suffix, so such
+        // a name is never a directory of a longer key.
+        _ => {
             let key =
                 crate::layout::segment_of_file(name).and_then(|s| Key::new(join(path, s)).ok());
             if let Some(key) = key.filter(|k| crate::layout::object_path(k).is_ok()) {
@@ -618,6 +622,5 @@ fn visit(
             }
             Ok(())
         }
-        _ => Ok(()),
     }
 }

@@ -370,6 +370,12 @@ impl LeaseKeeper {
         self.shared.is_held()
     }
 
+    /// The authority left now, on the monotonic clock: zero when not held. A supervisor can
+    /// end what it runs early enough that it is gone before this runs out.
+    pub fn remaining(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.shared.remaining_ms())
+    }
+
     /// The current status, judged now: it agrees with [`is_held`](Self::is_held) (a lease
     /// whose authority ran out reads as fenced at once).
     pub fn status(&self) -> LeaseStatus {

@@ -1,0 +1,308 @@
+//! `fence run` keeps its command's whole process tree together: nothing of it outlives the
+//! lease, also when `fence` itself is SIGKILLed, stopped, or the command leaves background
+//! jobs behind; every catchable signal reaches the command's process group.
+#![allow(clippy::disallowed_methods)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{
+    alive, all_gone_within, fence, output, pid_in, run_args, wait_bounded, wait_for_line, Store,
+};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// A command that leaves three processes that all ignore SIGTERM: the shell itself, a
+/// background job in its process group, and a job that left it with `setsid`. Their pids go to
+/// `p1`, `p2`, `p3` in `dir`.
+fn stubborn_tree(store: &Store) -> String {
+    format!(
+        "trap '' TERM; cd {}; \
+         sleep 1000 & echo $! > p2; \
+         setsid sh -c 'trap \"\" TERM; echo $$ > p3; while :; do sleep 0.05; done' & \
+         echo $$ > p1; while :; do sleep 0.05; done",
+        store.dir.path().display()
+    )
+}
+
+fn tree_pids(store: &Store) -> Vec<i32> {
+    ["p1", "p2", "p3"]
+        .iter()
+        .map(|f| pid_in(&store.path(f)))
+        .collect()
+}
+
+#[test]
+fn sigkill_of_fence_takes_the_whole_command_tree_down_before_a_waiter_starts() {
+    let store = Store::new();
+    let mut holder = fence(&run_args(
+        &store,
+        "k",
+        &[
+            "--ttl",
+            "2s",
+            "--grace",
+            "5s",
+            "--",
+            "sh",
+            "-c",
+            &stubborn_tree(&store),
+        ],
+    ))
+    .spawn()
+    .expect("spawn holder");
+    let pids = tree_pids(&store);
+    // The waiter's command records which of the holder's processes it can still see.
+    let check = format!(
+        "cd {}; for p in {} {} {}; do kill -0 $p 2>/dev/null && echo alive $p; done > seen; echo checked >> seen",
+        store.dir.path().display(),
+        pids[0],
+        pids[1],
+        pids[2]
+    );
+    let mut waiter = fence(&run_args(
+        &store,
+        "k",
+        &[
+            "--ttl",
+            "2s",
+            "--timeout",
+            "20s",
+            "--quiet",
+            "--",
+            "sh",
+            "-c",
+            &check,
+        ],
+    ))
+    .spawn()
+    .expect("spawn waiter");
+    std::thread::sleep(Duration::from_millis(300));
+    holder.kill().expect("SIGKILL the holder");
+    let _ = holder.wait();
+    assert!(
+        all_gone_within(&pids, Duration::from_secs(1)).is_some(),
+        "processes of the SIGKILLed holder's command still alive after 1 s: {:?}",
+        pids.iter().filter(|&&p| alive(p)).collect::<Vec<_>>()
+    );
+    let status = wait_bounded(&mut waiter, Duration::from_secs(25), "the waiter");
+    assert_eq!(status.code(), Some(0));
+    let seen = std::fs::read_to_string(store.path("seen")).expect("the waiter ran");
+    assert_eq!(
+        seen.trim(),
+        "checked",
+        "the waiter's command started beside: {seen}"
+    );
+}
+
+#[test]
+fn a_background_job_never_outlives_the_lease() {
+    let store = Store::new();
+    let script = format!(
+        "cd {}; sleep 1000 & echo $! > bg; setsid sleep 1000 & echo $! > bg2; exit 0",
+        store.dir.path().display()
+    );
+    // No pipes: a job that outlives fence must not keep the test waiting for their end.
+    let mut run = fence(&run_args(
+        &store,
+        "bg",
+        &["--grace", "2s", "--", "sh", "-c", &script],
+    ))
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("spawn");
+    let status = wait_bounded(&mut run, Duration::from_secs(10), "fence run");
+    assert_eq!(status.code(), Some(0));
+    for f in ["bg", "bg2"] {
+        let pid = pid_in(&store.path(f));
+        assert!(!alive(pid), "{f} ({pid}) outlived the lease");
+    }
+    let next = output(&run_args(&store, "bg", &["--", "true"]));
+    assert_eq!(next.status.code(), Some(0), "the lease was released");
+}
+
+#[test]
+fn a_lost_lease_ends_grandchildren_too() {
+    let store = Store::new();
+    let script = format!(
+        "cd {}; sleep 1000 & echo $! > g1; setsid sleep 1000 & echo $! > g2; \
+         echo $$ > g0; while :; do sleep 0.05; done",
+        store.dir.path().display()
+    );
+    let mut holder = fence(&run_args(
+        &store,
+        "lost",
+        &["--ttl", "1s", "--grace", "300ms", "--", "sh", "-c", &script],
+    ))
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("spawn holder");
+    let pids: Vec<i32> = ["g0", "g1", "g2"]
+        .iter()
+        .map(|f| pid_in(&store.path(f)))
+        .collect();
+    let fence_pid = Pid::from_raw(holder.id() as i32);
+    kill(fence_pid, Signal::SIGSTOP).expect("SIGSTOP");
+    std::thread::sleep(Duration::from_millis(1_500));
+    kill(fence_pid, Signal::SIGCONT).expect("SIGCONT");
+    let status = wait_bounded(&mut holder, Duration::from_secs(10), "the fenced holder");
+    assert_eq!(status.code(), Some(76));
+    let alive_after: Vec<_> = pids.iter().filter(|&&p| alive(p)).collect();
+    assert!(
+        alive_after.is_empty(),
+        "still running after the lease was lost: {alive_after:?}"
+    );
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut holder.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    // Plain words, no Rust debug text such as `Fenced { reason: Expired }`.
+    assert!(
+        !stderr.contains('{') && !stderr.contains("Expired") && !stderr.contains("Fenced"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_stopped_fence_stops_its_command_until_it_continues() {
+    let store = Store::new();
+    let ticks = store.path("ticks");
+    let script = format!(
+        "while :; do echo t >> {}; sleep 0.02; done",
+        ticks.display()
+    );
+    let mut holder = fence(&run_args(
+        &store,
+        "frozen",
+        &["--ttl", "3s", "--", "sh", "-c", &script],
+    ))
+    .spawn()
+    .expect("spawn holder");
+    assert!(wait_for_line(&ticks, "t", Duration::from_secs(10)));
+    let fence_pid = Pid::from_raw(holder.id() as i32);
+    let count = || std::fs::read_to_string(&ticks).map_or(0, |s| s.lines().count());
+    kill(fence_pid, Signal::SIGSTOP).expect("SIGSTOP");
+    // TTL 3 s: the command is stopped once fence has been silent for TTL/3.
+    std::thread::sleep(Duration::from_millis(1_600));
+    let frozen_at = count();
+    std::thread::sleep(Duration::from_millis(600));
+    let later = count();
+    kill(fence_pid, Signal::SIGCONT).expect("SIGCONT");
+    assert_eq!(
+        frozen_at, later,
+        "the command ran on while fence was stopped"
+    );
+    // Within the TTL the lease still holds: the command continues.
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(count() > later, "the command did not continue with fence");
+    assert!(
+        holder.try_wait().unwrap().is_none(),
+        "fence ended the command"
+    );
+    kill(fence_pid, Signal::SIGTERM).unwrap();
+    wait_bounded(&mut holder, Duration::from_secs(10), "the holder");
+}
+
+#[test]
+fn catchable_signals_reach_the_command_group_and_fence_keeps_running() {
+    let store = Store::new();
+    let log = store.path("log");
+    let done = store.path("done");
+    let signals = ["HUP", "INT", "QUIT", "USR1", "USR2", "ALRM", "WINCH", "URG"];
+    let traps: String = signals
+        .iter()
+        .map(|s| format!("trap 'echo cmd {s} >> {}' {s}; ", log.display()))
+        .collect();
+    let script = format!(
+        "{traps} (trap '' HUP USR2 ALRM; trap 'echo grandchild USR1 >> {log}' USR1; \
+         while :; do sleep 0.05; done) & \
+         echo ready >> {log}; while [ ! -f {done} ]; do sleep 0.05; done; kill $!",
+        log = log.display(),
+        done = done.display()
+    );
+    let mut run = fence(&run_args(&store, "sig", &["--", "sh", "-c", &script]))
+        .spawn()
+        .expect("spawn");
+    assert!(wait_for_line(&log, "ready", Duration::from_secs(10)));
+    std::thread::sleep(Duration::from_millis(100));
+    let pid = Pid::from_raw(run.id() as i32);
+    for name in signals {
+        let signal: Signal = format!("SIG{name}").parse().unwrap();
+        kill(pid, signal).expect("signal fence");
+        assert!(
+            wait_for_line(&log, &format!("cmd {name}"), Duration::from_secs(5)),
+            "{name} did not reach the command"
+        );
+        assert!(run.try_wait().unwrap().is_none(), "fence died of {name}");
+    }
+    assert!(
+        wait_for_line(&log, "grandchild USR1", Duration::from_secs(5)),
+        "USR1 did not reach the command's process group"
+    );
+    std::fs::write(&done, "").unwrap();
+    let status = wait_bounded(&mut run, Duration::from_secs(10), "fence run");
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn the_command_starts_with_sigpipe_at_its_default_and_no_signal_blocked() {
+    let store = Store::new();
+    let out = output(&run_args(
+        &store,
+        "disp",
+        &[
+            "--",
+            "sh",
+            "-c",
+            "exec grep -E '^Sig(Blk|Ign)' /proc/self/status",
+        ],
+    ));
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mask = |name: &str| {
+        let line = text.lines().find(|l| l.starts_with(name)).expect(name);
+        u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+    };
+    assert_eq!(mask("SigBlk"), 0, "{text}");
+    assert_eq!(
+        mask("SigIgn") & (1 << (13 - 1)),
+        0,
+        "SIGPIPE ignored: {text}"
+    );
+}
+
+#[test]
+fn a_command_in_the_foreground_of_a_terminal_can_read_it() {
+    // `script` runs fence in the foreground of a fresh pseudo-terminal and types our stdin
+    // into it; the command's process group must get the terminal, or its read stops it.
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: no `script` (util-linux) to make a pseudo-terminal");
+        return;
+    }
+    let store = Store::new();
+    let line = format!(
+        "{} run --store {} --lease tty -- sh -c 'read x; echo got $x'",
+        common::fence_bin(),
+        store.url
+    );
+    let mut script = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn script");
+    script.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let status = wait_bounded(&mut script, Duration::from_secs(10), "the command reading");
+    let mut out = String::new();
+    script
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{out}");
+    assert!(out.contains("got hello"), "{out}");
+}
