@@ -11,7 +11,9 @@
 //! | fenced write, inline / with a payload object | 1 / 2 |
 //! | release | 1 |
 //!
-//! Timings are the benchmark's (`crates/fence-s3/benches/claims.rs`); counts are exact.
+//! Timings are the benchmark's (`crates/fence-s3/benches/claims.rs`); counts are exact. Two
+//! tests are ignored: goals the core misses today, each said in its doc (run them with
+//! `--ignored`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -246,4 +248,24 @@ async fn a_claim_moves_the_head_never_the_payload() {
     }
     let data = cell.read().await.unwrap().unwrap();
     assert_eq!((data.epoch, data.payload.len()), (3, 16 << 20));
+}
+
+/// The worst inline payload: `inline_max` bytes that are valid UTF-8 but JSON-escaped six
+/// to one (control characters) travel in the head, twice per claim.
+///
+/// Ignored: the core misses this today. The inline bound counts raw bytes and valid UTF-8 is
+/// written as a JSON string, so 8 KiB of control characters make a 48 KiB head: 2 × 49,265 B
+/// per claim. (Base64 for payloads that escape worse than 4/3 would make it 2 × 11 KiB.)
+#[tokio::test(start_paused = true)]
+#[ignore = "issue 13: an escaped inline payload makes the head 6x its size; run with --ignored"]
+async fn a_claim_of_the_largest_inline_payload_moves_less_than_64_kib() {
+    let a = Node::on(Arc::new(MemoryStore::new()), "a");
+    let lease = a.acquire().await;
+    let cell = lease.claim("c").await.unwrap();
+    cell.write(vec![1u8; 8 * 1024]).await.unwrap();
+    drop(cell);
+    a.counted().await;
+    let _cell = lease.claim("c").await.unwrap();
+    let moved = a.sent.bytes();
+    assert!(moved.total() < 64 * 1024, "moved {moved:?}");
 }

@@ -52,7 +52,10 @@ const TAKEOVERS: usize = 3;
 struct Backend {
     name: &'static str,
     store: Arc<dyn ConditionalStore>,
+    /// FsStore's root, removed when the run ends.
     _dir: Option<tempfile::TempDir>,
+    /// Whether what the run writes outlives it (a shared server: the run deletes it).
+    lasting: bool,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -81,7 +84,13 @@ fn main() {
         for b in &backends {
             mass_takeover(b, cells).await;
         }
+        for b in backends.iter().filter(|b| b.lasting) {
+            clean_up(b).await;
+        }
+        drop(backends);
     });
+    // Nothing of the first runtime may allocate while the heap is counted.
+    runtime.shutdown_timeout(Duration::from_secs(1));
     memory_per_claim();
 }
 
@@ -98,11 +107,13 @@ async fn backends() -> Vec<Backend> {
             name: "memory",
             store: Arc::new(MemoryStore::new()),
             _dir: None,
+            lasting: false,
         },
         Backend {
             name: "fs",
             store: Arc::new(fs),
             _dir: Some(dir),
+            lasting: false,
         },
     ];
     if let Some(store) = seaweedfs().await {
@@ -110,6 +121,7 @@ async fn backends() -> Vec<Backend> {
             name: "seaweedfs",
             store,
             _dir: None,
+            lasting: true,
         });
     }
     all
@@ -145,8 +157,16 @@ async fn seaweedfs() -> Option<Arc<dyn ConditionalStore>> {
         }
     };
     let probe = Key::new("probe").expect("key");
-    match tokio::time::timeout(Duration::from_secs(5), store.get(&probe)).await {
-        Ok(Ok(_)) => Some(Arc::new(store)),
+    let write = async {
+        store.put(&probe, "probe".into(), CasGuard::Absent).await?;
+        store.get(&probe).await
+    };
+    match tokio::time::timeout(Duration::from_secs(5), write).await {
+        Ok(Ok(Some(_))) => Some(Arc::new(store)),
+        Ok(Ok(None)) => {
+            println!("seaweedfs at {endpoint}: a write did not show; SeaweedFS is NOT measured");
+            None
+        }
         Ok(Err(e)) => {
             println!("seaweedfs at {endpoint}: {e}; SeaweedFS is NOT measured");
             None
@@ -158,8 +178,32 @@ async fn seaweedfs() -> Option<Arc<dyn ConditionalStore>> {
     }
 }
 
-/// One node: its fence, and the counter of the requests it sends (its own lease's pass
-/// uncounted unless `count_lease`).
+/// Deletes what the run wrote (the server is shared; SeaweedFS refuses writes when its disk
+/// runs low).
+async fn clean_up(b: &Backend) {
+    let Ok(keys) = b.store.list(None).await else {
+        println!(
+            "{}: could not list what the run wrote; left in place",
+            b.name
+        );
+        return;
+    };
+    futures::stream::iter(keys.iter())
+        .map(|k| b.store.delete_immutable(k))
+        .buffer_unordered(IN_FLIGHT)
+        .for_each(|_| async {})
+        .await;
+    let left = b.store.list(None).await.map_or(keys.len(), |k| k.len());
+    println!(
+        "\n{}: deleted {} of the {} objects the run wrote",
+        b.name,
+        keys.len() - left,
+        keys.len()
+    );
+}
+
+/// One node: its fence, and the counter of the requests it sends (requests to its own lease
+/// pass uncounted unless `count_lease`).
 struct Node {
     fence: Fence,
     sent: Arc<CountingStore>,
@@ -190,7 +234,7 @@ impl Node {
 
     /// The requests since the last call, once background work (payload collection) ran.
     async fn counted(&self) -> OpCounts {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
         self.sent.reset()
     }
 }
