@@ -5,6 +5,7 @@
 //! | operation | requests |
 //! |---|---|
 //! | fresh acquire of a node lease | 1 |
+//! | renewal | 1 |
 //! | claim of an absent, a released or an own cell | 2 |
 //! | takeover, first cell of a dead node | 3 |
 //! | takeover, each further cell of that node (also through `claim_many`) | 2 |
@@ -69,10 +70,12 @@ fn requests(get: u64, put: u64) -> OpCounts {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_fresh_acquire_is_one_create() {
+async fn a_fresh_acquire_is_one_create_and_a_renewal_one_cas() {
     let a = Node::on(Arc::new(MemoryStore::new()), "a");
     let lease = a.acquire().await;
     assert_eq!(a.counted().await, requests(0, 1));
+    tokio::time::sleep(TTL / 3).await;
+    assert_eq!(a.counted().await, requests(0, 1), "one renewal, at TTL/3");
     lease.release().await;
 }
 
