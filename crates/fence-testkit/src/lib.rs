@@ -48,7 +48,7 @@ pub mod sim;
 pub mod suite;
 pub mod wire;
 
-pub use counting::{CountingStore, OpCounts};
+pub use counting::{BodyBytes, CountingStore, OpCounts};
 pub use faulty::{Fault, FaultyStore, OpKind, RandomFaults};
 pub use fence_probe::{probe, ProbeConfig, ProbeReport, Verdict};
 /// docs/testkit.md, compiled as doctests so its examples cannot rot.

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::{CasGuard, Commit, ConditionalStore, ErrorKind, Key, MemoryStore, PutOutcome};
-use fence_testkit::{CountingStore, Fault, FaultyStore, OpCounts, OpKind, RandomFaults};
+use fence_testkit::{BodyBytes, CountingStore, Fault, FaultyStore, OpCounts, OpKind, RandomFaults};
 
 fn key() -> Key {
     Key::new("k").unwrap()
@@ -140,6 +140,39 @@ async fn counting_store_counts_round_trips_per_kind() {
     );
     assert_eq!(store.reset().total(), 5);
     assert_eq!(store.counts(), OpCounts::default());
+}
+
+#[tokio::test]
+async fn counting_store_counts_body_bytes_and_passes_an_ignored_key_uncounted() {
+    let lease = Key::new("nodes/a.json").unwrap();
+    let store = CountingStore::new(Arc::new(MemoryStore::new())).ignoring(lease.clone());
+    store
+        .put(&key(), "abc".into(), CasGuard::Absent)
+        .await
+        .unwrap();
+    store.get(&key()).await.unwrap();
+    store.get(&Key::new("absent").unwrap()).await.unwrap();
+    store
+        .put(&lease, "renewal".into(), CasGuard::Absent)
+        .await
+        .unwrap();
+    assert!(store.get(&lease).await.unwrap().is_some(), "passed through");
+    assert_eq!(
+        store.bytes(),
+        BodyBytes {
+            read: 3,
+            written: 3
+        }
+    );
+    assert_eq!(
+        store.reset(),
+        OpCounts {
+            get: 2,
+            put: 1,
+            ..OpCounts::default()
+        }
+    );
+    assert_eq!(store.bytes(), BodyBytes::default());
 }
 
 #[tokio::test]
