@@ -486,7 +486,20 @@ impl Ownership {
             CellPayload::Inline(b) => Ok(Some(b.clone())),
             CellPayload::Blob(blob) => {
                 let key = self.blob_key(cell, &blob.name)?;
-                Ok(self.store.get(&key).await?.map(|s| s.body))
+                let Some(stored) = self.store.get(&key).await? else {
+                    return Ok(None);
+                };
+                if stored.body.len() as u64 != blob.len {
+                    return Err(Error::corrupt(
+                        &key,
+                        format!(
+                            "payload object holds {} bytes, its head says {}",
+                            stored.body.len(),
+                            blob.len
+                        ),
+                    ));
+                }
+                Ok(Some(stored.body))
             }
         }
     }

@@ -193,7 +193,6 @@ async fn a_takeover_is_three_requests_for_the_first_cell_of_a_node_two_for_each_
 /// observation and each read the lease (`Observer::liveness` has no shared in-flight read):
 /// 37 reads instead of 33 here, about one per claim in flight on SeaweedFS (see the bench).
 #[tokio::test(start_paused = true)]
-#[ignore = "issue 13: concurrent claims each read the dead node's lease; run with --ignored"]
 async fn claim_many_shares_one_lease_read_among_claims_in_flight() {
     let cells = cells(32);
     let store: Arc<dyn ConditionalStore> = Arc::new(MemoryStore::new());
@@ -260,7 +259,6 @@ async fn a_claim_moves_the_head_never_the_payload() {
 /// written as a JSON string, so 8 KiB of control characters make a 48 KiB head: 2 × 49,265 B
 /// per claim. (Base64 for payloads that escape worse than 4/3 would make it 2 × 11 KiB.)
 #[tokio::test(start_paused = true)]
-#[ignore = "issue 13: an escaped inline payload makes the head 6x its size; run with --ignored"]
 async fn a_claim_of_the_largest_inline_payload_moves_less_than_64_kib() {
     let a = Node::on(Arc::new(MemoryStore::new()), "a");
     let lease = a.acquire().await;

@@ -5,9 +5,12 @@
 //!   (guarded on its version) once it is judged dead by [observation](super::observe),
 //!   otherwise the acquisition is `Busy` — or, waiting, polls it every
 //!   [`LeaseConfig::poll_ms`].
-//! - Authority is anchored on the **monotonic** clock at the moment a write is *issued*
-//!   (before it is sent): it lasts while `now.mono_ms < anchor + ttl`, judged when asked
-//!   ([`LeaseCore::is_held`]), not by a timer alone.
+//! - Authority is anchored at the moment a write is *issued* (before it is sent): it lasts
+//!   while **both** `now.mono_ms < anchor + ttl` on the monotonic clock and
+//!   `now.wall_ms < anchor_wall + ttl` on the wall clock, judged when asked
+//!   ([`LeaseCore::is_held`]), not by a timer alone. The monotonic clock is the authority; the
+//!   wall clock can only end it sooner — after a machine was suspended (its monotonic clock
+//!   stood still while others' ran), the resumed holder sees its authority gone at once.
 //! - Renew at `anchor + ttl/3` with `Match(held version)`. Every attempt of one renewal has its
 //!   own identity (nonce and anchor), and a read-back accepts any of them.
 //! - A rejected first attempt → fenced at once. Applied, but the answer came after the prior
@@ -180,13 +183,15 @@ struct Held {
     version: Version,
     nonce: String,
     anchor: u64,
+    anchor_wall: u64,
 }
 
-/// One write sent: its identity and the monotonic time it was issued.
+/// One write sent: its identity and the time it was issued.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Try {
     nonce: String,
     anchor: u64,
+    anchor_wall: u64,
 }
 
 /// The writes of one acquisition or one renewal.
@@ -196,6 +201,8 @@ struct Attempts {
     tries: Vec<Try>,
     /// Some try may have landed (an ambiguous answer).
     uncertain: bool,
+    /// The next step after a wait is a read-back (a failed read), not a write.
+    read_next: bool,
     /// Not-committed writes and failed reads so far.
     failures: u32,
     /// Acquisition only: wait for a live holder.
@@ -212,6 +219,7 @@ impl Attempts {
             guard,
             tries: Vec::new(),
             uncertain: false,
+            read_next: false,
             failures: 0,
             wait,
             seen: None,
@@ -261,8 +269,8 @@ enum Phase {
 /// assert!(matches!(&effects[0], LeaseEffect::Write { guard: CasGuard::Absent, .. }));
 /// let v1 = Version::new("v1").unwrap();
 /// core.step(Now { mono_ms: 5, ..t0 }, LeaseEvent::Written(WriteResult::Applied(v1)));
-/// assert!(core.is_held(2_999));
-/// assert!(!core.is_held(3_000)); // anchored at 0, before the write was sent
+/// assert!(core.is_held(Now { mono_ms: 2_999, ..t0 }));
+/// assert!(!core.is_held(Now { mono_ms: 3_000, ..t0 })); // anchored at 0, before it was sent
 /// ```
 #[derive(Clone, Debug)]
 pub struct LeaseCore {
@@ -274,6 +282,9 @@ pub struct LeaseCore {
     flaws: Flaws,
     /// The generation of a predecessor process the caller knows is gone.
     predecessor: Option<String>,
+    /// What an earlier acquisition saw of another process's record under our key (it keeps
+    /// its observation clock running across calls), and what this one saw last.
+    seen: Option<Observation>,
 }
 
 impl LeaseCore {
@@ -287,7 +298,21 @@ impl LeaseCore {
             writes_issued: 0,
             flaws: Flaws::default(),
             predecessor: None,
+            seen: None,
         }
+    }
+
+    /// Starts from what an earlier acquisition saw of the record under our key, so that
+    /// retried acquisitions keep counting one observation instead of starting over.
+    #[must_use]
+    pub fn seeing(mut self, seen: Option<Observation>) -> Self {
+        self.seen = seen;
+        self
+    }
+
+    /// What the acquisition last saw of another process's record under our key.
+    pub fn last_seen(&self) -> Option<&Observation> {
+        self.seen.as_ref()
     }
 
     /// Acquires as the successor of the process with lease generation `generation`, which
@@ -315,10 +340,27 @@ impl LeaseCore {
         &self.holder
     }
 
-    /// Whether we may act as the holder at monotonic time `mono_ms`: a lease is held, not
-    /// released or fenced, and `mono_ms < anchor + ttl`.
-    pub fn is_held(&self, mono_ms: u64) -> bool {
-        self.is_live_phase() && self.authority_until().is_some_and(|until| mono_ms < until)
+    /// Whether we may act as the holder at `now`: a lease is held, not released or fenced,
+    /// and neither clock says a TTL has passed since its anchor.
+    pub fn is_held(&self, now: Now) -> bool {
+        self.remaining_ms(now) > 0
+    }
+
+    /// Authority left at `now` in ms: 0 when not held.
+    pub fn remaining_ms(&self, now: Now) -> u64 {
+        if !self.is_live_phase() {
+            return 0;
+        }
+        self.held
+            .as_ref()
+            .map_or(0, |h| self.left(h.anchor, h.anchor_wall, now))
+    }
+
+    fn left(&self, anchor: u64, anchor_wall: u64, now: Now) -> u64 {
+        let ttl = self.cfg.ttl_ms;
+        let mono = anchor.saturating_add(ttl).saturating_sub(now.mono_ms);
+        let wall = anchor_wall.saturating_add(ttl).saturating_sub(now.wall_ms);
+        mono.min(wall)
     }
 
     /// Whether the core holds a lease now (renewing, resolving, backing off included),
@@ -346,11 +388,11 @@ impl LeaseCore {
             .map(|h| h.anchor.saturating_add(self.cfg.ttl_ms))
     }
 
-    /// The current status, judged at `mono_ms`: a lease whose authority ran out reads as
+    /// The current status, judged at `now`: a lease whose authority ran out reads as
     /// fenced (expired) at once, before the next tick says so.
-    pub fn status_at(&self, mono_ms: u64) -> LeaseStatus {
+    pub fn status_at(&self, now: Now) -> LeaseStatus {
         match self.status() {
-            LeaseStatus::Held if !self.is_held(mono_ms) => LeaseStatus::Fenced {
+            LeaseStatus::Held if !self.is_held(now) => LeaseStatus::Fenced {
                 reason: FenceReason::Expired,
             },
             s => s,
@@ -418,6 +460,7 @@ impl LeaseCore {
         a.tries.push(Try {
             nonce: nonce.clone(),
             anchor: now.mono_ms,
+            anchor_wall: now.wall_ms,
         });
         LeaseEffect::Write {
             guard: a.guard.clone(),
@@ -446,7 +489,9 @@ impl LeaseCore {
         if !matches!(self.phase, Phase::Idle) {
             return;
         }
-        self.acquire_write(now, Attempts::new(CasGuard::Absent, wait), out);
+        let mut a = Attempts::new(CasGuard::Absent, wait);
+        a.seen = self.seen.clone();
+        self.acquire_write(now, a, out);
     }
 
     fn acquire_write(&mut self, now: Now, mut a: Attempts, out: &mut Vec<LeaseEffect>) {
@@ -520,6 +565,7 @@ impl LeaseCore {
                 } else {
                     seen.judge(now, &self.cfg)
                 };
+                self.seen = Some(seen.clone());
                 a.seen = Some(seen);
                 match verdict {
                     Liveness::Dead => {
@@ -545,6 +591,7 @@ impl LeaseCore {
             ReadResult::Absent => {
                 a.guard = CasGuard::Absent;
                 a.seen = None;
+                self.seen = None;
                 if a.tries.len() as u32 >= self.cfg.max_attempts.saturating_mul(2) && !a.wait {
                     return self.finish(LeaseStatus::Unavailable, out);
                 }
@@ -564,7 +611,7 @@ impl LeaseCore {
             return;
         };
         match self.phase.clone() {
-            _ if self.is_live_phase() && now.mono_ms >= until => {
+            _ if self.is_live_phase() && (now.mono_ms >= until || !self.is_held(now)) => {
                 self.fence(FenceReason::Expired, out)
             }
             Phase::Held if now.mono_ms >= self.cfg.renew_at(held.anchor) => {
@@ -572,6 +619,7 @@ impl LeaseCore {
                 self.renew(now, a, out)
             }
             Phase::Held => out.push(LeaseEffect::WakeAt(self.cfg.renew_at(held.anchor))),
+            Phase::Backoff(a) if a.read_next => self.resolve(now, a, out),
             Phase::Backoff(a) => self.renew(now, a, out),
             _ => {}
         }
@@ -579,10 +627,13 @@ impl LeaseCore {
 
     fn renew(&mut self, now: Now, mut a: Attempts, out: &mut Vec<LeaseEffect>) {
         let until = self.authority_until().unwrap_or(0);
+        // Only attempts that may have reached the store count: provably unsent ones are
+        // dropped from `tries`, so a store that refuses connections is retried until the
+        // authority runs out, never fenced early by a count.
         if a.tries.len() as u32 >= self.cfg.max_attempts {
             return self.fence(FenceReason::AttemptsExhausted, out);
         }
-        let remaining = until.saturating_sub(now.mono_ms);
+        let remaining = self.remaining_ms(now);
         if remaining == 0 {
             return self.fence(FenceReason::Expired, out);
         }
@@ -600,10 +651,10 @@ impl LeaseCore {
         now: Now,
         t: Try,
         version: Version,
-        prior_until: Option<u64>,
+        prior: Option<&Held>,
         out: &mut Vec<LeaseEffect>,
     ) {
-        let late = prior_until.is_some_and(|until| now.mono_ms >= until);
+        let late = prior.is_some_and(|p| self.left(p.anchor, p.anchor_wall, now) == 0);
         if late && !sabotaged!(self.flaws, NoLandedAfterExpiry) {
             return self.fence(FenceReason::LandedAfterExpiry, out);
         }
@@ -612,6 +663,7 @@ impl LeaseCore {
             version,
             nonce: t.nonce,
             anchor: t.anchor,
+            anchor_wall: t.anchor_wall,
         });
         self.phase = Phase::Held;
         if !was_held {
@@ -620,14 +672,12 @@ impl LeaseCore {
         out.push(LeaseEffect::WakeAt(self.cfg.renew_at(t.anchor)));
     }
 
-    fn resolve(&mut self, now: Now, a: Attempts, out: &mut Vec<LeaseEffect>) {
-        let remaining = self
-            .authority_until()
-            .unwrap_or(0)
-            .saturating_sub(now.mono_ms);
+    fn resolve(&mut self, now: Now, mut a: Attempts, out: &mut Vec<LeaseEffect>) {
+        let remaining = self.remaining_ms(now);
         if remaining == 0 {
             return self.fence(FenceReason::Expired, out);
         }
+        a.read_next = false;
         self.phase = Phase::Resolving(a);
         out.push(LeaseEffect::Read {
             timeout_ms: self.cfg.attempt_timeout(remaining),
@@ -641,11 +691,11 @@ impl LeaseCore {
         r: WriteResult,
         out: &mut Vec<LeaseEffect>,
     ) {
-        let until = self.authority_until();
+        let prior = self.held.clone();
         match r {
             WriteResult::Applied(version) => {
                 if let Some(t) = a.last().cloned() {
-                    self.install(now, t, version, until, out)
+                    self.install(now, t, version, prior.as_ref(), out)
                 }
             }
             // Proof that someone else wrote — unless an earlier attempt of ours may be what
@@ -654,7 +704,11 @@ impl LeaseCore {
                 self.fence(FenceReason::Rejected, out)
             }
             WriteResult::Rejected => self.resolve(now, a, out),
-            WriteResult::NotCommitted => self.backoff(now, a, out),
+            WriteResult::NotCommitted => {
+                // Provably never sent: it can never land, so it is no longer one of ours.
+                a.tries.pop();
+                self.backoff(now, a, false, out)
+            }
             WriteResult::Ambiguous => {
                 a.uncertain = true;
                 self.resolve(now, a, out)
@@ -662,18 +716,21 @@ impl LeaseCore {
         }
     }
 
-    fn backoff(&mut self, now: Now, mut a: Attempts, out: &mut Vec<LeaseEffect>) {
+    /// Waits before the next attempt (a write, or with `read` a read-back), at most until the
+    /// authority ends.
+    fn backoff(&mut self, now: Now, mut a: Attempts, read: bool, out: &mut Vec<LeaseEffect>) {
         a.failures += 1;
-        let until = self.authority_until().unwrap_or(0);
-        if a.tries.len() as u32 >= self.cfg.max_attempts {
+        a.read_next = read;
+        if !read && a.tries.len() as u32 >= self.cfg.max_attempts {
             return self.fence(FenceReason::AttemptsExhausted, out);
         }
-        let remaining = until.saturating_sub(now.mono_ms);
-        let delay = (remaining / 8).clamp(10, 500);
+        let remaining = self.remaining_ms(now);
+        if remaining == 0 {
+            return self.fence(FenceReason::Expired, out);
+        }
+        let delay = (remaining / 8).clamp(10, 500).min(remaining);
         self.phase = Phase::Backoff(a);
-        out.push(LeaseEffect::WakeAt(
-            now.mono_ms.saturating_add(delay).min(until),
-        ));
+        out.push(LeaseEffect::WakeAt(now.mono_ms.saturating_add(delay)));
     }
 
     fn on_resolve_read(
@@ -683,23 +740,23 @@ impl LeaseCore {
         r: ReadResult,
         out: &mut Vec<LeaseEffect>,
     ) {
-        let until = self.authority_until();
         let prior = self.held.clone();
         match r {
             ReadResult::Found(o) => {
                 if let Some(t) = a.ours(&o.nonce).cloned() {
-                    return self.install(now, t, o.version, until, out);
+                    return self.install(now, t, o.version, prior.as_ref(), out);
                 }
                 let unchanged = prior.is_some_and(|p| p.version == o.version && p.nonce == o.nonce);
                 if unchanged {
                     // Nothing of ours landed (yet): the same guard, a new attempt.
-                    self.backoff(now, a, out)
+                    self.backoff(now, a, false, out)
                 } else {
                     self.fence(FenceReason::Superseded, out)
                 }
             }
             ReadResult::Absent => self.fence(FenceReason::Superseded, out),
-            ReadResult::Failed => self.resolve(now, a, out),
+            // Read again after a pause, never in a tight loop.
+            ReadResult::Failed => self.backoff(now, a, true, out),
         }
     }
 
@@ -708,14 +765,11 @@ impl LeaseCore {
     fn on_release(&mut self, now: Now, out: &mut Vec<LeaseEffect>) {
         match (&self.phase, self.held.clone()) {
             (Phase::Done(_), _) | (Phase::Releasing, _) => {}
-            (Phase::Held | Phase::Backoff(_), Some(held)) if self.is_held(now.mono_ms) => {
+            (Phase::Held | Phase::Backoff(_), Some(held)) if self.is_held(now) => {
                 let nonce = self.next_nonce();
                 // expires_ms 0: peers see the lease as released and may take over at once.
                 let record = self.record(0);
-                let remaining = self
-                    .authority_until()
-                    .unwrap_or(0)
-                    .saturating_sub(now.mono_ms);
+                let remaining = self.remaining_ms(now);
                 out.push(LeaseEffect::Write {
                     guard: CasGuard::Match(held.version),
                     record,
@@ -843,9 +897,9 @@ mod tests {
             at(1_050),
             LeaseEvent::Written(WriteResult::Applied(v("v2"))),
         );
-        assert!(c.is_held(3_999));
+        assert!(c.is_held(at(3_999)));
         assert!(
-            !c.is_held(4_000),
+            !c.is_held(at(4_000)),
             "re-anchored at the renewal's send time (1000)"
         );
     }
@@ -861,7 +915,7 @@ mod tests {
         assert!(out.contains(&LeaseEffect::Status(LeaseStatus::Fenced {
             reason: FenceReason::LandedAfterExpiry
         })));
-        assert!(!c.is_held(3_000));
+        assert!(!c.is_held(at(3_000)));
     }
 
     #[test]
@@ -869,7 +923,7 @@ mod tests {
         let mut c = held_core();
         c.step(at(1_000), LeaseEvent::Tick);
         c.step(at(1_010), LeaseEvent::Written(WriteResult::Rejected));
-        assert!(!c.is_held(1_010));
+        assert!(!c.is_held(at(1_010)));
         assert_eq!(
             c.status(),
             LeaseStatus::Fenced {
@@ -878,23 +932,25 @@ mod tests {
         );
     }
 
-    /// Issue 11, edge 4: a late answer of the first attempt lands before the retry, which is
-    /// then rejected; the read-back finds the first attempt's nonce: still held, anchored at
-    /// the first attempt.
+    /// Issue 11, edge 4: the first attempt's answer is late (it timed out: ambiguous), the
+    /// read-back still shows the prior record, then the first attempt lands before the retry,
+    /// which is rejected. The read-back finds the first attempt's nonce: still held, anchored
+    /// at the first attempt.
     #[test]
     fn a_retry_rejected_because_an_earlier_attempt_landed_is_not_a_fence() {
         let mut c = held_core();
         let (_, first, _) = write_of(&c.step(at(1_000), LeaseEvent::Tick));
-        c.step(at(1_100), LeaseEvent::Written(WriteResult::NotCommitted));
-        let (_, second, _) = write_of(&c.step(at(1_300), LeaseEvent::Tick));
+        c.step(at(1_900), LeaseEvent::Written(WriteResult::Ambiguous));
+        c.step(at(1_910), LeaseEvent::Read(found("g-1", "v1", "g", 0)));
+        let (_, second, _) = write_of(&c.step(at(2_100), LeaseEvent::Tick));
         assert_ne!(first, second, "every attempt has its own identity");
-        let out = c.step(at(1_320), LeaseEvent::Written(WriteResult::Rejected));
+        let out = c.step(at(2_120), LeaseEvent::Written(WriteResult::Rejected));
         assert!(out.iter().any(|e| matches!(e, LeaseEffect::Read { .. })));
-        c.step(at(1_340), LeaseEvent::Read(found(&first, "v2", "g", 0)));
+        c.step(at(2_140), LeaseEvent::Read(found(&first, "v2", "g", 0)));
         assert_eq!(c.status(), LeaseStatus::Held);
         assert_eq!(c.held_version(), Some(&v("v2")));
         assert!(
-            c.is_held(3_999) && !c.is_held(4_000),
+            c.is_held(at(3_999)) && !c.is_held(at(4_000)),
             "anchored at the first attempt"
         );
     }
@@ -910,7 +966,7 @@ mod tests {
             .any(|e| matches!(e, LeaseEffect::Read { timeout_ms } if *timeout_ms <= 1_900)));
         c.step(at(1_200), LeaseEvent::Read(found(&nonce, "v2", "g", 0)));
         assert_eq!(c.held_version(), Some(&v("v2")));
-        assert!(c.is_held(3_999));
+        assert!(c.is_held(at(3_999)));
 
         // The prior record is still there: retry, same guard.
         let mut c = held_core();
@@ -934,6 +990,9 @@ mod tests {
         );
     }
 
+    /// Attempts that may have reached the store are bounded by count; provably unsent ones
+    /// (a store refusing connections) are retried until the authority runs out, never fenced
+    /// early by a count.
     #[test]
     fn attempts_are_bounded() {
         let mut c = held_core();
@@ -941,11 +1000,12 @@ mod tests {
         c.step(at(t), LeaseEvent::Tick);
         for _ in 0..10 {
             t += 20;
-            c.step(at(t), LeaseEvent::Written(WriteResult::NotCommitted));
+            c.step(at(t), LeaseEvent::Written(WriteResult::Ambiguous));
+            c.step(at(t), LeaseEvent::Read(found("g-1", "v1", "g", 0)));
             if c.is_finished() {
                 break;
             }
-            t += 200;
+            t += 20;
             c.step(at(t), LeaseEvent::Tick);
         }
         assert_eq!(
@@ -954,6 +1014,29 @@ mod tests {
                 reason: FenceReason::AttemptsExhausted
             }
         );
+
+        let mut c = held_core();
+        let mut t = 1_000;
+        let mut writes = 0;
+        c.step(at(t), LeaseEvent::Tick);
+        while !c.is_finished() && t < 10_000 {
+            writes += 1;
+            t += 20;
+            c.step(at(t), LeaseEvent::Written(WriteResult::NotCommitted));
+            t += 200;
+            c.step(at(t), LeaseEvent::Tick);
+        }
+        assert!(
+            writes > 4,
+            "{writes} refused writes, not cut off by a count"
+        );
+        assert_eq!(
+            c.status(),
+            LeaseStatus::Fenced {
+                reason: FenceReason::Expired
+            }
+        );
+        assert!(t >= 3_000, "fenced only when the authority ran out ({t})");
     }
 
     #[test]
@@ -977,15 +1060,16 @@ mod tests {
         );
         assert!(out.contains(&LeaseEffect::WakeAt(10 + c.config().poll_ms())));
         let mut t = 10;
-        while t < 10 + TTL {
+        let hold = TTL + TTL / 500;
+        while t < 10 + hold {
             assert_eq!(c.status(), LeaseStatus::Acquiring);
-            t += c.config().poll_ms();
+            t = (t + c.config().poll_ms()).min(10 + hold);
             c.step(at(t), LeaseEvent::Tick);
             let out = c.step(
                 at(t),
                 LeaseEvent::Read(found("x", "v0", "old", 9_999_999_999)),
             );
-            if t >= 10 + TTL {
+            if t >= 10 + hold {
                 assert_eq!(
                     write_of(&out).0,
                     CasGuard::Match(v("v0")),
@@ -1027,6 +1111,6 @@ mod tests {
         c.step(at(400), LeaseEvent::Written(WriteResult::Rejected));
         c.step(at(410), LeaseEvent::Read(found(&first, "v1", "g", 0)));
         assert_eq!(c.status(), LeaseStatus::Held);
-        assert!(!c.is_held(TTL), "anchored at the first attempt (0)");
+        assert!(!c.is_held(at(TTL)), "anchored at the first attempt (0)");
     }
 }

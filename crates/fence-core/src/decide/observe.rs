@@ -22,11 +22,11 @@
 //! let cfg = LeaseConfig::with_ttl_ms(2_000);
 //! let seen = Observation::first(None, 100); // no lease record, first seen at mono 100
 //! let now = Now { mono_ms: 2_500, wall_ms: 5_000_000 };
-//! // Time alone does not confirm: a read sent at 2_100 or later must still show it.
-//! assert_eq!(seen.judge(now, &cfg), Liveness::Live { until_mono: 2_100 });
-//! let early = Observation::update(Some(&seen), None, 2_099, 2_110);
-//! assert_eq!(early.judge(now, &cfg), Liveness::Live { until_mono: 2_100 });
-//! let confirmed = Observation::update(Some(&early), None, 2_100, 2_120);
+//! // Time alone does not confirm: a read sent a TTL (+0.2 %) later must still show it.
+//! assert_eq!(seen.judge(now, &cfg), Liveness::Live { until_mono: 2_104 });
+//! let early = Observation::update(Some(&seen), None, 2_103, 2_110);
+//! assert_eq!(early.judge(now, &cfg), Liveness::Live { until_mono: 2_104 });
+//! let confirmed = Observation::update(Some(&early), None, 2_104, 2_120);
 //! assert_eq!(confirmed.judge(now, &cfg), Liveness::Dead);
 //! ```
 
@@ -106,10 +106,13 @@ impl Observation {
     }
 
     /// How long the holder's authority can last from the first sighting: the longer of our
-    /// TTL and the one the record states.
+    /// TTL and the one the record states (never more than `stale_after`: a record claiming
+    /// more is not believed), plus 0.2 % for monotonic clocks that tick at different rates
+    /// (NTP slews them by up to 0.05 %).
     pub fn hold_ms(&self, cfg: &LeaseConfig) -> u64 {
         let theirs = self.lease.as_ref().and_then(|l| l.ttl_ms).unwrap_or(0);
-        cfg.ttl_ms.max(theirs)
+        let hold = cfg.ttl_ms.max(theirs.min(cfg.stale_after_ms));
+        hold.saturating_add(hold / 500)
     }
 
     /// The verdict at `now`. `Dead` by observation needs a read sent at `until_mono` or
@@ -171,12 +174,12 @@ mod tests {
         // The holder's wall clock runs an hour ahead: its record looks alive for an hour.
         let ahead = 10_000_000 + 3_600_000;
         let o = Observation::first(Some(lease("v1", ahead)), 0);
-        let o = Observation::update(Some(&o), Some(lease("v1", ahead)), 999, 1_005);
+        let o = Observation::update(Some(&o), Some(lease("v1", ahead)), 1_001, 1_005);
         assert_eq!(
             o.judge(at(1_005, 10_000_000), &cfg),
-            Liveness::Live { until_mono: 1_000 }
+            Liveness::Live { until_mono: 1_002 }
         );
-        let o = Observation::update(Some(&o), Some(lease("v1", ahead)), 1_000, 1_005);
+        let o = Observation::update(Some(&o), Some(lease("v1", ahead)), 1_002, 1_005);
         assert_eq!(o.judge(at(1_005, 10_000_000), &cfg), Liveness::Dead);
         // A record that looks expired by wall clock (the holder's clock runs behind) is
         // still live until observed for a TTL.
@@ -220,11 +223,13 @@ mod tests {
             ttl_ms: Some(u64::MAX),
             ..lease("v", u64::MAX)
         };
+        // A record claiming an endless TTL is believed for `stale_after` at most.
         let o = Observation::first(Some(hostile), 7);
+        let cap = cfg.stale_after_ms + cfg.stale_after_ms / 500;
         assert_eq!(
             o.judge(at(u64::MAX - 1, u64::MAX), &cfg),
             Liveness::Live {
-                until_mono: u64::MAX
+                until_mono: 7 + cap
             }
         );
     }

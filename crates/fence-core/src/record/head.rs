@@ -102,11 +102,13 @@ impl CellHead {
             }
             match &self.payload {
                 CellPayload::Empty => {}
+                // Text as text, unless JSON escaping would make it longer than base64 (a
+                // payload of control characters grows six to one as a JSON string).
                 CellPayload::Inline(bytes) => match std::str::from_utf8(bytes) {
-                    Ok(text) => {
+                    Ok(text) if escaped_len(text) <= bytes.len().div_ceil(3) * 4 => {
                         map.insert("data".into(), Value::from(text));
                     }
-                    Err(_) => {
+                    _ => {
                         let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
                         map.insert("data_b64".into(), Value::from(b64));
                     }
@@ -157,6 +159,17 @@ impl CellHead {
             format,
         })
     }
+}
+
+/// The length of `text` as the inside of a JSON string.
+fn escaped_len(text: &str) -> usize {
+    text.chars()
+        .map(|c| match c {
+            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+            c if (c as u32) < 0x20 => 6,
+            c => c.len_utf8(),
+        })
+        .sum()
 }
 
 fn decode_payload(f: &mut Fields<'_>) -> Result<CellPayload, Error> {
@@ -236,6 +249,20 @@ mod tests {
             );
             assert_eq!(CellHead::decode(&key(), &bytes).unwrap(), h);
         }
+    }
+
+    #[test]
+    fn control_characters_go_as_base64_so_a_head_stays_small() {
+        let noisy = Bytes::from(vec![1u8; 8 * 1024]);
+        let bytes = head(CellPayload::Inline(noisy.clone())).encode();
+        assert!(bytes.len() < 12 * 1024, "{} bytes", bytes.len());
+        assert_eq!(
+            CellHead::decode(&key(), &bytes).unwrap().payload,
+            CellPayload::Inline(noisy)
+        );
+        let text = head(CellPayload::Inline(Bytes::from_static(b"plain\ntext")));
+        let plain: Value = serde_json::from_slice(&text.encode()).unwrap();
+        assert_eq!(plain["data"], "plain\ntext");
     }
 
     #[test]

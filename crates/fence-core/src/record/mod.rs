@@ -133,7 +133,12 @@ impl<'k> Fields<'k> {
     }
 
     pub(crate) fn rest(self) -> Extra {
-        self.map
+        // An emptied map keeps its allocation: a record without unknown fields keeps none.
+        if self.map.is_empty() {
+            Extra::new()
+        } else {
+            self.map
+        }
     }
 }
 

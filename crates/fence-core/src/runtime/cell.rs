@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use super::bounded;
 use super::claim::WriteAck;
-use super::head::{HeadWrite, Settled};
+use super::head::{self, HeadWrite, Settled};
 use crate::clock::Clock;
 use crate::error::{Error, ErrorKind};
 use crate::flaws::Flaws;
@@ -115,14 +115,27 @@ pub async fn update_cell(
 ) -> Result<WriteAck, Error> {
     let bound = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
     let clock = Clock::system();
-    let read = bounded(&clock, bound, ownership.read_head(cell)).await?;
-    let mut current = read;
+    // Reads and payload objects commit nothing the head does not point at: their failures
+    // leave the update not made.
+    let read_head = || async {
+        bounded(&clock, bound, ownership.read_head(cell))
+            .await
+            .map_err(Error::not_committed)
+    };
+    let mut current = read_head().await?;
     for _ in 0..8 {
         let (head, version) = owned_at(ownership, cell, epoch, current.take())?;
-        let payload = bounded(&clock, bound, current_payload(ownership, cell, &head)).await?;
+        let loaded = bounded(&clock, bound, current_payload(ownership, cell, &head)).await;
+        let Some(payload) = loaded.map_err(Error::not_committed)? else {
+            // A newer write replaced (and collected) the payload object: read the head again.
+            current = read_head().await?;
+            continue;
+        };
         let next = update(&payload)?;
         let stored = ownership.store_payload(cell, epoch, next, INLINE_MAX_DEFAULT);
-        let stored = bounded(&clock, bound, stored).await?;
+        let stored = bounded(&clock, bound, stored)
+            .await
+            .map_err(Error::not_committed)?;
         let owner = head.node.clone().unwrap_or_default();
         let body = CellHead {
             node: head.node.clone(),
@@ -146,7 +159,10 @@ pub async fn update_cell(
         match write.settle(|| bound).await? {
             Settled::Landed(version) => return Ok(WriteAck { epoch, version }),
             Settled::Moved { head, version } => current = Some((head, version)),
-            Settled::Fenced { epoch: found, .. } => return Err(superseded(cell, epoch, found)),
+            Settled::Fenced {
+                epoch: found,
+                maybe_landed,
+            } => return Err(head::superseded(cell, epoch, found, maybe_landed)),
         }
     }
     Err(Error::new(
@@ -176,25 +192,17 @@ fn owned_at(
     }
 }
 
+/// The payload `head` holds; `None` if its payload object is gone (replaced meanwhile).
 async fn current_payload(
     ownership: &Ownership,
     cell: &str,
     head: &CellHead,
-) -> Result<Bytes, Error> {
+) -> Result<Option<Bytes>, Error> {
     if head.format == HeadFormat::V1 {
         let legacy = ownership.read_legacy_data(cell).await?;
-        return Ok(legacy.map(|(d, _)| d.payload).unwrap_or_default());
+        return Ok(Some(legacy.map(|(d, _)| d.payload).unwrap_or_default()));
     }
-    match ownership.load_payload(cell, &head.payload).await? {
-        Some(b) => Ok(b),
-        None => {
-            let key = ownership.owner_key(cell)?;
-            Err(Error::corrupt(
-                &key,
-                "the head points at a payload object that does not exist",
-            ))
-        }
-    }
+    ownership.load_payload(cell, &head.payload).await
 }
 
 fn superseded(cell: &str, epoch: u64, found: u64) -> Error {

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tracing::{info, warn};
 
-use super::head::{HeadWrite, Settled};
-use super::keeper::Shared;
+use super::head::{superseded, HeadWrite, Settled};
+use super::keeper::{Reservation, Shared};
 use super::{bounded, cell, CellData};
 use crate::decide::{decide_claim, ClaimDecision, HeadView, Liveness};
 use crate::error::{Commit, Error, ErrorKind};
@@ -80,7 +80,9 @@ pub struct CellClaim {
 }
 
 fn not_ours(cell: &str, found: u64) -> Error {
-    Error::fenced(format!("cell {cell}: epoch superseded (now {found})"))
+    Error::fenced(format!(
+        "cell {cell}: epoch superseded (now {found}); nothing written"
+    ))
 }
 
 pub(crate) async fn claim(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim, Error> {
@@ -88,9 +90,7 @@ pub(crate) async fn claim(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim,
     if !shared.is_held() {
         return Err(Error::fenced("cannot claim a cell without a held lease"));
     }
-    if let Some(epoch) = shared.claimed(cell) {
-        return Err(already_claimed(cell, epoch));
-    }
+    let slot = shared.reserve(cell).map_err(|e| already_claimed(cell, e))?;
     let fence = &shared.fence;
     let own = &fence.ownership;
     let bound = || shared.request_bound_ms();
@@ -178,7 +178,7 @@ pub(crate) async fn claim(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim,
     };
     if sabotaged!(fence.flaws, SkipSeal) {
         let known = view.map(|v| Known::of(body, v.version));
-        return CellClaim::new(shared, cell, epoch, known);
+        return Ok(CellClaim::new(shared, slot, cell, epoch, known));
     }
     let write = HeadWrite {
         own,
@@ -198,7 +198,13 @@ pub(crate) async fn claim(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim,
                 (None, 1) => stats::ClaimKind::New,
                 (None, _) => stats::ClaimKind::Reclaim,
             });
-            CellClaim::new(shared, cell, epoch, Some(Known::of(body, v)))
+            Ok(CellClaim::new(
+                shared,
+                slot,
+                cell,
+                epoch,
+                Some(Known::of(body, v)),
+            ))
         }
         Ok(Settled::Moved { .. }) => Err(lost_race(cell, Commit::NotCommitted)),
         Ok(Settled::Fenced { maybe_landed, .. }) => {
@@ -214,9 +220,14 @@ pub(crate) async fn claim(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim,
 }
 
 fn already_claimed(cell: &str, epoch: u64) -> Error {
+    let at = if epoch == 0 {
+        "has a claim of it in progress".to_owned()
+    } else {
+        format!("already holds it at epoch {epoch}: use that claim (claiming again would fence it)")
+    };
     Error::new(
         ErrorKind::InvalidInput,
-        format!("cell {cell} is already claimed by this lease at epoch {epoch}: use that claim (claiming again would fence it)"),
+        format!("cell {cell}: this lease {at}"),
     )
     .not_committed()
 }
@@ -227,9 +238,7 @@ pub(crate) async fn adopt(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim,
     if !shared.is_held() {
         return Err(Error::fenced("cannot adopt a cell without a held lease"));
     }
-    if let Some(epoch) = shared.claimed(cell) {
-        return Err(already_claimed(cell, epoch));
-    }
+    let slot = shared.reserve(cell).map_err(|e| already_claimed(cell, e))?;
     let fence = &shared.fence;
     let read = bounded(
         &fence.clock,
@@ -240,7 +249,7 @@ pub(crate) async fn adopt(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim,
         Some((h, v)) if h.node.as_deref() == Some(shared.node()) && h.format == HeadFormat::V2 => {
             let epoch = h.epoch;
             info!(node = shared.node(), cell, epoch, "cell adopted at its current epoch");
-            CellClaim::new(shared, cell, epoch, Some(Known::of(h, v)))
+            Ok(CellClaim::new(shared, slot, cell, epoch, Some(Known::of(h, v))))
         }
         Some((h, _)) => Err(Error::fenced(format!(
             "cell {cell} is not this node's to adopt (owner {:?} at epoch {}; an older format needs a claim)",
@@ -312,21 +321,20 @@ impl Drop for CellClaim {
 impl CellClaim {
     fn new(
         shared: &Arc<Shared>,
+        slot: Reservation<'_>,
         cell: &str,
         epoch: u64,
         known: Option<Known>,
-    ) -> Result<Self, Error> {
-        shared
-            .register(cell, epoch)
-            .map_err(|e| already_claimed(cell, e))?;
-        Ok(CellClaim {
+    ) -> Self {
+        slot.keep(epoch);
+        CellClaim {
             shared: shared.clone(),
             cell: cell.into(),
             epoch,
             known: tokio::sync::Mutex::new(known),
             ended: std::sync::Mutex::new(None),
             ended_now: tokio::sync::Notify::new(),
-        })
+        }
     }
 
     fn end(&self, how: ClaimStatus) {
@@ -403,7 +411,11 @@ impl CellClaim {
             fence
                 .ownership
                 .store_payload(&self.cell, self.epoch, payload.into(), fence.inline_max);
-        let stored = bounded(&fence.clock, self.shared.request_bound_ms(), stored).await?;
+        // A payload object no head points at commits nothing: its failure leaves the write
+        // not made.
+        let stored = bounded(&fence.clock, self.shared.request_bound_ms(), stored)
+            .await
+            .map_err(Error::not_committed)?;
         if sabotaged!(fence.flaws, ReapplyAfterAmbiguity) {
             // Not serialised: the state is copied out and the lock let go at once.
             let known = self.known.lock().await.take();
@@ -454,7 +466,9 @@ impl CellClaim {
                     stats::write_acknowledged();
                     self.collect_replaced(&base.payload, &payload);
                     #[cfg(feature = "sabotage")]
-                    fence.wrote(&self.cell, &payload);
+                    if sabotaged!(fence.flaws, RollbackAcknowledged) {
+                        fence.wrote(&self.cell, &payload);
+                    }
                     *slot = Some(Known::of(body, version.clone()));
                     return Ok(WriteAck {
                         epoch: self.epoch,
@@ -473,7 +487,7 @@ impl CellClaim {
                           "write refused: the epoch was superseded");
                     self.end(ClaimStatus::Superseded { epoch });
                     stats::write_fenced();
-                    return Err(not_ours(&self.cell, epoch));
+                    return Err(superseded(&self.cell, self.epoch, epoch, maybe_landed));
                 }
                 Err(e) => {
                     if !e.is_ambiguous() {
@@ -610,9 +624,12 @@ impl CellClaim {
                     return Ok(());
                 }
                 Settled::Moved { head, version } => known = Some(Known::of(head, version)),
-                Settled::Fenced { epoch, .. } => {
+                Settled::Fenced {
+                    epoch,
+                    maybe_landed,
+                } => {
                     self.end(ClaimStatus::Superseded { epoch });
-                    return Err(not_ours(&self.cell, epoch));
+                    return Err(superseded(&self.cell, self.epoch, epoch, maybe_landed));
                 }
             }
         }

@@ -20,6 +20,27 @@ use crate::store::{CasGuard, PutOutcome, Version};
 /// Sends per write, re-sends of the same request included.
 const MAX_SENDS: usize = 4;
 
+/// The error of a head write that found the cell no longer `(owner, epoch)`'s:
+/// [`ErrorKind::Fenced`], not committed — unless an attempt may have landed before the cell
+/// moved on (then it is ambiguous: the write was not acknowledged, and may still be what the
+/// next owner's claim carried forward).
+pub(crate) fn superseded(cell: &str, epoch: u64, found: u64, maybe_landed: bool) -> Error {
+    let what = if maybe_landed {
+        "; this write may have landed before that and was not acknowledged"
+    } else {
+        "; nothing written"
+    };
+    let e = Error::new(
+        ErrorKind::Fenced,
+        format!("cell {cell}: epoch {epoch} superseded (now {found}){what}"),
+    );
+    if maybe_landed {
+        e
+    } else {
+        e.not_committed()
+    }
+}
+
 /// How a head write ended.
 #[derive(Debug)]
 pub(crate) enum Settled {

@@ -16,6 +16,30 @@ use crate::record::{Extra, LeaseBody, NodeLeaseRecord};
 use crate::stats;
 use crate::store::{CasGuard, PutOutcome};
 
+/// A cell reserved for a claim in progress; dropped unkept, it frees the cell again.
+pub(crate) struct Reservation<'a> {
+    shared: &'a Shared,
+    cell: Box<str>,
+    kept: bool,
+}
+
+impl Reservation<'_> {
+    /// The claim landed at `epoch`: the cell stays registered until the claim is dropped.
+    pub(crate) fn keep(mut self, epoch: u64) {
+        let mut claimed = lock(&self.shared.claimed);
+        claimed.insert(self.cell.clone(), epoch);
+        self.kept = true;
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.shared.unregister(&self.cell, 0);
+        }
+    }
+}
+
 /// State shared by the keeper task, the handle and the cell claims.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -42,7 +66,10 @@ impl Shared {
             peer_protocol: 1,
             generation: format!("{:016x}", fence.entropy.next_u64()),
         };
-        let mut core = LeaseCore::new(holder, fence.cfg.clone()).with_flaws(fence.flaws);
+        let own = fence.ownership.node();
+        let mut core = LeaseCore::new(holder, fence.cfg.clone())
+            .with_flaws(fence.flaws)
+            .seeing(fence.observer.last(own));
         if let Some(p) = predecessor {
             core = core.succeeding(p);
         }
@@ -56,25 +83,30 @@ impl Shared {
         })
     }
 
-    /// Registers a live claim of `cell`; `Err(epoch)` if this lease already has one.
-    pub(crate) fn register(&self, cell: &str, epoch: u64) -> Result<(), u64> {
+    /// Reserves `cell` for a claim about to be made (epoch 0 until it lands); `Err(epoch)`
+    /// if this lease already has a claim of it, or one in progress (0). Taken before any I/O,
+    /// so two overlapping claims of one cell never both write.
+    pub(crate) fn reserve(&self, cell: &str) -> Result<Reservation<'_>, u64> {
         let mut claimed = lock(&self.claimed);
         if let Some(e) = claimed.get(cell) {
             return Err(*e);
         }
-        claimed.insert(cell.into(), epoch);
-        Ok(())
-    }
-
-    /// Whether this lease has a live claim of `cell`, and at which epoch.
-    pub(crate) fn claimed(&self, cell: &str) -> Option<u64> {
-        lock(&self.claimed).get(cell).copied()
+        claimed.insert(cell.into(), 0);
+        Ok(Reservation {
+            shared: self,
+            cell: cell.into(),
+            kept: false,
+        })
     }
 
     pub(crate) fn unregister(&self, cell: &str, epoch: u64) {
         let mut claimed = lock(&self.claimed);
         if claimed.get(cell) == Some(&epoch) {
             claimed.remove(cell);
+        }
+        // A table that once held many claims gives its memory back.
+        if claimed.capacity() > 64 && claimed.len() < claimed.capacity() / 4 {
+            claimed.shrink_to_fit();
         }
     }
 
@@ -97,23 +129,19 @@ impl Shared {
     }
 
     pub(crate) fn is_held(&self) -> bool {
-        let now = self.fence.clock.mono_ms();
+        let now = self.fence.now();
         self.core().is_held(now)
     }
 
     fn status_now(&self) -> LeaseStatus {
-        let now = self.fence.clock.mono_ms();
+        let now = self.fence.now();
         self.core().status_at(now)
     }
 
     /// Remaining authority in ms (0 when not held).
     pub(crate) fn remaining_ms(&self) -> u64 {
-        let now = self.fence.clock.mono_ms();
-        let core = self.core();
-        if !core.is_held(now) {
-            return 0;
-        }
-        core.authority_until().map_or(0, |u| u.saturating_sub(now))
+        let now = self.fence.now();
+        self.core().remaining_ms(now)
     }
 
     /// The bound of one claim or data request: the attempt timeout for the remaining
@@ -239,6 +267,16 @@ impl Shared {
         }
     }
 
+    /// Leaves what this acquisition saw of the record under our key to the next one.
+    fn keep_observation(&self) {
+        let seen = self.core().last_seen().cloned();
+        let observer = &self.fence.observer;
+        match seen {
+            Some(o) => observer.remember(self.node(), o),
+            None => observer.forget(self.node()),
+        }
+    }
+
     /// The error an acquisition that ended in `status` reports.
     fn acquire_error(&self, status: &LeaseStatus) -> Error {
         let node = self.node();
@@ -306,7 +344,10 @@ impl Fence {
             match status {
                 LeaseStatus::Held => return Ok(LeaseKeeper::spawn(shared, wake)),
                 LeaseStatus::Acquiring => {}
-                other => return Err(shared.acquire_error(&other)),
+                other => {
+                    shared.keep_observation();
+                    return Err(shared.acquire_error(&other));
+                }
             }
             let now = self.clock.mono_ms();
             let at = wake.unwrap_or(now.saturating_add(self.cfg.poll_ms()));
@@ -324,6 +365,7 @@ impl Fence {
 
 /// Stops a waiting acquisition at its deadline and says why it did not get the lease.
 async fn give_up(shared: &Shared) -> Error {
+    shared.keep_observation();
     let seen = shared.core().observed().and_then(|o| o.lease.clone());
     shared.drive(LeaseEvent::Release).await;
     match seen {

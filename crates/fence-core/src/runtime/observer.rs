@@ -2,7 +2,7 @@
 //! within a short age, and the observation clock that decides takeovers.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{bounded, Fence};
 use crate::decide::{Liveness, Observation, ObservedLease};
@@ -16,6 +16,9 @@ const MAX_NODES: usize = 4_096;
 #[derive(Debug, Default)]
 pub struct Observer {
     seen: Mutex<HashMap<String, Observation>>,
+    /// One read of a node's lease at a time: claims that need the same verdict wait for the
+    /// read in flight instead of sending their own.
+    reading: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Observer {
@@ -31,6 +34,28 @@ impl Observer {
     /// The last observation of `node`'s lease, if any.
     pub fn last(&self, node: &str) -> Option<Observation> {
         self.seen().get(node).cloned()
+    }
+
+    pub(crate) fn remember(&self, node: &str, observation: Observation) {
+        let mut seen = self.seen();
+        Self::make_room(&mut seen, node);
+        seen.insert(node.to_owned(), observation);
+    }
+
+    pub(crate) fn forget(&self, node: &str) {
+        self.seen().remove(node);
+    }
+
+    fn make_room(seen: &mut HashMap<String, Observation>, node: &str) {
+        if seen.len() >= MAX_NODES && !seen.contains_key(node) {
+            let oldest = seen
+                .iter()
+                .min_by_key(|(_, o)| o.read_mono)
+                .map(|(n, _)| n.clone());
+            if let Some(n) = oldest {
+                seen.remove(&n);
+            }
+        }
     }
 
     /// Nodes remembered.
@@ -68,15 +93,7 @@ impl Observer {
         });
         let mut seen = self.seen();
         let next = Observation::update(seen.get(node), lease, sent, returned);
-        if seen.len() >= MAX_NODES && !seen.contains_key(node) {
-            let oldest = seen
-                .iter()
-                .min_by_key(|(_, o)| o.read_mono)
-                .map(|(n, _)| n.clone());
-            if let Some(n) = oldest {
-                seen.remove(&n);
-            }
-        }
+        Self::make_room(&mut seen, node);
         seen.insert(node.to_owned(), next.clone());
         Ok(next)
     }
@@ -94,21 +111,52 @@ impl Observer {
         writer: Option<&str>,
         timeout_ms: u64,
     ) -> Result<Liveness, Error> {
-        let now = fence.now();
-        let fresh = self.last(node).filter(|o| {
-            let same_writer = match (writer, &o.lease) {
-                (Some(w), Some(l)) => l.record.generation == w,
-                _ => true,
-            };
-            same_writer && now.mono_ms.saturating_sub(o.read_mono) <= fence.cfg.poll_ms()
-        });
-        if let Some(o) = fresh {
-            match o.judge(now, &fence.cfg) {
-                Liveness::Live { until_mono } if until_mono <= now.mono_ms => {}
-                verdict => return Ok(verdict),
-            }
+        if let Some(verdict) = self.settled(fence, node, writer) {
+            return Ok(verdict);
         }
-        let obs = self.observe(fence, node, timeout_ms).await?;
-        Ok(obs.judge(fence.now(), &fence.cfg))
+        let gate = self.gate(node);
+        let turn = gate.lock().await;
+        // Whoever read while we waited may have settled it.
+        let verdict = match self.settled(fence, node, writer) {
+            Some(v) => Ok(v),
+            None => self
+                .observe(fence, node, timeout_ms)
+                .await
+                .map(|o| o.judge(fence.now(), &fence.cfg)),
+        };
+        drop(turn);
+        self.release_gate(node, gate);
+        verdict
+    }
+
+    /// The verdict from memory, if an observation read at most `poll_ms` ago settles it now.
+    fn settled(&self, fence: &Fence, node: &str, writer: Option<&str>) -> Option<Liveness> {
+        let now = fence.now();
+        let o = self.last(node)?;
+        let same_writer = match (writer, &o.lease) {
+            (Some(w), Some(l)) => l.record.generation == w,
+            _ => true,
+        };
+        if !same_writer || now.mono_ms.saturating_sub(o.read_mono) > fence.cfg.poll_ms() {
+            return None;
+        }
+        match o.judge(now, &fence.cfg) {
+            // A full TTL has passed: only a read sent from now on can confirm it.
+            Liveness::Live { until_mono } if until_mono <= now.mono_ms => None,
+            verdict => Some(verdict),
+        }
+    }
+
+    fn gate(&self, node: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut reading = self.reading.lock().unwrap_or_else(|p| p.into_inner());
+        reading.entry(node.to_owned()).or_default().clone()
+    }
+
+    fn release_gate(&self, node: &str, gate: Arc<tokio::sync::Mutex<()>>) {
+        let mut reading = self.reading.lock().unwrap_or_else(|p| p.into_inner());
+        // Ours and the map's are the last two references: nobody else waits.
+        if Arc::strong_count(&gate) <= 2 {
+            reading.remove(node);
+        }
     }
 }
