@@ -65,7 +65,12 @@ fn decide_events(c: &mut Criterion) {
         b.iter(|| black_box(decide_claim("me", Some(&owner), Some(Liveness::Dead))))
     });
     c.bench_function("decide: is_held (1 query)", |b| {
-        b.iter(|| black_box(core.is_held(black_box(t + 1))))
+        b.iter(|| {
+            black_box(core.is_held(black_box(Now {
+                mono_ms: t + 1,
+                wall_ms: 1_000 + t,
+            })))
+        })
     });
 }
 
