@@ -3,11 +3,9 @@
 //!
 //! `FENCE_SIM_SEED=<seed>` replays one seed (printing its outcome); `FENCE_SIM_SEEDS=<n>`
 //! changes how many seeds the main test runs (default 2,000); `FENCE_SIM_SABOTAGE_SEEDS=<n>`
-//! how many each sabotage switch runs (default 200).
+//! how many each sabotage switch runs (default 200; feature `sabotage`).
 
-use fence_testkit::sim::{
-    replay_seed, run_seed, run_seeds, Sabotage, SimConfig, SimSummary, SkewMode,
-};
+use fence_testkit::sim::{replay_seed, run_seed, run_seeds, SimConfig, SimSummary, SkewMode};
 
 fn env_count(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -96,8 +94,11 @@ fn same_seed_same_trace() {
 }
 
 /// Every switch inside the real core must be caught by some seed; the count is printed.
+/// Needs the `sabotage` feature: `cargo test -p fence-testkit --features sabotage --test sim`.
+#[cfg(feature = "sabotage")]
 #[test]
 fn every_sabotage_switch_is_caught() {
+    use fence_testkit::sim::Sabotage;
     let n = env_count("FENCE_SIM_SABOTAGE_SEEDS", 200);
     let mut missed = Vec::new();
     for sabotage in Sabotage::ALL {

@@ -307,7 +307,7 @@ fn sabotaged_carry(
     }
     #[cfg(feature = "sabotage")]
     if sabotaged!(shared.fence.flaws, RollbackAcknowledged) {
-        return shared.fence.last_written(cell).unwrap_or_default();
+        return shared.fence.last_written(cell).unwrap_or(current);
     }
     current
 }

@@ -18,20 +18,23 @@ pub enum Property {
     /// a claim; at the same epoch only the owner writes or releases. (Claims may *return*
     /// out of order: a stopped process learns of its claim late.)
     EpochsIncrease,
-    /// (c) Every acknowledged write landed before it was acknowledged; every head carries
-    /// the previous head's payload forward or holds a payload written for the first time (no
-    /// write applied twice, nothing rolled back); the final head is the last one applied.
+    /// (c) Every acknowledged write landed before it was acknowledged; no write answered
+    /// "not committed" ever landed; every head carries the previous head's payload forward or
+    /// holds a payload written for the first time (no write applied twice, nothing rolled
+    /// back); readers never find a cell corrupt; the final head is the last one applied.
     NoAckedWriteLost,
-    /// (d) No process says it holds a lease whose authority ended by its own monotonic clock,
-    /// and no write it made after that is acknowledged. (An acknowledgement may *arrive*
+    /// (d) No process says it holds a lease whose authority — counted from the issue of its
+    /// latest lease write that the store *applied* — ended by its own monotonic clock, and no
+    /// write it made after that is acknowledged. (An acknowledgement may *arrive*
     /// after a takeover — a stopped process learns late — but (b) and (c) together say the
     /// acknowledged write landed before it.)
     NoExpiredLeaseComesBack,
     /// (e) After the last fault, every cell is owned by a live node within a bounded time.
     OwnershipSettles,
     /// (f) No two processes believe they own one cell at the same instant of real time: no
-    /// process acts on its claim after another process's claim at a later epoch returned
-    /// (processes whose clock was suspended are exempt: only the store fences them).
+    /// process acts on its claim after another process's claim at a later epoch returned —
+    /// also not a process whose monotonic clock was suspended (its wall clock ends its
+    /// authority).
     ExclusiveBelief,
 }
 
@@ -165,6 +168,8 @@ fn epochs_increase(events: &[Event], out: &mut Vec<Violation>) {
         let node = node.as_deref();
         let bad = if *epoch < prior {
             Some(format!("epoch {epoch} replaced {prior}"))
+        } else if *epoch > prior.saturating_add(1) {
+            Some(format!("epoch {epoch} skipped past {prior} + 1"))
         } else if *epoch > prior && node.is_none() {
             Some(format!(
                 "a release raised the epoch from {prior} to {epoch}"
@@ -238,6 +243,32 @@ fn no_acked_write_lost(
         })
         .collect();
     let cells = cell_histories(events);
+    for e in events {
+        match e {
+            Event::Refused {
+                t,
+                cell,
+                payload,
+                kind,
+            } => {
+                let landed = cells
+                    .get(cell.as_str())
+                    .is_some_and(|h| h.chain.iter().any(|(_, _, p)| *p == payload));
+                if landed {
+                    let detail = format!(
+                        "cell {cell} at {t} ms: write {} was answered {kind}, not committed, but it landed",
+                        show(payload)
+                    );
+                    violation(out, Property::NoAckedWriteLost, detail);
+                }
+            }
+            Event::ReadFailed { t, cell, error } => {
+                let detail = format!("cell {cell} at {t} ms: a reader got {error}");
+                violation(out, Property::NoAckedWriteLost, detail);
+            }
+            _ => {}
+        }
+    }
     for (cell, h) in &cells {
         chain_is_sound(cell, h, &attempted, out);
         let mut last_pos: HashMap<&str, usize> = HashMap::new();
@@ -316,11 +347,22 @@ fn chain_is_sound(
 }
 
 fn no_expired_lease_comes_back(events: &[Event], ttl_ms: u64, out: &mut Vec<Violation>) {
-    // The latest lease write each process issued, by its own monotonic clock.
-    let mut issued: BTreeMap<&str, u64> = BTreeMap::new();
+    // When each lease write entered its process's path (by that process's clock), and the
+    // issue time of each process's latest write the store applied: its authority's anchor
+    // can be no later than that.
+    let mut issued: HashMap<&str, u64> = HashMap::new();
+    let mut anchor: BTreeMap<&str, u64> = BTreeMap::new();
     let mut late_attempts: HashMap<&Bytes, (u64, Option<u64>)> = HashMap::new();
     for e in events {
         match e {
+            Event::LeaseIssued { nonce, mono, .. } => {
+                issued.insert(nonce, *mono);
+            }
+            Event::LeaseApplied { gen, nonce, .. } => {
+                if let Some(mono) = issued.get(nonce.as_str()) {
+                    anchor.insert(gen, *mono);
+                }
+            }
             Event::Acked {
                 t,
                 cell,
@@ -329,28 +371,24 @@ fn no_expired_lease_comes_back(events: &[Event], ttl_ms: u64, out: &mut Vec<Viol
                 ..
             } => {
                 if let Some((mono, last)) = late_attempts.get(payload) {
-                    let detail = format!("cell {cell} at {t} ms: {gen} made a write at its monotonic {mono} ms, after its authority ended (last lease write issued at {last:?}, TTL {ttl_ms} ms), and it was acknowledged");
+                    let detail = format!("cell {cell} at {t} ms: {gen} made a write at its monotonic {mono} ms, after its authority ended (its latest applied lease write was issued at {last:?}, TTL {ttl_ms} ms), and it was acknowledged");
                     violation(out, Property::NoExpiredLeaseComesBack, detail);
                 }
             }
             Event::Attempt {
                 payload, gen, mono, ..
             } => {
-                let last = issued.get(gen.as_str()).copied();
+                let last = anchor.get(gen.as_str()).copied();
                 if last.is_none_or(|p| *mono >= p + ttl_ms) {
                     late_attempts.insert(payload, (*mono, last));
                 }
             }
-            Event::LeaseIssued { gen, mono, .. } => {
-                issued.insert(gen, *mono);
-            }
             Event::Held {
                 t, node, gen, mono, ..
             } => {
-                let live = issued.get(gen.as_str()).is_some_and(|p| *mono < p + ttl_ms);
-                if !live {
-                    let last = issued.get(gen.as_str());
-                    let detail = format!("{node} ({gen}) at {t} ms said it holds its lease at its monotonic {mono} ms; its last lease write was issued at {last:?} (TTL {ttl_ms} ms)");
+                let last = anchor.get(gen.as_str());
+                if last.is_none_or(|p| *mono >= p + ttl_ms) {
+                    let detail = format!("{node} ({gen}) at {t} ms said it holds its lease at its monotonic {mono} ms; its latest applied lease write was issued at {last:?} (TTL {ttl_ms} ms)");
                     violation(out, Property::NoExpiredLeaseComesBack, detail);
                 }
             }
@@ -360,14 +398,10 @@ fn no_expired_lease_comes_back(events: &[Event], ttl_ms: u64, out: &mut Vec<Viol
 }
 
 fn exclusive_belief(events: &[Event], out: &mut Vec<Violation>) {
-    let mut suspended: HashSet<&str> = HashSet::new();
     let mut claims: BTreeMap<&str, Vec<(u64, u64, &str, &str)>> = BTreeMap::new();
     let mut reported: HashSet<(&str, u64, &str)> = HashSet::new();
     for e in events {
         match e {
-            Event::Suspended { process, .. } => {
-                suspended.insert(process);
-            }
             Event::Claimed {
                 t,
                 cell,
@@ -384,8 +418,8 @@ fn exclusive_belief(events: &[Event], out: &mut Vec<Violation>) {
                 epoch,
                 node,
                 gen,
-                process,
-            } if !suspended.contains(process.as_str()) => {
+                ..
+            } => {
                 let later = claims.get(cell.as_str()).and_then(|c| {
                     c.iter()
                         .find(|(_, e2, _, g2)| e2 > epoch && *g2 != gen.as_str())
@@ -436,12 +470,23 @@ mod tests {
         }
     }
 
-    fn issued() -> Event {
+    fn issued_at(nonce: &str, mono: u64) -> Event {
         Event::LeaseIssued {
+            t: mono,
+            node: "n".into(),
+            gen: "g".into(),
+            nonce: nonce.into(),
+            mono,
+        }
+    }
+
+    fn applied(nonce: &str) -> Event {
+        Event::LeaseApplied {
             t: 0,
             node: "n".into(),
             gen: "g".into(),
-            mono: 0,
+            nonce: nonce.into(),
+            expires_ms: 1,
         }
     }
 
@@ -473,7 +518,8 @@ mod tests {
     #[test]
     fn a_sound_history_passes() {
         let events = [
-            issued(),
+            issued_at("l1", 0),
+            applied("l1"),
             head("c", Some("n"), 1, ""),
             claimed(1, "n", "g", 0),
             attempt("x"),
@@ -488,7 +534,8 @@ mod tests {
     #[test]
     fn an_acknowledged_write_that_never_landed_is_lost() {
         let events = [
-            issued(),
+            issued_at("l1", 0),
+            applied("l1"),
             attempt("x"),
             head("c", Some("n"), 1, "x"),
             attempt("y"),
@@ -504,7 +551,8 @@ mod tests {
     fn a_rolled_back_or_reapplied_payload_is_caught() {
         // An acknowledged write y is rolled back to x by a later head carrying x again.
         let events = [
-            issued(),
+            issued_at("l1", 0),
+            applied("l1"),
             attempt("x"),
             attempt("y"),
             head("c", Some("n"), 1, "x"),
@@ -515,7 +563,8 @@ mod tests {
         assert!(violated(&events, &finals(2, "x")).contains(&Property::NoAckedWriteLost));
         // A claim that drops the data (back to empty) is a rollback too.
         let events = [
-            issued(),
+            issued_at("l1", 0),
+            applied("l1"),
             attempt("x"),
             head("c", Some("n"), 1, "x"),
             ack(1, "x"),
@@ -525,9 +574,30 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_write_that_landed_and_a_skipped_epoch_are_caught() {
+        let refused = Event::Refused {
+            t: 0,
+            cell: "c".into(),
+            payload: Bytes::from_static(b"x"),
+            kind: "Fenced".into(),
+        };
+        let events = [attempt("x"), head("c", Some("n"), 1, "x"), refused];
+        assert_eq!(
+            violated(&events, &finals(1, "x")),
+            [Property::NoAckedWriteLost]
+        );
+        let events = [head("c", Some("n"), 1, ""), head("c", Some("m"), 3, "")];
+        assert_eq!(
+            violated(&events, &finals(3, "")),
+            [Property::EpochsIncrease]
+        );
+    }
+
+    #[test]
     fn a_stale_epoch_replacing_the_head_is_caught() {
         let events = [
-            issued(),
+            issued_at("l1", 0),
+            applied("l1"),
             attempt("x"),
             attempt("y"),
             head("c", Some("m"), 2, "x"),
@@ -538,7 +608,7 @@ mod tests {
 
     #[test]
     fn an_unsealed_claim_and_overlapping_beliefs_are_caught() {
-        let events = [issued(), claimed(1, "n", "g", 0)];
+        let events = [issued_at("l1", 0), applied("l1"), claimed(1, "n", "g", 0)];
         assert!(violated(&events, &BTreeMap::new()).contains(&Property::OneWriterPerEpoch));
         let believes = |t, gen: &str, epoch| Event::Believes {
             t,
@@ -560,7 +630,8 @@ mod tests {
             violated(&events, &BTreeMap::new()),
             [Property::ExclusiveBelief]
         );
-        let exempt = [
+        // A suspended process is not exempt: its wall clock ends its authority.
+        let suspended = [
             Event::Suspended {
                 t: 1,
                 process: "n#1".into(),
@@ -569,8 +640,11 @@ mod tests {
             events[5].clone(),
         ];
         let mut with = events[..4].to_vec();
-        with.extend(exempt);
-        assert!(violated(&with, &BTreeMap::new()).is_empty());
+        with.extend(suspended);
+        assert_eq!(
+            violated(&with, &BTreeMap::new()),
+            [Property::ExclusiveBelief]
+        );
     }
 
     #[test]
@@ -581,9 +655,16 @@ mod tests {
             gen: "g".into(),
             mono,
         };
-        assert!(violated(&[issued(), held(999)], &BTreeMap::new()).is_empty());
+        assert!(violated(
+            &[issued_at("l1", 0), applied("l1"), held(999)],
+            &BTreeMap::new()
+        )
+        .is_empty());
         assert_eq!(
-            violated(&[issued(), held(1_000)], &BTreeMap::new()),
+            violated(
+                &[issued_at("l1", 0), applied("l1"), held(1_000)],
+                &BTreeMap::new()
+            ),
             [Property::NoExpiredLeaseComesBack]
         );
         let late = Event::Attempt {
@@ -592,7 +673,13 @@ mod tests {
             gen: "g".into(),
             mono: 1_500,
         };
-        let events = [issued(), late, head("c", Some("n"), 1, "z"), ack(1, "z")];
+        let events = [
+            issued_at("l1", 0),
+            applied("l1"),
+            late,
+            head("c", Some("n"), 1, "z"),
+            ack(1, "z"),
+        ];
         assert!(violated(&events, &finals(1, "z")).contains(&Property::NoExpiredLeaseComesBack));
     }
 }

@@ -12,13 +12,13 @@
 //! writes fenced data with a per-process sequence (sometimes two writes at once through one
 //! claim, sometimes payloads large enough for payload objects), releases now and then, and
 //! tries one more write on each claim after losing its lease. Some writes are held up in the
-//! network and land after their caller gave up ([`late`]). Every claim, acknowledged write,
+//! network and land after their caller gave up. Every claim, acknowledged write,
 //! `is_held() == true` answer, belief in a claim, and every write the store applied is
 //! recorded; the [properties](Property) are checked on that record and the store's final
 //! state.
 //!
-//! With [`SimConfig::sabotage`] every node runs a deliberately broken core
-//! ([`fence_core::sabotage`]); the properties must catch each switch.
+//! With the `sabotage` feature, `SimConfig::sabotage` makes every node run a deliberately
+//! broken core (`fence_core::sabotage`); the properties must catch each switch.
 //!
 //! ```
 //! use fence_testkit::sim::{run_seed, SimConfig};
@@ -39,6 +39,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+#[cfg(feature = "sabotage")]
 pub use fence_core::sabotage::Sabotage;
 use fence_core::{
     Clock, ConditionalStore, Entropy, Fence, LeaseKeeper, MemoryStore, Ownership, Stop, Suspension,
@@ -101,7 +102,8 @@ pub struct SimConfig {
     pub late_writes: f64,
     /// Clock skew between processes.
     pub skew: SkewMode,
-    /// A broken core run by every node.
+    /// A broken core run by every node (feature `sabotage`).
+    #[cfg(feature = "sabotage")]
     pub sabotage: Option<Sabotage>,
 }
 
@@ -137,6 +139,7 @@ impl Default for SimConfig {
             crashes: true,
             late_writes: 0.02,
             skew: SkewMode::WithinMargin,
+            #[cfg(feature = "sabotage")]
             sabotage: None,
         }
     }
@@ -398,6 +401,8 @@ struct Slot {
     stop: Arc<Stop>,
     task: Option<JoinHandle<()>>,
     keeper: KeeperSlot,
+    /// The lease generation the process had when it crashed.
+    crashed_gen: Option<String>,
     dead: bool,
     paused: bool,
 }
@@ -499,9 +504,15 @@ impl World {
         (path, suspension, stop, clock)
     }
 
-    /// Starts (or restarts) node `idx` as a new process.
+    /// Starts (or restarts) node `idx` as a new process; half of the restarts after a crash
+    /// acquire as the crashed process's successor.
     fn start_node(&mut self, idx: usize) {
         let node = format!("n{idx}");
+        let predecessor = self
+            .slots
+            .get(idx)
+            .and_then(|s| s.crashed_gen.clone())
+            .filter(|_| self.rng.gen_bool(0.5));
         let incarnation = self.slots.get(idx).map_or(1, |s| s.incarnation + 1);
         let (path, suspension, stop, clock) = self.process_parts(idx);
         let view: Arc<dyn ConditionalStore> = Arc::new(LeaseProbe::new(
@@ -509,7 +520,7 @@ impl World {
             clock.clone(),
             self.log.clone(),
         ));
-        let mut builder = Fence::builder(view, node.clone())
+        let builder = Fence::builder(view, node.clone())
             .ttl(Duration::from_millis(self.cfg.ttl()))
             .skew_margin(Duration::from_millis(self.cfg.skew_margin_ms))
             .inline_max(INLINE_MAX)
@@ -519,9 +530,11 @@ impl World {
                 3 + idx as u64,
                 u64::from(incarnation),
             )));
-        if let Some(s) = self.cfg.sabotage {
-            builder = builder.sabotage(s);
-        }
+        #[cfg(feature = "sabotage")]
+        let builder = match self.cfg.sabotage {
+            Some(s) => builder.sabotage(s),
+            None => builder,
+        };
         let built = builder.build();
         let keeper: KeeperSlot = Arc::new(Mutex::new(None));
         let task = built.ok().map(|fence| {
@@ -540,6 +553,7 @@ impl World {
                 ttl_ms: self.cfg.ttl(),
                 slot: keeper.clone(),
                 large: INLINE_MAX,
+                predecessor: predecessor.clone(),
             };
             tokio::spawn(process.run())
         });
@@ -551,6 +565,7 @@ impl World {
             stop,
             task,
             keeper,
+            crashed_gen: None,
             dead: false,
             paused: false,
         };
@@ -664,6 +679,7 @@ impl World {
             return false;
         }
         if let Some(k) = s.keeper.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            s.crashed_gen = Some(k.generation());
             self.graveyard.push(k);
         }
         s.path.kill();

@@ -30,6 +30,9 @@ pub(crate) struct Process {
     pub(crate) slot: KeeperSlot,
     /// Payloads of this size or more go to payload objects; some writes are made this large.
     pub(crate) large: usize,
+    /// The lease generation of this node's crashed previous process, when the driver hands
+    /// it over (the new process then acquires as its successor, at once).
+    pub(crate) predecessor: Option<String>,
 }
 
 /// Runs `f` for at most `ms` virtual milliseconds (an application's own deadline).
@@ -56,7 +59,7 @@ impl Process {
     /// Acquires, works until the lease is lost, acquires again — until aborted.
     pub(crate) async fn run(mut self) {
         loop {
-            let acquired = within(self.ttl_ms * 4, self.fence.acquire_wait(self.ttl(3))).await;
+            let acquired = within(self.ttl_ms * 4, self.acquire()).await;
             let Some(Ok(keeper)) = acquired else {
                 let pause = self.rng.gen_range(20..self.ttl_ms / 2);
                 tokio::time::sleep(Duration::from_millis(pause)).await;
@@ -74,6 +77,25 @@ impl Process {
 
     fn ttl(&self, n: u64) -> Duration {
         Duration::from_millis(self.ttl_ms * n)
+    }
+
+    /// As the successor of a crashed predecessor (once), by waiting, or by plain retries.
+    async fn acquire(&mut self) -> Result<LeaseKeeper, fence_core::Error> {
+        if let Some(p) = self.predecessor.take() {
+            return self.fence.acquire_succeeding(&p).await;
+        }
+        if self.rng.gen_bool(0.5) {
+            return self.fence.acquire_wait(self.ttl(3)).await;
+        }
+        loop {
+            match self.fence.acquire().await {
+                Err(e) if e.kind() == ErrorKind::Busy => {
+                    let poll = Duration::from_millis(self.ttl_ms / 10);
+                    self.clock.sleep(poll).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Claims, writes and releases at random while the lease is held. Returns `true` when it
@@ -119,8 +141,10 @@ impl Process {
                     .filter(|c| !claims.contains_key(*c))
                     .cloned(),
             );
-            for cell in std::mem::take(&mut wanted) {
-                match self.claim(keeper, &cell, &gen).await {
+            let batch: Vec<String> = std::mem::take(&mut wanted).into_iter().collect();
+            let got = within(self.ttl_ms, keeper.claim_many(batch.clone(), 2)).await;
+            for (cell, result) in got.unwrap_or_default() {
+                match self.claimed(cell.clone(), result, &gen) {
                     Ok(c) => {
                         claims.insert(cell, c);
                     }
@@ -132,10 +156,28 @@ impl Process {
             }
             let cell = self.cells[self.rng.gen_range(0..self.cells.len())].clone();
             let roll = self.rng.gen_range(0..100);
+            if roll < 2 {
+                self.read(&cell).await;
+            }
             match claims.remove(&cell) {
                 Some(_) if roll >= 99 => return true,
                 Some(c) if roll >= 94 => {
                     let _ = within(self.ttl_ms, c.release()).await;
+                }
+                Some(c) if roll >= 92 => {
+                    let _ = within(self.ttl_ms, c.collect_garbage()).await;
+                    claims.insert(cell, c);
+                }
+                Some(c) if roll >= 86 => {
+                    // A child handed the epoch (`fence put`) writes beside the claim.
+                    seq += 2;
+                    let (a, _) = tokio::join!(
+                        self.write(&c, &gen, seq - 1),
+                        self.co_write(&c, &gen, seq, mono)
+                    );
+                    if !matches!(a, Wrote::Lost) {
+                        claims.insert(cell, c);
+                    }
                 }
                 Some(c) if roll >= 80 => {
                     seq += 2;
@@ -204,13 +246,24 @@ impl Process {
 
     /// Claims `cell`; `Err(true)` when another node has it (worth waiting for).
     async fn claim(&self, keeper: &LeaseKeeper, cell: &str, gen: &str) -> Result<CellClaim, bool> {
-        let claim = match within(self.ttl_ms, keeper.claim(cell)).await {
-            Some(Ok(c)) => c,
-            Some(Err(e)) => return Err(e.kind() == ErrorKind::Busy),
-            None => return Err(false),
+        match within(self.ttl_ms, keeper.claim(cell)).await {
+            Some(result) => self.claimed(cell.to_owned(), result, gen),
+            None => Err(false),
+        }
+    }
+
+    /// Records a claim that returned; `Err(true)` when another node has the cell.
+    fn claimed(
+        &self,
+        cell: String,
+        result: Result<CellClaim, fence_core::Error>,
+        gen: &str,
+    ) -> Result<CellClaim, bool> {
+        let claim = match result {
+            Ok(c) => c,
+            Err(e) => return Err(e.kind() == ErrorKind::Busy),
         };
         let (epoch, node, gen) = (claim.epoch(), self.node.clone(), gen.to_owned());
-        let cell = cell.to_owned();
         self.log.push(|t| Event::Claimed {
             t,
             cell,
@@ -259,8 +312,90 @@ impl Process {
                 });
                 Wrote::Acked
             }
-            Some(Err(e)) if e.kind() == ErrorKind::Fenced => Wrote::Lost,
-            _ => Wrote::Unknown,
+            Some(Err(e)) => {
+                self.refused(&cell, &[payload], &e);
+                if e.kind() == ErrorKind::Fenced {
+                    Wrote::Lost
+                } else {
+                    Wrote::Unknown
+                }
+            }
+            None => Wrote::Unknown,
+        }
+    }
+
+    /// Records payloads of a write answered "not committed": they must never land.
+    fn refused(&self, cell: &str, payloads: &[Bytes], e: &fence_core::Error) {
+        if e.commit() != fence_core::Commit::NotCommitted {
+            return;
+        }
+        for p in payloads {
+            let (cell, payload, kind) = (cell.to_owned(), p.clone(), format!("{:?}", e.kind()));
+            self.log.push(|t| Event::Refused {
+                t,
+                cell,
+                payload,
+                kind,
+            });
+        }
+    }
+
+    /// A keeperless write at the claim's epoch (`update_cell`, as `fence put` from a child of
+    /// `fence run`), started while the lease was held at `mono`.
+    async fn co_write(&self, claim: &CellClaim, gen: &str, seq: u64, mono: u64) {
+        let cell = claim.cell().to_owned();
+        let made = std::sync::Mutex::new(Vec::new());
+        let update = |_: &Bytes| {
+            let mut made = made.lock().unwrap_or_else(|p| p.into_inner());
+            let payload = Bytes::from(format!("{}/{gen}/{seq}-put{}", self.node, made.len()));
+            made.push(payload.clone());
+            let (c, p, g) = (cell.clone(), payload.clone(), gen.to_owned());
+            self.log.push(|_| Event::Attempt {
+                cell: c,
+                payload: p,
+                gen: g,
+                mono,
+            });
+            Ok(payload)
+        };
+        let own = self.fence.ownership();
+        let bound = Duration::from_millis(self.ttl_ms / 3);
+        let result = within(
+            self.ttl_ms,
+            fence_core::update_cell(own, &cell, claim.epoch(), bound, update),
+        )
+        .await;
+        let made = made.into_inner().unwrap_or_else(|p| p.into_inner());
+        match result {
+            Some(Ok(ack)) => {
+                let (node, gen) = (self.node.clone(), gen.to_owned());
+                let payload = made.last().cloned().unwrap_or_default();
+                self.log.push(|t| Event::Acked {
+                    t,
+                    cell,
+                    epoch: ack.epoch,
+                    node,
+                    gen,
+                    payload,
+                });
+            }
+            Some(Err(e)) => self.refused(&cell, &made, &e),
+            None => {}
+        }
+    }
+
+    /// Reads a cell as any reader would; a corrupt answer is a violation.
+    async fn read(&self, cell: &str) {
+        let read = within(
+            self.ttl_ms,
+            fence_core::read_cell(self.fence.ownership(), cell),
+        )
+        .await;
+        if let Some(Err(e)) = read {
+            if e.kind() == ErrorKind::Corrupt {
+                let (cell, error) = (cell.to_owned(), e.to_string());
+                self.log.push(|t| Event::ReadFailed { t, cell, error });
+            }
         }
     }
 }

@@ -41,6 +41,8 @@ pub enum Event {
         node: String,
         /// Process generation.
         gen: String,
+        /// The write's identity.
+        nonce: String,
         /// The process's monotonic time.
         mono: u64,
     },
@@ -106,6 +108,26 @@ pub enum Event {
         /// The process's monotonic time when it asked.
         mono: u64,
     },
+    /// A fenced write was refused with `Commit::NotCommitted`: it must never land.
+    Refused {
+        /// Virtual time.
+        t: u64,
+        /// Cell.
+        cell: String,
+        /// Payload.
+        payload: Bytes,
+        /// The error kind, in words.
+        kind: String,
+    },
+    /// A reader got an error it should never get from a consistent store (a corrupt cell).
+    ReadFailed {
+        /// Virtual time.
+        t: u64,
+        /// Cell.
+        cell: String,
+        /// The error, in words.
+        error: String,
+    },
     /// A fenced write was acknowledged.
     Acked {
         /// Virtual time.
@@ -142,6 +164,8 @@ pub enum Event {
         node: String,
         /// Generation in the record.
         gen: String,
+        /// The write's identity.
+        nonce: String,
         /// Wall-clock expiry in the record.
         expires_ms: u64,
     },
@@ -277,6 +301,7 @@ impl HistoryStore {
                         t,
                         node: b.record.node,
                         gen: b.record.generation,
+                        nonce: b.nonce,
                         expires_ms: b.record.expires_ms,
                     });
                 }
@@ -340,6 +365,7 @@ impl ConditionalStore for LeaseProbe {
                     t,
                     node: b.record.node,
                     gen: b.record.generation,
+                    nonce: b.nonce,
                     mono,
                 });
             }
