@@ -146,12 +146,19 @@ impl AppendLog {
     /// ambiguous one may have committed it (see [`next_seq`](Self::next_seq)).
     pub async fn append(&self, record: impl Into<Bytes>) -> Result<Appended, Error> {
         let record = record.into();
+        self.append_with(|_| record).await
+    }
+
+    /// [`append`](Self::append) of the record `record(seq)` builds for the sequence number
+    /// it gets (a record that names its own place in the log).
+    pub async fn append_with(&self, record: impl FnOnce(u64) -> Bytes) -> Result<Appended, Error> {
         let mut slot = self.head.lock().await;
         let head = match slot.take() {
             Some(h) => h,
             None => self.read_head().await?,
         };
         let (seq, epoch) = (head.next, self.claim.epoch());
+        let record = record(seq);
         if let Err(e) = self.put_record(seq, epoch, &record).await {
             *slot = Some(head);
             return Err(e);
