@@ -157,7 +157,9 @@ async fn a_superseded_cell_is_reported_within_one_renewal_period() {
         .await
         .unwrap();
     let lost_at = clock.mono_ms();
-    let gone = shard.gone().await;
+    let gone = tokio::time::timeout(Duration::from_millis(TTL_MS), shard.gone())
+        .await
+        .expect("the loss was noticed");
     let noticed = clock.mono_ms() - lost_at;
     assert_eq!(
         gone,
