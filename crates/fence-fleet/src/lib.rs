@@ -30,3 +30,8 @@ mod shard;
 pub use fleet::{Drained, Events, Fleet, FleetBuilder, MemberFilter};
 pub use follow::{follow, Follow, Owner};
 pub use shard::{CellEvent, Shard, StopReason};
+
+/// docs/fleet.md, compiled as doctests so its examples cannot rot.
+#[doc = include_str!("../../../docs/fleet.md")]
+#[cfg(doctest)]
+pub struct FleetGuideDoctests;
