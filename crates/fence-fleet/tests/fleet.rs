@@ -74,10 +74,11 @@ async fn a_hand_off_never_lets_two_nodes_act_at_once() {
     let (a, b) = (node(&store, "a"), node(&store, "b"));
     let order = Arc::new(AtomicU64::new(0));
     let acts: Arc<Mutex<Vec<(String, String, u64)>>> = Arc::default();
+    let shards: Shards = Arc::default();
     let (fa, ea) = a.fleet(&cells).start().await.unwrap();
     let work = |events: fence_fleet::Events, node: &'static str| {
-        let (order, acts) = (order.clone(), acts.clone());
-        tokio::spawn(act_on_shards(events, node, order, acts))
+        let (order, acts, shards) = (order.clone(), acts.clone(), shards.clone());
+        tokio::spawn(act_on_shards(events, node, order, acts, shards))
     };
     work(ea, "a");
     converged(&store, &cells, &[&fa], 10_000).await;
@@ -112,18 +113,35 @@ async fn a_hand_off_never_lets_two_nodes_act_at_once() {
     }
 }
 
+/// Every shard each node was given, by cell.
+type Shards = Arc<Mutex<Vec<(&'static str, fence_fleet::Shard)>>>;
+
 /// Writes every 10 ms through each shard started, until it is gone; records each
-/// acknowledged write `(cell, node, t)` in one global order.
+/// acknowledged write `(cell, node, t)` in one global order. When a shard starts, no other
+/// node's shard of that cell may still believe it holds it.
 async fn act_on_shards(
     mut events: fence_fleet::Events,
     node: &'static str,
     order: Arc<AtomicU64>,
     acts: Arc<Mutex<Vec<(String, String, u64)>>>,
+    shards: Shards,
 ) {
     while let Some(e) = events.recv().await {
         let CellEvent::Started { shard, .. } = e else {
             continue;
         };
+        {
+            let mut all = shards.lock().unwrap();
+            for (other, s) in all.iter() {
+                let same = s.cell() == shard.cell() && *other != node;
+                assert!(
+                    !(same && s.is_held()),
+                    "{} started on {node} while {other} holds it",
+                    s.cell()
+                );
+            }
+            all.push((node, shard.clone()));
+        }
         let (order, acts) = (order.clone(), acts.clone());
         tokio::spawn(async move {
             while shard.is_held() {

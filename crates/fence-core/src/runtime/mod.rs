@@ -25,7 +25,7 @@
 //! - [`keeper`]: acquiring and keeping this node's lease;
 //! - [`observer`]: judging other nodes' leases, one read shared by all cells of a node;
 //! - [`claim`]: claims and the fenced writes of a claimed cell;
-//! - [`head`]: the write protocol every head write goes through (evidence, never guesses);
+//! - `head`: the write protocol every head write goes through (evidence, never guesses);
 //! - [`cell`]: reading a cell, and writing one without a keeper (`update_cell`).
 
 pub mod cell;
