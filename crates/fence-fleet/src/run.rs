@@ -531,6 +531,7 @@ impl Run {
                     self.next_scan = 0;
                     return;
                 }
+                Err(_) if self.commands.is_closed() => return,
                 Err(e) => {
                     warn!(node = %self.inner.node, error = %e, "node lease not acquired; retrying");
                     let d = Duration::from_millis(self.s.interval_ms);
