@@ -27,9 +27,10 @@ use fence_core::runtime::Fence;
 use fence_fleet::log::AppendLog;
 use fence_fleet::{CellEvent, Fleet, Shard};
 
+/// The command line.
 #[derive(Parser, Debug)]
-#[command(about = "N processes share M shards through fence")]
-struct Args {
+#[command(name = "shardd", about = "N processes share M shards through fence")]
+pub struct Args {
     /// The store: file:///path (an existing directory), s3://bucket/prefix, …
     #[arg(long)]
     store: String,
@@ -59,6 +60,7 @@ struct NodeState {
 impl NodeState {
     fn open(args: &Args) -> std::io::Result<NodeState> {
         let dir = args.state_dir.clone().unwrap_or_else(std::env::temp_dir);
+        std::fs::create_dir_all(&dir)?;
         let tag: String = format!("{}-{}", args.store, args.node)
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
@@ -101,16 +103,26 @@ impl NodeState {
     }
 }
 
-#[tokio::main]
-async fn main() {
-    tracing_subscriber::fmt()
+fn main() {
+    serve(Args::parse());
+}
+
+/// Runs one shardd process until it is signalled (the tests run it from their own binary).
+pub fn serve(args: Args) {
+    let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
-        .init();
-    let args = Args::parse();
-    if let Err(e) = run(args).await {
+        .try_init();
+    let result = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt.block_on(run(args)),
+        Err(e) => Err(e.into()),
+    };
+    if let Err(e) = result {
         eprintln!("shardd: {e}");
         std::process::exit(1);
     }

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::sleep;
@@ -15,41 +15,54 @@ use nix::unistd::Pid;
 
 const CELLS: usize = 12;
 
-fn shardd() -> PathBuf {
-    // target/<profile>/deps/<this test> → target/<profile>/examples/shardd
-    let exe = std::env::current_exe().unwrap();
-    exe.parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join("shardd")
+/// The example itself, compiled into this test binary: each shardd process is this binary
+/// run again as [`shardd_process`] (a test's selection of targets need not build the
+/// example's own binary).
+#[allow(dead_code)]
+#[path = "../examples/shardd.rs"]
+mod shardd;
+
+const CHILD: &str = "FENCE_SHARDD_ARGS";
+
+/// A shardd process when run with [`CHILD`] set (its arguments, one per line); else nothing.
+#[test]
+fn shardd_process() {
+    if let Ok(args) = std::env::var(CHILD) {
+        use clap::Parser;
+        shardd::serve(shardd::Args::parse_from(args.lines()));
+    }
 }
 
 type Acks = Arc<Mutex<Vec<(String, u64, u64)>>>;
 
 fn spawn(store: &Path, state: &Path, node: &str, acks: &Acks) -> Child {
-    let mut child = Command::new(shardd())
+    let args = [
+        "shardd".to_owned(),
+        "--store".into(),
+        format!("file://{}", store.display()),
+        "--node".into(),
+        node.into(),
+        "--cells".into(),
+        CELLS.to_string(),
+        "--ttl-ms".into(),
+        "600".into(),
+        "--every-ms".into(),
+        "40".into(),
+        "--state-dir".into(),
+        state.display().to_string(),
+    ];
+    let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
-            "--store",
-            &format!("file://{}", store.display()),
-            "--node",
-            node,
+            "--exact",
+            "shardd_process",
+            "--nocapture",
+            "--test-threads=1",
         ])
-        .args([
-            "--cells",
-            &CELLS.to_string(),
-            "--ttl-ms",
-            "600",
-            "--every-ms",
-            "40",
-        ])
-        .arg("--state-dir")
-        .arg(state)
+        .env(CHILD, args.join("\n"))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .expect("the shardd example is built with the tests");
+        .expect("this test binary runs again as a shardd process");
     let out = BufReader::new(child.stdout.take().unwrap());
     let acks = acks.clone();
     std::thread::spawn(move || {
@@ -68,6 +81,17 @@ fn spawn(store: &Path, state: &Path, node: &str, acks: &Acks) -> Child {
     child
 }
 
+/// Kills every process it was given when dropped: a failing test leaves none running.
+struct Reaper(Vec<u32>);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            let _ = kill(Pid::from_raw(*pid as i32), Signal::SIGKILL);
+        }
+    }
+}
+
 fn signal(child: &Child, sig: Signal) {
     kill(Pid::from_raw(child.id() as i32), sig).unwrap();
 }
@@ -80,11 +104,13 @@ fn shards_survive_sigkill_and_sigstop_with_every_ack_kept_once() {
     let mut n1 = spawn(store.path(), state.path(), "n1", &acks);
     let mut n2 = spawn(store.path(), state.path(), "n2", &acks);
     let mut n3 = spawn(store.path(), state.path(), "n3", &acks);
+    let mut reaper = Reaper(vec![n1.id(), n2.id(), n3.id()]);
     sleep(Duration::from_millis(2_500));
     signal(&n2, Signal::SIGKILL);
     n2.wait().unwrap();
     sleep(Duration::from_millis(1_500));
     let mut n2 = spawn(store.path(), state.path(), "n2", &acks);
+    reaper.0.push(n2.id());
     sleep(Duration::from_millis(1_500));
     signal(&n3, Signal::SIGSTOP);
     sleep(Duration::from_millis(2_000));
