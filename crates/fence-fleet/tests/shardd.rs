@@ -115,9 +115,9 @@ fn shards_survive_sigkill_and_sigstop_with_every_ack_kept_once() {
     signal(&n3, Signal::SIGSTOP);
     sleep(Duration::from_millis(2_000));
     signal(&n3, Signal::SIGCONT);
-    sleep(Duration::from_millis(2_000));
-    let before_end = acks.lock().unwrap().len();
     sleep(Duration::from_millis(1_000));
+    let before_end = acks.lock().unwrap().len();
+    sleep(Duration::from_millis(2_000));
     for c in [&n1, &n2, &n3] {
         signal(c, Signal::SIGTERM);
     }
