@@ -205,6 +205,25 @@ impl Ownership {
         self.key(format!("cells/{cell}/blobs"))
     }
 
+    /// `nodes`: the folder of node leases (for membership views; listing decides nothing
+    /// about safety).
+    pub fn nodes_prefix(&self) -> Result<Key, Error> {
+        self.key("nodes".to_owned())
+    }
+
+    /// `cells`: the folder of cells.
+    pub fn cells_prefix(&self) -> Result<Key, Error> {
+        self.key("cells".to_owned())
+    }
+
+    /// `cells/<cell>/log/<name>`: an immutable record of an append log kept beside the head
+    /// (the head commits which records count; see `fence-fleet`'s `AppendLog`).
+    pub fn log_key(&self, cell: &str, name: &str) -> Result<Key, Error> {
+        check_name("cell", cell)?;
+        check_name("log record", name)?;
+        self.key(format!("cells/{cell}/log/{name}"))
+    }
+
     /// `cells/<cell>/data`: the version-1 data head.
     pub fn legacy_data_key(&self, cell: &str) -> Result<Key, Error> {
         check_name("cell", cell)?;

@@ -57,6 +57,15 @@ pub enum ClaimStatus {
     },
     /// The claim was released.
     Released,
+    /// The claim was handed to another node, which holds the cell at `epoch` from now on
+    /// ([`CellClaim::hand_off`]).
+    HandedOff {
+        /// The epoch the receiver holds.
+        epoch: u64,
+    },
+    /// This process ended the claim ([`CellClaim::close`], or a hand-off that did not land):
+    /// no write of it is sent any more, though the store may still name this node.
+    Closed,
     /// The node lease is no longer held.
     LeaseLost,
 }
@@ -77,6 +86,9 @@ pub struct CellClaim {
     /// Set once a write found the claim superseded (or it was released).
     ended: std::sync::Mutex<Option<ClaimStatus>>,
     ended_now: tokio::sync::Notify,
+    /// Whether this claim still stands in the lease's register of claimed cells (an ended
+    /// claim leaves it at once, so the cell can be claimed or adopted again).
+    registered: std::sync::atomic::AtomicBool,
 }
 
 fn not_ours(cell: &str, found: u64) -> Error {
@@ -86,6 +98,16 @@ fn not_ours(cell: &str, found: u64) -> Error {
 }
 
 pub(crate) async fn claim(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim, Error> {
+    claim_or_resume(shared, cell, &[]).await.map(|(c, _)| c)
+}
+
+/// A claim, or — when the head names this node and was written by one of the `resumable`
+/// lease generations — the cell resumed at its current epoch from the same read.
+pub(crate) async fn claim_or_resume(
+    shared: &Arc<Shared>,
+    cell: &str,
+    resumable: &[String],
+) -> Result<(CellClaim, bool), Error> {
     check_name("cell", cell)?;
     if !shared.is_held() {
         return Err(Error::fenced("cannot claim a cell without a held lease"));
@@ -108,6 +130,22 @@ pub(crate) async fn claim(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim,
             .sleep(std::time::Duration::from_millis(fence.cfg.ttl_ms / 4))
             .await;
         read = read_head().await?;
+    }
+    if let Some((h, v)) = &read {
+        let ours = h.node.as_deref() == Some(shared.node()) && h.format == HeadFormat::V2;
+        if ours && h.generation.as_ref().is_some_and(|g| resumable.contains(g)) {
+            info!(
+                node = shared.node(),
+                cell,
+                epoch = h.epoch,
+                "cell resumed at its current epoch"
+            );
+            let known = Known::of(h.clone(), v.clone());
+            return Ok((
+                CellClaim::new(shared, slot, cell, h.epoch, Some(known)),
+                true,
+            ));
+        }
     }
     let writer = read.as_ref().and_then(|(h, _)| h.generation.clone());
     let view = read.as_ref().map(|(h, v)| HeadView {
@@ -178,7 +216,7 @@ pub(crate) async fn claim(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim,
     };
     if sabotaged!(fence.flaws, SkipSeal) {
         let known = view.map(|v| Known::of(body, v.version));
-        return Ok(CellClaim::new(shared, slot, cell, epoch, known));
+        return Ok((CellClaim::new(shared, slot, cell, epoch, known), false));
     }
     let write = HeadWrite {
         own,
@@ -198,13 +236,8 @@ pub(crate) async fn claim(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim,
                 (None, 1) => stats::ClaimKind::New,
                 (None, _) => stats::ClaimKind::Reclaim,
             });
-            Ok(CellClaim::new(
-                shared,
-                slot,
-                cell,
-                epoch,
-                Some(Known::of(body, v)),
-            ))
+            let claim = CellClaim::new(shared, slot, cell, epoch, Some(Known::of(body, v)));
+            Ok((claim, false))
         }
         Ok(Settled::Moved { .. }) => Err(lost_race(cell, Commit::NotCommitted)),
         Ok(Settled::Fenced { maybe_landed, .. }) => {
@@ -314,7 +347,7 @@ fn sabotaged_carry(
 
 impl Drop for CellClaim {
     fn drop(&mut self) {
-        self.shared.unregister(&self.cell, self.epoch);
+        self.leave_register();
     }
 }
 
@@ -334,14 +367,32 @@ impl CellClaim {
             known: tokio::sync::Mutex::new(known),
             ended: std::sync::Mutex::new(None),
             ended_now: tokio::sync::Notify::new(),
+            registered: std::sync::atomic::AtomicBool::new(true),
         }
     }
 
+    fn leave_register(&self) {
+        use std::sync::atomic::Ordering;
+        if self.registered.swap(false, Ordering::SeqCst) {
+            self.shared.unregister(&self.cell, self.epoch);
+        }
+    }
+
+    /// Ends the claim as `how`; a claim this process closed may still learn how it really
+    /// ended (a hand-off that landed, a supersession).
     fn end(&self, how: ClaimStatus) {
         let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
-        ended.get_or_insert(how);
+        match *ended {
+            None | Some(ClaimStatus::Closed) => *ended = Some(how),
+            Some(_) => {}
+        }
         drop(ended);
+        self.leave_register();
         self.ended_now.notify_waiters();
+    }
+
+    fn ended(&self) -> Option<ClaimStatus> {
+        *self.ended.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The cell.
@@ -364,8 +415,7 @@ impl CellClaim {
 
     /// This claim's state, as far as this process knows.
     pub fn status(&self) -> ClaimStatus {
-        let ended = *self.ended.lock().unwrap_or_else(|p| p.into_inner());
-        match ended {
+        match self.ended() {
             Some(s) => s,
             None if self.shared.is_held() => ClaimStatus::Held,
             None => ClaimStatus::LeaseLost,
@@ -403,6 +453,12 @@ impl CellClaim {
         if !self.shared.is_held() && !sabotaged!(self.shared.fence.flaws, SkipFencedCheck) {
             return Err(Error::fenced(format!(
                 "cell {}: lease not held; write refused locally",
+                self.cell
+            )));
+        }
+        if let Some(how) = self.ended() {
+            return Err(Error::fenced(format!(
+                "cell {}: the claim has ended ({how:?}); write refused locally",
                 self.cell
             )));
         }
@@ -523,6 +579,96 @@ impl CellClaim {
         Err(not_ours(&self.cell, found))
     }
 
+    /// Refuses when the claim is over for good (anything but held or closed).
+    fn refuse_if_over(&self) -> Result<(), Error> {
+        match self.ended() {
+            None | Some(ClaimStatus::Closed) => Ok(()),
+            Some(how) => Err(Error::fenced(format!(
+                "cell {}: the claim has ended ({how:?})",
+                self.cell
+            ))),
+        }
+    }
+
+    /// Stops this claim: waits until no write of it is in flight, then ends it, so from the
+    /// moment this returns no write of this claim can be acknowledged any more (later writes
+    /// are refused locally). The store still names this node at this epoch: the cell can be
+    /// [adopted](super::LeaseKeeper::adopt) again, handed off or taken over. Nothing is sent.
+    pub async fn close(&self) {
+        let _quiet = self.known.lock().await;
+        self.end(ClaimStatus::Closed);
+    }
+
+    /// Hands the cell to node `to`: one compare-and-swap of the head that names `to` at
+    /// `epoch + 1`, recording `generation` (the receiver's lease generation, if known) as
+    /// the head's writer, so that process may [adopt](super::LeaseKeeper::adopt) it at that
+    /// epoch without taking another. Returns the receiver's epoch.
+    ///
+    /// No window in which both act: this claim stops first — the write waits for any write
+    /// of this claim in flight, and the claim is [closed](Self::close) before the hand-off
+    /// is sent — and the receiver can act only once the hand-off landed. If it does not land
+    /// (an error that is not ambiguous), the claim stays closed and the store still names
+    /// this node at this epoch: adopt it to act again. An ambiguous error may have handed
+    /// it off: read the head to tell.
+    ///
+    /// ```
+    /// # fn block(f: impl std::future::Future<Output = ()>) {
+    /// #     tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(f)
+    /// # }
+    /// # block(async {
+    /// use std::sync::Arc;
+    /// use fence_core::{runtime::Fence, ClaimStatus, MemoryStore};
+    /// let store = Arc::new(MemoryStore::new());
+    /// let a = Fence::builder(store.clone(), "a").build().unwrap().acquire().await.unwrap();
+    /// let b = Fence::builder(store, "b").build().unwrap().acquire().await.unwrap();
+    /// let cell = a.claim("orders").await.unwrap();
+    /// assert_eq!(cell.hand_off("b", Some(&b.generation())).await.unwrap(), 2);
+    /// assert_eq!(cell.status(), ClaimStatus::HandedOff { epoch: 2 });
+    /// assert_eq!(b.adopt("orders").await.unwrap().epoch(), 2);
+    /// # });
+    /// ```
+    ///
+    /// Errors: [`ErrorKind::InvalidInput`] for this node itself or a bad name;
+    /// [`ErrorKind::Fenced`] if the lease is not held or the claim is over (superseded,
+    /// released, handed off) — nothing is written.
+    pub async fn hand_off(&self, to: &str, generation: Option<&str>) -> Result<u64, Error> {
+        check_name("node", to)?;
+        if to == self.shared.node() {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("cell {}: a hand-off names another node", self.cell),
+            )
+            .not_committed());
+        }
+        if !self.shared.is_held() {
+            return Err(Error::fenced(format!(
+                "cell {}: lease not held; hand-off refused locally",
+                self.cell
+            )));
+        }
+        self.refuse_if_over()?;
+        let Some(next) = crate::decide::next_epoch(self.epoch) else {
+            let key = self.shared.fence.ownership.owner_key(&self.cell)?;
+            return Err(Error::corrupt(&key, "epoch cannot be raised"));
+        };
+        let mut slot = self.known.lock().await;
+        // Stop acting first: no write of this claim is in flight (we hold its lock) and none
+        // will be sent from here on.
+        self.end(ClaimStatus::Closed);
+        let receiver = |base| {
+            (
+                Some(to.to_owned()),
+                next,
+                generation.map(str::to_owned),
+                base,
+            )
+        };
+        self.rewrite(&mut slot, receiver).await?;
+        info!(node = self.shared.node(), cell = %self.cell, to, epoch = next, "cell handed off");
+        self.end(ClaimStatus::HandedOff { epoch: next });
+        Ok(next)
+    }
+
     /// Deletes the payload object a landed write replaced (nothing refers to it any more).
     fn collect_replaced(&self, old: &CellPayload, new: &CellPayload) {
         if old.blob().is_some() && old.blob() != new.blob() {
@@ -584,25 +730,50 @@ impl CellClaim {
     /// Refused ([`ErrorKind::Fenced`], nothing written) once the lease is no longer held:
     /// release cells before the lease.
     pub async fn release(self) -> Result<(), Error> {
+        self.release_shared().await
+    }
+
+    /// [`release`](Self::release) through a shared reference, for a claim kept in an `Arc`:
+    /// the claim ends (later writes are refused locally) once the release lands.
+    pub async fn release_shared(&self) -> Result<(), Error> {
         if !self.shared.is_held() {
             return Err(Error::fenced(format!(
                 "cell {}: lease not held; release refused locally (the cell stays named until taken over)",
                 self.cell
             )));
         }
-        let fence = &self.shared.fence;
+        self.refuse_if_over()?;
         let mut slot = self.known.lock().await;
+        self.rewrite(&mut slot, |base| {
+            (None, self.epoch, Some(self.shared.generation()), base)
+        })
+        .await?;
+        info!(node = self.shared.node(), cell = %self.cell, epoch = self.epoch, "cell released");
+        self.end(ClaimStatus::Released);
+        Ok(())
+    }
+
+    /// Rewrites the head from what this claim knows of it — `shape` gives the new owner,
+    /// epoch and writer generation over the current head — re-reading after a co-writer's
+    /// move, until the write lands or the cell is found superseded.
+    async fn rewrite(
+        &self,
+        slot: &mut Option<Known>,
+        shape: impl Fn(Known) -> (Option<String>, u64, Option<String>, Known),
+    ) -> Result<(), Error> {
+        let fence = &self.shared.fence;
         let mut known = slot.take();
         for _ in 0..4 {
             let base = match known.take() {
                 Some(k) => k,
                 None => self.read_known().await?,
             };
+            let (node, epoch, generation, base) = shape(base);
             let body = CellHead {
-                node: None,
-                epoch: self.epoch,
+                node,
+                epoch,
                 nonce: fence.ownership.fresh_nonce(),
-                generation: Some(self.shared.generation()),
+                generation,
                 payload: base.payload,
                 extra: base.extra,
                 format: HeadFormat::V2,
@@ -618,11 +789,7 @@ impl CellClaim {
                 clock: &fence.clock,
             };
             match write.settle(|| self.shared.request_bound_ms()).await? {
-                Settled::Landed(_) => {
-                    info!(node = self.shared.node(), cell = %self.cell, epoch = self.epoch, "cell released");
-                    self.end(ClaimStatus::Released);
-                    return Ok(());
-                }
+                Settled::Landed(_) => return Ok(()),
                 Settled::Moved { head, version } => known = Some(Known::of(head, version)),
                 Settled::Fenced {
                     epoch,

@@ -386,8 +386,27 @@ enum Command {
 
 /// A held node lease, renewed in the background until released, fenced or dropped.
 ///
-/// Dropping it stops renewal and asks the background task to release the lease (if the
-/// runtime keeps running long enough to send it; [`LeaseKeeper::release`] waits for it).
+/// # Dropping it
+///
+/// `Drop` cannot wait, so dropping a keeper only *asks*: it closes the keeper's command
+/// channel, and the background task, the next time the runtime polls it, stops renewing and
+/// sends one write of a released record (`expires_ms: 0`). Exactly what happens then:
+///
+/// - the runtime keeps running (a long-lived multi-thread runtime): the released record is
+///   written within one request; peers may take over the node's cells at once;
+/// - the runtime stops polling first — `main` returns under `#[tokio::main]` (either
+///   flavour: the runtime is dropped and its tasks are cancelled at their next await), the
+///   runtime is shut down, or the process exits — **nothing is written**: the record stays
+///   as the last renewal left it, no renewal follows, and peers take the node's cells over
+///   only after observing it unchanged for a full TTL (a restart under the same node id can
+///   take it over at once with [`Fence::acquire_succeeding`]);
+/// - the release write fails or times out: the same as above.
+///
+/// In every case this process's authority ends at most one TTL after its last renewal was
+/// sent, so nothing unsafe follows — only a slower hand-over. Cells are never released by
+/// dropping (neither the keeper nor a [`CellClaim`](super::CellClaim)): the store names this
+/// node as their owner until they are released, handed off or taken over. To leave
+/// promptly, release the cells and then await [`LeaseKeeper::release`].
 #[derive(Debug)]
 pub struct LeaseKeeper {
     pub(crate) shared: Arc<Shared>,
@@ -473,10 +492,43 @@ impl LeaseKeeper {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
+        let results = self.claim_or_resume_many(cells, concurrency, &[]).await;
+        results
+            .into_iter()
+            .map(|(cell, r)| (cell, r.map(|(c, _)| c)))
+            .collect()
+    }
+
+    /// [`claim`](Self::claim), except that a head naming this node, written by one of the
+    /// `resumable` lease generations, is resumed at its current epoch from the same read, as
+    /// [`adopt`](Self::adopt) would: `(claim, true)`. For the generations whose writes the
+    /// caller knows have all settled — this process's own, or a predecessor known gone (see
+    /// docs/design.md, "Restart and resume"), or a receiver's named by a
+    /// [hand-off](claim::CellClaim::hand_off). Two requests for a claim, one for a resume.
+    pub async fn claim_or_resume(
+        &self,
+        cell: &str,
+        resumable: &[String],
+    ) -> Result<(claim::CellClaim, bool), Error> {
+        claim::claim_or_resume(&self.shared, cell, resumable).await
+    }
+
+    /// [`claim_or_resume`](Self::claim_or_resume) for each of `cells`, at most `concurrency`
+    /// at once; the results come back in the order of `cells`.
+    pub async fn claim_or_resume_many<I, S>(
+        &self,
+        cells: I,
+        concurrency: usize,
+        resumable: &[String],
+    ) -> Vec<(String, Result<(claim::CellClaim, bool), Error>)>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
         use futures::StreamExt;
         futures::stream::iter(cells.into_iter().map(Into::into))
             .map(|cell: String| async move {
-                let result = claim::claim(&self.shared, &cell).await;
+                let result = claim::claim_or_resume(&self.shared, &cell, resumable).await;
                 (cell, result)
             })
             .buffered(concurrency.max(1))

@@ -1,0 +1,365 @@
+//! The fleet: a node keeps its fair share of a set of cells, with no coordinator.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use fence_core::runtime::{Fence, LeaseKeeper};
+use fence_core::{Error, ErrorKind};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::membership::Members;
+use crate::run::Run;
+use crate::shard::{CellEvent, Shard};
+
+/// The events of a fleet, in the order it learned them. Unbounded: read them (or drop the
+/// receiver, and the fleet stops sending).
+pub type Events = mpsc::UnboundedReceiver<CellEvent>;
+
+/// Which nodes under `nodes/` belong to the fleet.
+pub type MemberFilter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The timing and limits of a fleet (see [`FleetBuilder`] for each one's meaning).
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub(crate) concurrency: usize,
+    pub(crate) interval_ms: u64,
+    pub(crate) settle_ms: u64,
+    pub(crate) min_hold_ms: u64,
+    pub(crate) head_poll_ms: Option<u64>,
+    pub(crate) scan_ms: u64,
+    pub(crate) acquire_ms: u64,
+    pub(crate) predecessor: Option<String>,
+    pub(crate) filter: Option<MemberFilter>,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("concurrency", &self.concurrency)
+            .field("interval_ms", &self.interval_ms)
+            .field("settle_ms", &self.settle_ms)
+            .field("min_hold_ms", &self.min_hold_ms)
+            .field("head_poll_ms", &self.head_poll_ms)
+            .field("scan_ms", &self.scan_ms)
+            .field("predecessor", &self.predecessor.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds and starts a [`Fleet`].
+#[derive(Debug)]
+pub struct FleetBuilder {
+    fence: Fence,
+    cells: Vec<String>,
+    settings: Settings,
+}
+
+impl FleetBuilder {
+    /// Claims, adoptions and hand-offs in flight at once (default 32).
+    #[must_use]
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.settings.concurrency = n.max(1);
+        self
+    }
+
+    /// How often the fleet reads the membership and acts on it (default TTL/5, within
+    /// [`poll_ms`](fence_core::LeaseConfig::poll_ms)…2 s). A death is noticed sooner: the
+    /// read that can confirm it is sent as soon as it could.
+    #[must_use]
+    pub fn interval(mut self, d: Duration) -> Self {
+        self.settings.interval_ms = ms(d).max(1);
+        self
+    }
+
+    /// How long a view must stay the same before this node sheds cells to others (default
+    /// one interval). Dead nodes' cells are taken over without it.
+    #[must_use]
+    pub fn settle(mut self, d: Duration) -> Self {
+        self.settings.settle_ms = ms(d);
+        self
+    }
+
+    /// A cell this node took is kept at least this long before it is shed again (default
+    /// two intervals): no cell bounces between two nodes faster.
+    #[must_use]
+    pub fn min_hold(mut self, d: Duration) -> Self {
+        self.settings.min_hold_ms = ms(d);
+        self
+    }
+
+    /// How often the heads of held cells are read to learn of a supersession no write has
+    /// found yet (default one renewal period, TTL/3: one read per held cell each time);
+    /// `None` to rely on writes and the lease alone.
+    #[must_use]
+    pub fn head_poll(mut self, every: Option<Duration>) -> Self {
+        self.settings.head_poll_ms = every.map(|d| ms(d).max(1));
+        self
+    }
+
+    /// How often every cell's head is read (default max(3 × TTL, 10 intervals)); the
+    /// first round always reads them all, to resume this node's own cells.
+    #[must_use]
+    pub fn scan(mut self, every: Duration) -> Self {
+        self.settings.scan_ms = ms(every).max(1);
+        self
+    }
+
+    /// How long [`start`](Self::start) waits for the node lease (default 3 × TTL).
+    #[must_use]
+    pub fn acquire_timeout(mut self, d: Duration) -> Self {
+        self.settings.acquire_ms = ms(d);
+        self
+    }
+
+    /// The lease generation of this node's previous process, which the caller **knows** has
+    /// ended (it persisted [`CellEvent::Acquired`]'s generation, and that process is gone):
+    /// its lease is taken over at once, and its cells are resumed at their current epochs.
+    /// Without it, a restart waits until the old lease is observed unchanged for a TTL, and
+    /// resumes the cells at new epochs. See docs/design.md, "Restart and resume".
+    #[must_use]
+    pub fn predecessor(mut self, generation: impl Into<String>) -> Self {
+        self.settings.predecessor = Some(generation.into());
+        self
+    }
+
+    /// Only nodes for which `filter` says yes are members (default: every node under
+    /// `nodes/`). This node is always one.
+    #[must_use]
+    pub fn members(mut self, filter: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        self.settings.filter = Some(Arc::new(filter));
+        self
+    }
+
+    /// Acquires the node lease and starts the fleet's task. The first round reads every
+    /// cell's head and resumes those the store names as this node's.
+    ///
+    /// Errors: those of [`Fence::acquire_wait`] (the lease held by a live process of this
+    /// node: [`ErrorKind::Busy`]); [`ErrorKind::InvalidInput`] for a bad cell name.
+    pub async fn start(self) -> Result<(Fleet, Events), Error> {
+        for c in &self.cells {
+            fence_core::ownership::check_name("cell", c)?;
+        }
+        let lease = acquire(&self.fence, &self.settings).await?;
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let _ = events_tx.send(CellEvent::Acquired {
+            generation: lease.generation(),
+        });
+        let inner = Arc::new(Inner {
+            node: self.fence.ownership().node().to_owned(),
+            generation: Mutex::new(lease.generation()),
+            shards: Mutex::new(BTreeMap::new()),
+            members: Mutex::new(Members::default()),
+        });
+        let (commands, rx) = mpsc::channel(16);
+        let mut cells = self.cells;
+        cells.sort();
+        cells.dedup();
+        let run = Run::new(inner.clone(), self.settings, lease, cells, events_tx, rx);
+        let task = tokio::spawn(run.run());
+        Ok((
+            Fleet {
+                inner,
+                commands,
+                task: Some(task),
+            },
+            events,
+        ))
+    }
+}
+
+/// The node lease for a fleet's start: the predecessor's at once if named, else waited for.
+pub(crate) async fn acquire(fence: &Fence, settings: &Settings) -> Result<LeaseKeeper, Error> {
+    if let Some(p) = &settings.predecessor {
+        match fence.acquire_succeeding(p).await {
+            Err(e) if e.kind() == ErrorKind::Busy => {}
+            other => return other,
+        }
+    }
+    fence
+        .acquire_wait(Duration::from_millis(settings.acquire_ms))
+        .await
+}
+
+/// What the handle and the fleet's task share.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) node: String,
+    pub(crate) generation: Mutex<String>,
+    pub(crate) shards: Mutex<BTreeMap<String, Shard>>,
+    pub(crate) members: Mutex<Members>,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What a drain did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Drained {
+    /// Cells handed to another live node.
+    pub handed_off: BTreeSet<String>,
+    /// Cells released.
+    pub released: BTreeSet<String>,
+    /// Cells neither handed off nor released by the deadline: the store still names this
+    /// node; they are taken over once its lease is observed gone.
+    pub left: BTreeSet<String>,
+    /// Whether the node lease was released (peers may act at once).
+    pub lease_released: bool,
+}
+
+pub(crate) enum Command {
+    HandOff {
+        cell: String,
+        to: String,
+        reply: oneshot::Sender<Result<u64, Error>>,
+    },
+    Drain {
+        within_ms: u64,
+        reply: oneshot::Sender<Drained>,
+    },
+}
+
+/// One node of a fleet: keeps its fair share of the fleet's cells — `ceil(cells / live
+/// nodes)` — sheds the excess when nodes join, takes over dead nodes' cells, and tells the
+/// application what it holds through [`CellEvent`]s.
+///
+/// ```
+/// # fn block(f: impl std::future::Future<Output = ()>) {
+/// #     tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(f)
+/// # }
+/// # block(async {
+/// use std::{sync::Arc, time::Duration};
+/// use fence_core::{runtime::Fence, MemoryStore};
+/// use fence_fleet::{CellEvent, Fleet};
+///
+/// let store = Arc::new(MemoryStore::new());
+/// let fence = Fence::builder(store, "node-a").ttl(Duration::from_secs(2)).build().unwrap();
+/// let cells = (0..4).map(|i| format!("shard-{i}"));
+/// let (fleet, mut events) = Fleet::builder(fence, cells).start().await.unwrap();
+/// let mut started = 0;
+/// while started < 4 {
+///     if let Some(CellEvent::Started { shard, .. }) = events.recv().await {
+///         shard.write("hello").await.unwrap();
+///         started += 1;
+///     }
+/// }
+/// let drained = fleet.drain(Duration::from_secs(5)).await;
+/// assert_eq!(drained.released.len(), 4); // nobody else to hand them to
+/// # });
+/// ```
+///
+/// Dropping the handle stops the fleet's task at its next step: every shard is stopped
+/// ([`StopReason::Closed`](crate::StopReason::Closed)) and the node lease is dropped (see
+/// [`LeaseKeeper`]'s "Dropping it"); no cell is released. Use [`Fleet::drain`] to leave.
+#[derive(Debug)]
+pub struct Fleet {
+    inner: Arc<Inner>,
+    commands: mpsc::Sender<Command>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Fleet {
+    /// A fleet of this fence's node over `cells`. Every node of one fleet must be given the
+    /// same cells.
+    pub fn builder<I, S>(fence: Fence, cells: I) -> FleetBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let cfg = fence.config().clone();
+        let interval_ms = (cfg.ttl_ms / 5).clamp(cfg.poll_ms(), 2_000.max(cfg.poll_ms()));
+        let settings = Settings {
+            concurrency: 32,
+            interval_ms,
+            settle_ms: interval_ms,
+            min_hold_ms: 2 * interval_ms,
+            head_poll_ms: Some((cfg.ttl_ms / 3).max(1)),
+            scan_ms: (3 * cfg.ttl_ms).max(10 * interval_ms),
+            acquire_ms: 3 * cfg.ttl_ms,
+            predecessor: None,
+            filter: None,
+        };
+        FleetBuilder {
+            fence,
+            cells: cells.into_iter().map(Into::into).collect(),
+            settings,
+        }
+    }
+
+    /// This node's id.
+    pub fn node(&self) -> &str {
+        &self.inner.node
+    }
+
+    /// The current lease generation (persist it to restart with
+    /// [`FleetBuilder::predecessor`]; it changes when the lease is re-acquired, announced by
+    /// [`CellEvent::Acquired`]).
+    pub fn generation(&self) -> String {
+        lock(&self.inner.generation).clone()
+    }
+
+    /// The cells this node holds now.
+    pub fn held(&self) -> Vec<Shard> {
+        lock(&self.inner.shards).values().cloned().collect()
+    }
+
+    /// The shard of `cell`, if this node holds it.
+    pub fn shard(&self, cell: &str) -> Option<Shard> {
+        lock(&self.inner.shards).get(cell).cloned()
+    }
+
+    /// The last membership view (this node included).
+    pub fn members(&self) -> Members {
+        lock(&self.inner.members).clone()
+    }
+
+    /// Hands `cell` to live node `to` ([`CellClaim::hand_off`](fence_core::CellClaim::hand_off)):
+    /// the shard is stopped first, then one write names `to` at the next epoch, and `to`
+    /// resumes it at that epoch. Returns `to`'s epoch. A hand-off against the fair
+    /// assignment is undone by the receiver after its `min_hold`.
+    ///
+    /// Errors: [`ErrorKind::InvalidInput`] if this node does not hold `cell` or `to` is not
+    /// a live member; those of the hand-off.
+    pub async fn hand_off(&self, cell: &str, to: &str) -> Result<u64, Error> {
+        let (reply, answer) = oneshot::channel();
+        let cmd = Command::HandOff {
+            cell: cell.to_owned(),
+            to: to.to_owned(),
+            reply,
+        };
+        if self.commands.send(cmd).await.is_err() {
+            return Err(stopped());
+        }
+        answer.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
+    /// Leaves the fleet within `within`: hands every held cell to the node the assignment
+    /// without this one gives it (or releases it when there is none, or the hand-off
+    /// failed), then releases the node lease so peers act at once. What is not done by the
+    /// deadline is left to be taken over.
+    pub async fn drain(mut self, within: Duration) -> Drained {
+        let (reply, answer) = oneshot::channel();
+        let cmd = Command::Drain {
+            within_ms: ms(within),
+            reply,
+        };
+        if self.commands.send(cmd).await.is_err() {
+            return Drained::default();
+        }
+        let drained = answer.await.unwrap_or_default();
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+        drained
+    }
+}
+
+fn stopped() -> Error {
+    Error::new(ErrorKind::Unavailable, "the fleet has stopped").not_committed()
+}

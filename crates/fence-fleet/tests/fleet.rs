@@ -1,0 +1,407 @@
+//! The fleet on the in-memory store, on tokio's paused clock: assignment, hand-off, events,
+//! restart and resume.
+
+mod support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fence_core::{Clock, ErrorKind, Ownership};
+use fence_fleet::{CellEvent, StopReason};
+use support::*;
+
+#[tokio::test(start_paused = true)]
+async fn assignment_converges_after_join_leave_and_kill_moving_each_cell_at_most_once() {
+    let store = store();
+    let cells = cells(32);
+    let (a, b, c, d) = (
+        node(&store, "a"),
+        node(&store, "b"),
+        node(&store, "c"),
+        node(&store, "d"),
+    );
+    let (fa, _ea) = a.fleet(&cells).start().await.unwrap();
+    let (fb, _eb) = b.fleet(&cells).start().await.unwrap();
+    let (fc, _ec) = c.fleet(&cells).start().await.unwrap();
+    let start = converged(&store, &cells, &[&fa, &fb, &fc], 20_000).await;
+
+    // Join: d takes its share (8 of 32); nothing else moves twice.
+    let (fd, _ed) = d.fleet(&cells).start().await.unwrap();
+    let joined = converged(&store, &cells, &[&fa, &fb, &fc, &fd], 20_000).await;
+    let (moved, most) = moves(&start, &joined);
+    assert_eq!(most, 1, "a cell moved more than once on one join");
+    assert!((8..=12).contains(&moved), "join moved {moved}");
+    assert_eq!(fd.held().len(), 8);
+
+    // Leave: d drains; its cells go back, each once.
+    let drained = fd.drain(Duration::from_secs(5)).await;
+    assert_eq!(drained.handed_off.len(), 8);
+    assert!(drained.left.is_empty() && drained.lease_released);
+    let left = converged(&store, &cells, &[&fa, &fb, &fc], 20_000).await;
+    let (moved, most) = moves(&joined, &left);
+    for (c, v) in &left {
+        if v.1 > joined[c].1 + 1 {
+            eprintln!("{c}: {:?} -> {:?}", joined[c], v);
+        }
+    }
+    assert_eq!(most, 1, "a cell moved more than once on one leave");
+    assert!((8..=12).contains(&moved), "leave moved {moved}");
+
+    // Kill: c's cells are taken over after its lease is seen unchanged for a TTL.
+    c.kill();
+    let killed = converged(&store, &cells, &[&fa, &fb], 20_000).await;
+    let (moved, most) = moves(&left, &killed);
+    assert_eq!(most, 1, "a cell moved more than once on one kill");
+    assert!((10..=16).contains(&moved), "kill moved {moved}");
+    assert!(killed.values().all(|(o, _)| o.as_deref() != Some("c")));
+    drop(fc);
+
+    // Quiet: with nothing changing, nothing moves.
+    advance(10 * TTL_MS).await;
+    let quiet = heads(&store, &cells).await;
+    assert_eq!(
+        moves(&killed, &quiet).0,
+        0,
+        "cells moved with no membership change"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hand_off_never_lets_two_nodes_act_at_once() {
+    let store = store();
+    let cells = cells(8);
+    let (a, b) = (node(&store, "a"), node(&store, "b"));
+    let order = Arc::new(AtomicU64::new(0));
+    let acts: Arc<Mutex<Vec<(String, String, u64)>>> = Arc::default();
+    let shards: Shards = Arc::default();
+    let (fa, ea) = a.fleet(&cells).start().await.unwrap();
+    let work = |events: fence_fleet::Events, node: &'static str| {
+        let (order, acts, shards) = (order.clone(), acts.clone(), shards.clone());
+        tokio::spawn(act_on_shards(events, node, order, acts, shards))
+    };
+    work(ea, "a");
+    converged(&store, &cells, &[&fa], 10_000).await;
+    let (fb, eb) = b.fleet(&cells).start().await.unwrap();
+    work(eb, "b");
+    let after = converged(&store, &cells, &[&fa, &fb], 20_000).await;
+    advance(500).await;
+    let acts = acts.lock().unwrap().clone();
+    let handed: Vec<&String> = cells
+        .iter()
+        .filter(|c| after[*c].0.as_deref() == Some("b"))
+        .collect();
+    assert_eq!(handed.len(), 4);
+    for cell in handed {
+        let of = |n: &str| {
+            acts.iter()
+                .filter(|x| x.0 == *cell && x.1 == n)
+                .map(|x| x.2)
+                .collect::<Vec<_>>()
+        };
+        let (by_a, by_b) = (of("a"), of("b"));
+        assert!(!by_a.is_empty() && !by_b.is_empty(), "{cell}: both acted");
+        let (a_last, b_first) = (by_a.iter().max().unwrap(), by_b.iter().min().unwrap());
+        assert!(
+            a_last < b_first,
+            "{cell}: a acted until {a_last} and b from {b_first}"
+        );
+        assert_eq!(
+            after[cell].1, 2,
+            "one epoch for a, the next for b: no claim in between"
+        );
+    }
+}
+
+/// Every shard each node was given, by cell.
+type Shards = Arc<Mutex<Vec<(&'static str, fence_fleet::Shard)>>>;
+
+/// Writes every 10 ms through each shard started, until it is gone; records each
+/// acknowledged write `(cell, node, t)` in one global order. When a shard starts, no other
+/// node's shard of that cell may still believe it holds it.
+async fn act_on_shards(
+    mut events: fence_fleet::Events,
+    node: &'static str,
+    order: Arc<AtomicU64>,
+    acts: Arc<Mutex<Vec<(String, String, u64)>>>,
+    shards: Shards,
+) {
+    while let Some(e) = events.recv().await {
+        let CellEvent::Started { shard, .. } = e else {
+            continue;
+        };
+        {
+            let mut all = shards.lock().unwrap();
+            for (other, s) in all.iter() {
+                let same = s.cell() == shard.cell() && *other != node;
+                assert!(
+                    !(same && s.is_held()),
+                    "{} started on {node} while {other} holds it",
+                    s.cell()
+                );
+            }
+            all.push((node, shard.clone()));
+        }
+        let (order, acts) = (order.clone(), acts.clone());
+        tokio::spawn(async move {
+            while shard.is_held() {
+                if shard.write(node).await.is_ok() {
+                    let t = order.fetch_add(1, Ordering::SeqCst);
+                    acts.lock()
+                        .unwrap()
+                        .push((shard.cell().to_owned(), node.to_owned(), t));
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_superseded_cell_is_reported_within_one_renewal_period() {
+    let (store, _cells, _a, fa, log) = one_node(2).await;
+    let shard = fa.shard("shard-000").unwrap();
+    // Another process takes the cell without a's knowledge (an operator, a second process
+    // of the same node id): nothing a writes tells it, only the store does.
+    let clock = Clock::virtual_at(0);
+    let intruder = Ownership::new(store.clone(), "x");
+    let head = intruder.read_owner("shard-000").await.unwrap().unwrap();
+    intruder
+        .cas_owner(
+            "shard-000",
+            fence_core::CasGuard::Match(head.etag),
+            head.epoch + 1,
+        )
+        .await
+        .unwrap();
+    let lost_at = clock.mono_ms();
+    let gone = tokio::time::timeout(Duration::from_millis(TTL_MS), shard.gone())
+        .await
+        .expect("the loss was noticed");
+    let noticed = clock.mono_ms() - lost_at;
+    assert_eq!(
+        gone,
+        StopReason::Superseded {
+            epoch: head.epoch + 1
+        }
+    );
+    assert!(noticed <= TTL_MS / 3, "noticed after {noticed} ms");
+    advance(1).await;
+    let (t, reason) = stopped(&log, "shard-000").expect("a Stopped event");
+    assert!(t - lost_at <= TTL_MS / 3);
+    assert!(matches!(reason, StopReason::Superseded { .. }));
+    assert_eq!(
+        shard.write("late").await.unwrap_err().kind(),
+        ErrorKind::Fenced
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_lease_is_reported_within_one_renewal_period_of_the_loss() {
+    let (_store, _cells, a, fa, log) = one_node(2).await;
+    let shard = fa.shard("shard-001").unwrap();
+    a.path.freeze(); // the store stops answering a
+    let clock = Clock::virtual_at(0);
+    // The loss: the moment the claim can no longer act.
+    let mut lost_at = None;
+    let mut gone_at = None;
+    for _ in 0..(4 * TTL_MS) {
+        let now = clock.mono_ms();
+        if lost_at.is_none() && !shard.claim().is_held() {
+            lost_at = Some(now);
+        }
+        if gone_at.is_none() && !shard.is_held() {
+            gone_at = Some(now);
+        }
+        if lost_at.is_some() && gone_at.is_some() {
+            break;
+        }
+        advance(1).await;
+    }
+    let (lost_at, gone_at) = (lost_at.unwrap(), gone_at.unwrap());
+    assert!(gone_at - lost_at <= TTL_MS / 3);
+    tokio::time::timeout(Duration::from_millis(TTL_MS / 3), shard.gone())
+        .await
+        .unwrap();
+    while stopped(&log, "shard-001").is_none() && clock.mono_ms() - lost_at <= TTL_MS {
+        advance(1).await;
+    }
+    let (at, reason) = stopped(&log, "shard-001").expect("a Stopped event");
+    assert_eq!(reason, StopReason::LeaseLost);
+    let waited = at - lost_at;
+    assert!(waited <= TTL_MS / 3, "Stopped after {waited} ms");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restart_with_the_predecessor_named_resumes_its_cells_at_their_epochs_at_once() {
+    let store = store();
+    let cells = cells(6);
+    let a = node(&store, "a");
+    let (fa, _e) = a.fleet(&cells).start().await.unwrap();
+    let before = converged(&store, &cells, &[&fa], 10_000).await;
+    let generation = fa.generation();
+    a.kill();
+    let clock = Clock::virtual_at(0);
+    let t0 = clock.mono_ms();
+    let a2 = node(&store, "a");
+    let (fa2, events) = a2
+        .fleet(&cells)
+        .predecessor(generation)
+        .start()
+        .await
+        .unwrap();
+    let log = drain_events(events);
+    let after = converged(&store, &cells, &[&fa2], 10_000).await;
+    assert!(
+        clock.mono_ms() - t0 < TTL_MS,
+        "resumed without waiting out the old lease"
+    );
+    assert_eq!(before, after, "same owner, same epochs: no failover");
+    let resumed = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, e)| matches!(e, CellEvent::Started { resumed: true, .. }))
+        .count();
+    assert_eq!(resumed, 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restart_without_the_predecessor_waits_out_the_old_lease_and_takes_new_epochs() {
+    let store = store();
+    let cells = cells(6);
+    let a = node(&store, "a");
+    let (fa, _e) = a.fleet(&cells).start().await.unwrap();
+    let before = converged(&store, &cells, &[&fa], 10_000).await;
+    // SIGSTOP, not SIGKILL: the old process may still be alive, so its epochs must be fenced.
+    a.sigstop();
+    let clock = Clock::virtual_at(0);
+    let t0 = clock.mono_ms();
+    let a2 = node(&store, "a");
+    let (fa2, _events) = a2.fleet(&cells).start().await.unwrap();
+    assert!(
+        clock.mono_ms() - t0 >= TTL_MS,
+        "the old lease was observed for a TTL"
+    );
+    let after = converged(&store, &cells, &[&fa2], 10_000).await;
+    for c in &cells {
+        assert_eq!(after[c], (Some("a".into()), before[c].1 + 1), "{c}");
+    }
+    // The old process wakes up: its cells refuse it.
+    a.cont();
+    let old = fa.held();
+    advance(10).await;
+    for s in old {
+        assert!(s.write("late").await.is_err());
+    }
+    assert_eq!(heads(&store, &cells).await, after);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lapsed_lease_nobody_took_over_is_resumed_without_new_epochs() {
+    let store = store();
+    let cells = cells(4);
+    let a = node(&store, "a");
+    let (fa, events) = a.fleet(&cells).start().await.unwrap();
+    let log = drain_events(events);
+    let before = converged(&store, &cells, &[&fa], 10_000).await;
+    a.sigstop();
+    advance(3 * TTL_MS).await;
+    a.cont();
+    advance(10).await;
+    let after = converged(&store, &cells, &[&fa], 10_000).await;
+    assert_eq!(before, after, "no peer acted: resumed at the same epochs");
+    let log = log.lock().unwrap();
+    let lost = log
+        .iter()
+        .filter(|(_, e)| {
+            matches!(
+                e,
+                CellEvent::Stopped {
+                    reason: StopReason::LeaseLost,
+                    ..
+                }
+            )
+        })
+        .count();
+    let resumed = log
+        .iter()
+        .filter(|(_, e)| matches!(e, CellEvent::Started { resumed: true, .. }))
+        .count();
+    let acquired = log
+        .iter()
+        .filter(|(_, e)| matches!(e, CellEvent::Acquired { .. }))
+        .count();
+    assert_eq!((lost, resumed, acquired), (4, 4, 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn follow_reports_each_new_owner_without_claiming() {
+    let store = store();
+    let cells = cells(1);
+    let watcher = node(&store, "w");
+    let mut follow = fence_fleet::follow(&watcher.fence, "shard-000", Duration::from_millis(50));
+    let a = node(&store, "a");
+    let (fa, _e) = a.fleet(&cells).start().await.unwrap();
+    let first = loop {
+        let o = follow.changed().await.unwrap();
+        if o.node.is_some() {
+            break o;
+        }
+    };
+    assert_eq!((first.node.as_deref(), first.epoch), (Some("a"), 1));
+    let b = node(&store, "b");
+    let (_fb, _eb) = b.fleet(&cells).start().await.unwrap();
+    fa.drain(Duration::from_secs(2)).await;
+    let next = follow.changed().await.unwrap();
+    assert_eq!((next.node.as_deref(), next.epoch), (Some("b"), 2));
+    assert_eq!(heads(&store, &cells).await.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hand_off_on_request_goes_to_the_named_node_and_bad_requests_change_nothing() {
+    let store = store();
+    let cells = cells(2);
+    let (a, b) = (node(&store, "a"), node(&store, "b"));
+    let (fa, _ea) = a
+        .fleet(&cells)
+        .min_hold(Duration::from_secs(60))
+        .start()
+        .await
+        .unwrap();
+    // A hand-off against the assignment reaches b at its next scan of all cells.
+    let (fb, _eb) = b
+        .fleet(&cells)
+        .min_hold(Duration::from_secs(60))
+        .scan(Duration::from_millis(500))
+        .start()
+        .await
+        .unwrap();
+    let placed = converged(&store, &cells, &[&fa, &fb], 10_000).await;
+    let (cell, (owner, epoch)) = placed
+        .iter()
+        .find(|(_, (o, _))| o.as_deref() == Some("a"))
+        .unwrap();
+    assert_eq!(owner.as_deref(), Some("a"));
+    assert_eq!(
+        fa.hand_off(cell, "nobody").await.unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
+    assert_eq!(
+        fa.hand_off("shard-999", "b").await.unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
+    assert_eq!(fa.hand_off(cell, "b").await.unwrap(), epoch + 1);
+    assert!(fa.shard(cell).is_none());
+    for _ in 0..100 {
+        if fb.shard(cell).is_some() {
+            break;
+        }
+        advance(20).await;
+    }
+    assert_eq!(
+        fb.shard(cell).unwrap().epoch(),
+        epoch + 1,
+        "b resumed the epoch handed to it"
+    );
+}
