@@ -36,6 +36,11 @@ export FENCE_REQUIRE_SERVERS=1
 echo "== cargo test"
 status=0
 cargo test "${tests[@]}" --no-fail-fast -- --show-output || status=$?
+echo "== simulation: every sabotage switch inside the real core must be caught"
+# A separate build: only the testkit's `sabotage` feature compiles the switches into
+# fence-core, so no other build (not even this script's workspace run) contains them.
+cargo test -p fence-testkit --features sabotage --test sim --no-fail-fast -- --show-output \
+  every_sabotage_switch_is_caught || status=$?
 echo "== doc tests"
 cargo test --workspace --doc || status=$?
 exit "$status"
