@@ -13,6 +13,7 @@ tests=(--workspace --lib --bins --tests --examples)
 # Build first, so the servers are not left idle (or timing out) during a long compile.
 echo "== building tests"
 cargo test "${tests[@]}" --no-run
+cargo test -p fence-testkit --features sabotage --test sim --no-run
 
 started=()
 stop_all() {

@@ -70,6 +70,10 @@ enum Cmd {
         /// The exit code when the lease is lost while the command runs.
         #[arg(long, default_value_t = FENCED, value_name = "CODE")]
         fenced_exit_code: u8,
+        /// Serve fence's metrics in the Prometheus text format at http://ADDR/metrics while
+        /// running (off by default).
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<std::net::SocketAddr>,
         /// The command and its arguments, after `--` (none: hold the lease until a signal).
         #[arg(last = true, num_args = 0.., value_parser = clap::value_parser!(OsString))]
         command: Vec<OsString>,
@@ -292,6 +296,18 @@ fn serve(command: Cmd) -> ExitCode {
     }
 }
 
+/// Serves the `metrics` facade's counters and histograms at `http://addr/metrics`.
+fn serve_metrics(addr: std::net::SocketAddr) -> Result<(), Failure> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()
+        .map_err(|e| {
+            Failure::usage(format!(
+                "--metrics {addr}: cannot serve metrics there ({e})"
+            ))
+        })
+}
+
 async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
     match cmd {
         Cmd::Run {
@@ -304,9 +320,13 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
             quiet,
             conflict_exit_code,
             fenced_exit_code,
+            metrics,
             command,
         } => {
             names::check_lease(&lease)?;
+            if let Some(addr) = metrics {
+                serve_metrics(addr)?;
+            }
             let store = stores::open(&store, Some(ttl))?;
             run::run(run::RunOptions {
                 store,
