@@ -1,7 +1,9 @@
 //! Deliberate breakage of the real core and runtime, compiled only with the `sabotage`
-//! feature (which only `fence-testkit` enables, so only builds that include the test kit
-//! have it). The simulation runs every node with one switch on and must catch each one; a
-//! switch that no property catches is a hole in the simulation.
+//! feature, which only fence-testkit's own `sabotage` feature turns on — and only the
+//! sabotage test asks for that (`cargo test -p fence-testkit --features sabotage --test sim`),
+//! so no other build, not even `cargo build --workspace`, contains the switches. The
+//! simulation runs every node with one switch on and must catch each one; a switch that no
+//! property catches is a hole in the simulation.
 //!
 //! | switch | what breaks |
 //! |---|---|

@@ -301,8 +301,10 @@ impl Shared {
 
 impl Fence {
     /// Acquires this node's lease once: one request when the lease key is free. Errors:
-    /// [`ErrorKind::Busy`] if another live process holds it (or a racer won), the store's
-    /// own error kind if the store failed. On success a background task renews it.
+    /// [`ErrorKind::Busy`] if another process's record under this node id is not yet judged
+    /// dead by observation (or a racer won) — this fence remembers what it saw, so calling
+    /// again a TTL later takes over a record that stayed unchanged; the store's own error kind
+    /// if the store failed. On success a background task renews it.
     pub async fn acquire(&self) -> Result<LeaseKeeper, Error> {
         self.acquire_until(None, None).await
     }
@@ -464,8 +466,10 @@ impl LeaseKeeper {
     }
 
     /// Claims `cell` at a new epoch (see [`crate::decide::decide_claim`]): two requests
-    /// (read the head, write it), three for the first cell taken over from a dead node whose
-    /// lease was not read in the last [`poll_ms`](crate::decide::LeaseConfig::poll_ms). The
+    /// (read the head, write it); three for a cell taken over from a dead node whose lease
+    /// this fence has watched but not read in the last
+    /// [`poll_ms`](crate::decide::LeaseConfig::poll_ms) — a node never observed before is
+    /// first answered `Busy` (its observation starts) and taken over a TTL later. The
     /// claim's write of the cell head at the new epoch is the seal: from then on every write
     /// of an earlier epoch is rejected by the store. A new epoch is taken also when the store
     /// already names this node (a predecessor process's cell); see
@@ -481,8 +485,8 @@ impl LeaseKeeper {
 
     /// Claims each of `cells` (see [`claim`](Self::claim)) with at most `concurrency` claims
     /// in flight; the results come back in the order of `cells`. Reads of a foreign owner's
-    /// lease are shared by all its cells, so taking over `n` cells of one dead node costs
-    /// `2n + 1` requests.
+    /// lease are shared by all its cells (one read in flight per node), so taking over `n`
+    /// cells of one dead node this fence has watched costs `2n + 1` requests.
     pub async fn claim_many<I, S>(
         &self,
         cells: I,

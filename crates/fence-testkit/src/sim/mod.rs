@@ -66,11 +66,10 @@ const BASE_WALL_MS: u64 = 1_700_000_000_000;
 /// How far process wall clocks disagree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SkewMode {
-    /// Any two processes differ by at most the skew margin (each within ± margin/2): the
-    /// configuration fence promises liveness and safety for.
+    /// Each process's wall clock within ± margin/2 of the others'.
     WithinMargin,
-    /// Each process within ± 2 × margin: takeovers may come early; safety must still hold
-    /// (clocks decide *when* to act, never whether a write is safe).
+    /// Each process within ± 2 × margin. Takeovers are judged by observation, so nothing may
+    /// change: the same properties must hold, exclusion included.
     BeyondMargin,
 }
 
