@@ -52,6 +52,8 @@ pub(crate) struct Shared {
     last_error: Mutex<Option<Error>>,
     /// Cells with a live [`CellClaim`](super::CellClaim) of this lease, and their epochs.
     claimed: Mutex<HashMap<Box<str>, u64>>,
+    /// Woken whenever one of this lease's claims ends (one for all, to keep claims small).
+    claim_ended: tokio::sync::Notify,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -80,6 +82,7 @@ impl Shared {
             extra: Mutex::new(Extra::new()),
             last_error: Mutex::new(None),
             claimed: Mutex::new(HashMap::new()),
+            claim_ended: tokio::sync::Notify::new(),
         })
     }
 
@@ -108,6 +111,15 @@ impl Shared {
         if claimed.capacity() > 64 && claimed.len() < claimed.capacity() / 4 {
             claimed.shrink_to_fit();
         }
+    }
+
+    pub(crate) fn claim_ended(&self) {
+        self.claim_ended.notify_waiters();
+    }
+
+    /// A future that completes at the next end of a claim (create it before checking).
+    pub(crate) fn claim_ended_signal(&self) -> tokio::sync::futures::Notified<'_> {
+        self.claim_ended.notified()
     }
 
     /// Waits until the keeper publishes that the lease is no longer held.
