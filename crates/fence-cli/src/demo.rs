@@ -1,8 +1,9 @@
 //! `fence demo`: a small fleet in one process. Nodes claim cells and write fenced data; one
-//! node is suspended past its TTL (its monotonic clock stops, as on a suspended machine, so
-//! its own lease check will be wrong when it wakes); its cells are taken over at epoch + 1;
-//! when it wakes, the store rejects its writes. Prints a timeline and a summary and fails if
-//! an invariant broke.
+//! node is suspended past its TTL (its monotonic clock stops, as on a suspended machine); its
+//! cells are taken over at epoch + 1 once peers saw its lease unchanged for a TTL. Both
+//! fences show: its own lease check refuses its writes (its wall clock ran on), and when it
+//! wakes, the late writes it had in flight — sent under the versions it last wrote — are
+//! rejected by the store. Prints a timeline and a summary and fails if an invariant broke.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,8 +36,12 @@ struct Ledger {
     acked: BTreeMap<String, Vec<(u64, String, String)>>,
     /// Claims per cell in order: (epoch, node).
     claims: BTreeMap<String, Vec<(u64, String)>>,
-    /// Writes the store rejected as fenced, per node.
+    /// Writes refused as fenced, per node (locally or by the store's state).
     fenced: BTreeMap<String, u64>,
+    /// The last acknowledged write per (node, cell): its epoch and the head version it made.
+    last_ack: BTreeMap<(String, String), (u64, fence_core::Version)>,
+    /// Late writes of the suspended node rejected by the store's compare-and-swap.
+    store_rejected: u64,
     /// Acknowledged writes by the suspended node after it woke.
     acked_after_wake: u64,
 }
@@ -118,13 +123,17 @@ pub async fn run(store: Arc<dyn ConditionalStore>, cfg: DemoConfig) -> Result<bo
     victim.suspension.suspend();
     victim.link.freeze();
     tokio::time::sleep(ttl * 2).await;
+    victim.suspension.resume();
     demo.say(
         &victim.name,
-        format_args!("WAKES UP, still believing it holds its lease"),
+        format_args!(
+            "WAKES UP (believes it holds its lease: {}; its wall clock ran on)",
+            victim.lease.is_held()
+        ),
     );
-    victim.suspension.resume();
     demo.woke.store(1, Ordering::SeqCst);
     victim.link.thaw();
+    late_writes(&demo, &victim).await;
     tokio::time::sleep(ttl / 2 + Duration::from_millis(500)).await;
     stop.send_replace(true);
     for t in tasks {
@@ -212,6 +221,8 @@ async fn writer(demo: Arc<Demo>, node: Arc<Node>, mut stop: watch::Receiver<bool
             match claim.write(payload.clone()).await {
                 Ok(ack) => {
                     let mut l = demo.ledger();
+                    let last = (ack.epoch, ack.version.clone());
+                    l.last_ack.insert((node.name.clone(), cell.clone()), last);
                     l.acked.entry(cell.clone()).or_default().push((
                         ack.epoch,
                         node.name.clone(),
@@ -240,6 +251,46 @@ async fn writer(demo: Arc<Demo>, node: Arc<Node>, mut stop: watch::Receiver<bool
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(150)) => {}
             _ = stop.changed() => {}
+        }
+    }
+}
+
+/// The writes a paused writer still had in flight when it stopped, landing after it wakes:
+/// each guarded on the head version its last acknowledged write made, at its old epoch. The
+/// store must reject every one for a cell that was taken over meanwhile.
+async fn late_writes(demo: &Demo, node: &Node) {
+    let last: Vec<((String, String), (u64, fence_core::Version))> = demo
+        .ledger()
+        .last_ack
+        .iter()
+        .filter(|((n, _), _)| *n == node.name)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let own = Ownership::new(node.store.clone(), node.name.clone());
+    for ((_, cell), (epoch, version)) in last {
+        let head = fence_core::record::CellHead {
+            node: Some(node.name.clone()),
+            epoch,
+            nonce: own.fresh_nonce(),
+            generation: None,
+            payload: fence_core::record::CellPayload::Inline("late".into()),
+            extra: Default::default(),
+            format: fence_core::record::HeadFormat::V2,
+        };
+        let guard = fence_core::CasGuard::Match(version);
+        match own.put_head(&cell, &head, guard).await {
+            Ok(fence_core::PutOutcome::Rejected) => {
+                demo.say(&node.name, format_args!("late write to {cell} at epoch {epoch}, under the version it last wrote: REJECTED by the store"));
+                demo.ledger().store_rejected += 1;
+            }
+            Ok(fence_core::PutOutcome::Applied(_)) => {
+                demo.say(
+                    &node.name,
+                    format_args!("late write to {cell} at epoch {epoch} LANDED"),
+                );
+                demo.ledger().acked_after_wake += 1;
+            }
+            Err(e) => demo.say(&node.name, format_args!("late write to {cell} failed: {e}")),
         }
     }
 }
@@ -294,18 +345,21 @@ async fn summarize(
         );
         check_cell(cell, acked, claims, head.as_ref(), &mut broken);
     }
-    let rejected_victim = l.fenced.get(victim).copied().unwrap_or(0);
+    let refused_victim = l.fenced.get(victim).copied().unwrap_or(0);
+    let rejected_victim = l.store_rejected;
     let takeovers: usize = l
         .claims
         .values()
         .map(|c| c.windows(2).filter(|w| w[0].1 != w[1].1).count())
         .sum();
-    outln!("  takeovers: {takeovers}; stale writes rejected by the store: {rejected_victim} (from {victim}); acknowledged writes from {victim} after waking: {}", l.acked_after_wake);
+    outln!("  takeovers: {takeovers}; {victim}'s stale writes refused by its own lease check: {refused_victim}, rejected by the store: {rejected_victim}; landed or acknowledged after waking: {}", l.acked_after_wake);
     if takeovers == 0 {
         broken.push(format!("{victim}'s cells were never taken over"));
     }
     if rejected_victim == 0 {
-        broken.push(format!("no stale write of {victim} was rejected"));
+        broken.push(format!(
+            "no stale write of {victim} was rejected by the store"
+        ));
     }
     if l.acked_after_wake > 0 {
         broken.push(format!(
