@@ -1,9 +1,10 @@
 //! `fence demo`: a small fleet in one process. Nodes claim cells and write fenced data; one
 //! node is suspended past its TTL (its monotonic clock stops, as on a suspended machine); its
 //! cells are taken over at epoch + 1 once peers saw its lease unchanged for a TTL. Both
-//! fences show: its own lease check refuses its writes (its wall clock ran on), and when it
-//! wakes, the late writes it had in flight — sent under the versions it last wrote — are
-//! rejected by the store. Prints a timeline and a summary and fails if an invariant broke.
+//! fences show when it wakes: the write it was about to send when it was suspended — guarded
+//! on the version it last wrote, at its old epoch — is rejected by the store; and its own
+//! lease check refuses every new write (its wall clock ran on while its monotonic clock
+//! stood still). Prints a timeline and a summary and fails if an invariant broke.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -116,12 +117,13 @@ pub async fn run(store: Arc<dyn ConditionalStore>, cfg: DemoConfig) -> Result<bo
     let ttl = cfg.ttl;
     tokio::time::sleep(ttl / 2).await;
     let victim = nodes[0].clone();
+    // Suspended first, announced after: nothing of it may run once the line is printed.
+    victim.link.freeze();
+    victim.suspension.suspend();
     demo.say(
         &victim.name,
         format_args!("SUSPENDED (its clock stops; its requests hang)"),
     );
-    victim.suspension.suspend();
-    victim.link.freeze();
     tokio::time::sleep(ttl * 2).await;
     victim.suspension.resume();
     demo.say(
@@ -132,8 +134,10 @@ pub async fn run(store: Arc<dyn ConditionalStore>, cfg: DemoConfig) -> Result<bo
         ),
     );
     demo.woke.store(1, Ordering::SeqCst);
-    victim.link.thaw();
+    // Its prepared writes go first (through the store directly: its path is still frozen
+    // for the rest of it), then the node runs again.
     late_writes(&demo, &victim).await;
+    victim.link.thaw();
     tokio::time::sleep(ttl / 2 + Duration::from_millis(500)).await;
     stop.send_replace(true);
     for t in tasks {
@@ -205,13 +209,26 @@ async fn try_claim(demo: &Demo, node: &Node, cell: &str) {
     }
 }
 
-/// Writes every owned cell every 150 ms. After the suspension the victim's local lease check
-/// passes (its monotonic clock did not see the suspension): only the store can fence it.
+/// Writes every owned cell every 150 ms. A suspended node runs nothing; when it wakes, its
+/// lease check refuses (its wall clock saw the suspension) and the store rejects the write it
+/// had prepared under its old version.
 async fn writer(demo: Arc<Demo>, node: Arc<Node>, mut stop: watch::Receiver<bool>) {
     let mut seq = 0u64;
     while !*stop.borrow() {
+        if node.link.is_blocked() {
+            // Suspended: nothing of this node runs.
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                _ = stop.changed() => {}
+            }
+            continue;
+        }
         let cells: Vec<String> = node.claims.lock().await.keys().cloned().collect();
         for cell in cells {
+            if node.link.is_blocked() {
+                // Suspended in the middle of a round: the rest of it never runs.
+                break;
+            }
             seq += 1;
             let mut claims = node.claims.lock().await;
             let Some(claim) = claims.get(&cell) else {
@@ -232,6 +249,9 @@ async fn writer(demo: Arc<Demo>, node: Arc<Node>, mut stop: watch::Receiver<bool
                         l.acked_after_wake += 1;
                     }
                 }
+                // A write that was under way when the node was suspended: a suspended process
+                // sees no answer, so it prints nothing and keeps its claim.
+                Err(_) if node.link.is_blocked() => {}
                 Err(e) if e.kind() == ErrorKind::Fenced => {
                     let believes = node.lease.is_held();
                     demo.say(
@@ -244,7 +264,6 @@ async fn writer(demo: Arc<Demo>, node: Arc<Node>, mut stop: watch::Receiver<bool
                     *demo.ledger().fenced.entry(node.name.clone()).or_default() += 1;
                     claims.remove(&cell);
                 }
-                Err(_) if node.link.is_blocked() => {}
                 Err(e) => demo.say(&node.name, format_args!("write to {cell} failed: {e}")),
             }
         }
@@ -255,9 +274,10 @@ async fn writer(demo: Arc<Demo>, node: Arc<Node>, mut stop: watch::Receiver<bool
     }
 }
 
-/// The writes a paused writer still had in flight when it stopped, landing after it wakes:
-/// each guarded on the head version its last acknowledged write made, at its old epoch. The
-/// store must reject every one for a cell that was taken over meanwhile.
+/// The writes a suspended writer had prepared when it stopped, sent the moment it wakes
+/// (before anything else of it runs): each guarded on the head version its last
+/// acknowledged write made, at its old epoch — what a paused process's next write carries.
+/// The store must reject every one for a cell that was taken over meanwhile.
 async fn late_writes(demo: &Demo, node: &Node) {
     let last: Vec<((String, String), (u64, fence_core::Version))> = demo
         .ledger()
@@ -280,7 +300,7 @@ async fn late_writes(demo: &Demo, node: &Node) {
         let guard = fence_core::CasGuard::Match(version);
         match own.put_head(&cell, &head, guard).await {
             Ok(fence_core::PutOutcome::Rejected) => {
-                demo.say(&node.name, format_args!("late write to {cell} at epoch {epoch}, under the version it last wrote: REJECTED by the store"));
+                demo.say(&node.name, format_args!("its prepared write to {cell} at epoch {epoch}, under the version it last wrote: REJECTED by the store"));
                 demo.ledger().store_rejected += 1;
             }
             Ok(fence_core::PutOutcome::Applied(_)) => {

@@ -69,9 +69,13 @@ pub fn follow(fence: &Fence, cell: &str, every: Duration) -> Follow {
     let (tx, rx) = watch::channel(None);
     let fence = fence.clone();
     let cell = cell.to_owned();
+    // A read that hangs is given up after the longer of `every` and the fence's longest
+    // attempt timeout, so one stuck request never stops the follow.
+    let bound = every.max(Duration::from_millis(fence.config().attempt_max_ms));
     let task = tokio::spawn(async move {
         loop {
-            if let Ok(head) = fence.ownership().read_head(&cell).await {
+            let read = tokio::time::timeout(bound, fence.ownership().read_head(&cell)).await;
+            if let Ok(Ok(head)) = read {
                 let owner = match head {
                     Some((h, _)) => Owner {
                         node: h.node,

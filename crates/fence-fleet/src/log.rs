@@ -2,15 +2,20 @@
 //! commits a small index, so an append costs the same whatever the log's length.
 //!
 //! Record `seq` written under epoch `e` is the object `cells/<cell>/log/<seq>-<e>` (seq
-//! zero-padded). The head's data is a [`LogHead`]: the next sequence number and, per epoch
-//! that wrote, the first sequence number it wrote — one entry per change of owner, not per
-//! record. An append creates the record object, then writes the head through the claim (a
-//! fenced write): the record counts once the head names it.
+//! zero-padded), or `<seq>-<e>-<tag>` when the run that wrote it has a tag (below). The
+//! head's data is a [`LogHead`]: the next sequence number and its [`Run`]s — where each run of
+//! records written under one epoch begins: one entry per change of owner, not per record. An
+//! append creates the record object, then writes the head through the claim (a fenced
+//! write): the record counts once the head names it.
 //!
-//! A stale writer's records are orphans: its head write is rejected by the store, and its
-//! record objects carry its own, older epoch, so they are never the object a head names (the
-//! current owner writes under its own epoch). Readers read only records below
-//! [`LogHead::next`], which are never rewritten.
+//! **No record object is ever replaced**: every create is `Absent`. A stale writer's records
+//! are orphans: its head write is rejected by the store, and its record objects carry its
+//! own, older epoch, so they are never the object a head names. When a create finds another
+//! object at its name — the orphan of an append whose head write failed, or the record of
+//! another claim of the same epoch (a resumed cell, whose old claim may still have a create
+//! in flight) — the log starts a new run at that sequence number under a fresh random tag, so
+//! two writers never share an object and the records below [`LogHead::next`] are exactly the
+//! bytes their appends committed.
 //!
 //! ```
 //! # fn block(f: impl std::future::Future<Output = ()>) {
@@ -31,6 +36,7 @@
 //! ```
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use fence_core::runtime::{read_cell, CellClaim, Fence, WriteAck};
@@ -48,9 +54,61 @@ const READS_IN_FLIGHT: usize = 16;
 pub struct LogHead {
     /// The sequence number of the next record: records `0..next` are committed.
     pub next: u64,
-    /// `(first_seq, epoch)`: from `first_seq` on, records were written under `epoch`
-    /// (ascending in both).
-    pub runs: Vec<(u64, u64)>,
+    /// Where each run of records begins, ascending in sequence number and epoch.
+    pub runs: Vec<Run>,
+}
+
+/// From `first_seq` on (until the next run), records were written under `epoch`, named with
+/// `tag` if it has one. Stored as `[first_seq, epoch]` or `[first_seq, epoch, "tag"]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "RunRepr", into = "RunRepr")]
+pub struct Run {
+    /// The first sequence number of the run.
+    pub first_seq: u64,
+    /// The epoch its records were written under.
+    pub epoch: u64,
+    /// Set when the run's plain names were taken (see the module docs).
+    pub tag: Option<String>,
+}
+
+impl Run {
+    /// A run without a tag.
+    pub fn new(first_seq: u64, epoch: u64) -> Run {
+        Run {
+            first_seq,
+            epoch,
+            tag: None,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum RunRepr {
+    Plain(u64, u64),
+    Tagged(u64, u64, String),
+}
+
+impl From<RunRepr> for Run {
+    fn from(r: RunRepr) -> Run {
+        match r {
+            RunRepr::Plain(first_seq, epoch) => Run::new(first_seq, epoch),
+            RunRepr::Tagged(first_seq, epoch, tag) => Run {
+                first_seq,
+                epoch,
+                tag: Some(tag),
+            },
+        }
+    }
+}
+
+impl From<Run> for RunRepr {
+    fn from(r: Run) -> RunRepr {
+        match r.tag {
+            None => RunRepr::Plain(r.first_seq, r.epoch),
+            Some(t) => RunRepr::Tagged(r.first_seq, r.epoch, t),
+        }
+    }
 }
 
 impl LogHead {
@@ -61,13 +119,23 @@ impl LogHead {
         }
         let head: LogHead = serde_json::from_slice(data)
             .map_err(|e| Error::corrupt(key, format!("not a log head: {e}")))?;
-        let ordered = head
+        let ordered = head.runs.windows(2).all(|w| {
+            w[0].first_seq <= w[1].first_seq
+                && (w[0].epoch < w[1].epoch || (w[0].epoch == w[1].epoch && w[0].tag != w[1].tag))
+        });
+        let covered = head.next == 0 || head.runs.first().is_some_and(|r| r.first_seq == 0);
+        let named = head
             .runs
-            .windows(2)
-            .all(|w| w[0].0 <= w[1].0 && w[0].1 < w[1].1);
-        let covered = head.next == 0 || head.runs.first().is_some_and(|r| r.0 == 0);
-        if !ordered || !covered || head.runs.last().is_some_and(|r| r.0 > head.next) {
+            .iter()
+            .all(|r| r.tag.as_deref().is_none_or(valid_tag));
+        if !ordered || !covered || head.runs.last().is_some_and(|r| r.first_seq > head.next) {
             return Err(Error::corrupt(key, "log head runs out of order"));
+        }
+        if !named {
+            return Err(Error::corrupt(
+                key,
+                "log head names a run with an invalid tag",
+            ));
         }
         Ok(head)
     }
@@ -77,27 +145,53 @@ impl LogHead {
         Bytes::from(serde_json::to_vec(self).unwrap_or_default())
     }
 
-    /// The epoch record `seq` was written under, if committed.
-    pub fn epoch_of(&self, seq: u64) -> Option<u64> {
+    /// The run record `seq` belongs to, if committed.
+    pub fn run_of(&self, seq: u64) -> Option<&Run> {
         if seq >= self.next {
             return None;
         }
-        self.runs.iter().rev().find(|r| r.0 <= seq).map(|r| r.1)
+        self.runs.iter().rev().find(|r| r.first_seq <= seq)
     }
 
-    fn appended(&self, seq: u64, epoch: u64) -> LogHead {
+    /// The epoch record `seq` was written under, if committed.
+    pub fn epoch_of(&self, seq: u64) -> Option<u64> {
+        self.run_of(seq).map(|r| r.epoch)
+    }
+
+    /// The object name of committed record `seq`.
+    pub fn name_of(&self, seq: u64) -> Option<String> {
+        self.run_of(seq)
+            .map(|r| record_name(seq, r.epoch, r.tag.as_deref()))
+    }
+
+    fn appended(&self, seq: u64, epoch: u64, tag: Option<&str>) -> LogHead {
         let mut next = self.clone();
         next.next = seq + 1;
-        if next.runs.last().map(|r| r.1) != Some(epoch) {
-            next.runs.push((seq, epoch));
+        let same = next
+            .runs
+            .last()
+            .is_some_and(|r| r.epoch == epoch && r.tag.as_deref() == tag);
+        if !same {
+            next.runs.push(Run {
+                first_seq: seq,
+                epoch,
+                tag: tag.map(str::to_owned),
+            });
         }
         next
     }
 }
 
-/// The name of record `seq` under `epoch`.
-pub fn record_name(seq: u64, epoch: u64) -> String {
-    format!("{seq:020}-{epoch}")
+/// The name of record `seq` under `epoch` (and the run's `tag`, if it has one).
+pub fn record_name(seq: u64, epoch: u64, tag: Option<&str>) -> String {
+    match tag {
+        None => format!("{seq:020}-{epoch}"),
+        Some(t) => format!("{seq:020}-{epoch}-{t}"),
+    }
+}
+
+fn valid_tag(t: &str) -> bool {
+    !t.is_empty() && t.len() <= 64 && t.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
 /// A committed append.
@@ -116,8 +210,11 @@ pub struct Appended {
 pub struct AppendLog {
     own: Arc<Ownership>,
     claim: Arc<CellClaim>,
-    /// The head as this claim last wrote or read it; `None`: read it first.
-    head: tokio::sync::Mutex<Option<LogHead>>,
+    /// The bound of one record request: the fence's longest attempt timeout.
+    attempt_ms: u64,
+    /// The head as this claim last wrote or read it (`None`: read it first), and the tag
+    /// this log names its records with (`None` until a create found its name taken).
+    head: tokio::sync::Mutex<(Option<LogHead>, Option<String>)>,
 }
 
 impl AppendLog {
@@ -126,7 +223,8 @@ impl AppendLog {
         AppendLog {
             own: fence.ownership().clone(),
             claim,
-            head: tokio::sync::Mutex::new(None),
+            attempt_ms: fence.config().attempt_max_ms,
+            head: tokio::sync::Mutex::new((None, None)),
         }
     }
 
@@ -136,7 +234,7 @@ impl AppendLog {
         let mut slot = self.head.lock().await;
         let head = self.read_head().await?;
         let next = head.next;
-        *slot = Some(head);
+        slot.0 = Some(head);
         Ok(next)
     }
 
@@ -153,25 +251,25 @@ impl AppendLog {
     /// it gets (a record that names its own place in the log).
     pub async fn append_with(&self, record: impl FnOnce(u64) -> Bytes) -> Result<Appended, Error> {
         let mut slot = self.head.lock().await;
-        let head = match slot.take() {
+        let head = match slot.0.take() {
             Some(h) => h,
             None => self.read_head().await?,
         };
         let (seq, epoch) = (head.next, self.claim.epoch());
         let record = record(seq);
-        if let Err(e) = self.put_record(seq, epoch, &record).await {
-            *slot = Some(head);
+        if let Err(e) = self.put_record(seq, epoch, &mut slot.1, &record).await {
+            slot.0 = Some(head);
             return Err(e);
         }
-        let next = head.appended(seq, epoch);
+        let next = head.appended(seq, epoch, slot.1.as_deref());
         match self.claim.write(next.encode()).await {
             Ok(ack) => {
-                *slot = Some(next);
+                slot.0 = Some(next);
                 Ok(Appended { seq, epoch, ack })
             }
             Err(e) => {
                 if !e.is_ambiguous() && e.kind() != ErrorKind::Fenced {
-                    *slot = Some(head);
+                    slot.0 = Some(head);
                 }
                 Err(e)
             }
@@ -187,36 +285,59 @@ impl AppendLog {
         }
     }
 
-    /// Creates record `seq` under `epoch`. An object already there is uncommitted (the head
-    /// says `next == seq`, and only this epoch's one claim writes `…-<epoch>` objects): it is
-    /// a failed attempt of ours, replaced.
-    async fn put_record(&self, seq: u64, epoch: u64, body: &Bytes) -> Result<(), Error> {
-        let key = self
-            .own
-            .log_key(self.claim.cell(), &record_name(seq, epoch))?;
+    /// Creates record `seq` under `epoch` with `Absent` — never over any object. An object
+    /// already there with our bytes is ours (an ambiguous create that landed); one with other
+    /// bytes belongs to someone else (an orphan, or another claim of this epoch): the log
+    /// takes a fresh `tag` and creates the record under that name instead. Every request is
+    /// bounded by the fence's longest attempt timeout.
+    async fn put_record(
+        &self,
+        seq: u64,
+        epoch: u64,
+        tag: &mut Option<String>,
+        body: &Bytes,
+    ) -> Result<(), Error> {
+        if !self.claim.is_held() {
+            return Err(Error::fenced(format!(
+                "log of {}: the claim is no longer held; nothing written",
+                self.claim.cell()
+            )));
+        }
         let store = self.own.store();
+        let bound = Duration::from_millis(self.attempt_ms.max(1));
         let mut last = None;
         for _ in 0..RECORD_TRIES {
-            let guard = match store.get(&key).await {
-                Ok(None) => CasGuard::Absent,
-                Ok(Some(s)) if s.body == *body => return Ok(()),
-                Ok(Some(s)) => CasGuard::Match(s.version),
-                Err(e) => {
-                    last = Some(e);
-                    continue;
-                }
-            };
-            match store.put(&key, body.clone(), guard).await {
-                Ok(PutOutcome::Applied(_)) => return Ok(()),
-                Ok(PutOutcome::Rejected) => {}
-                Err(e) if e.is_ambiguous() || e.is_retryable() => last = Some(e),
-                Err(e) => return Err(e),
+            let key = self
+                .own
+                .log_key(self.claim.cell(), &record_name(seq, epoch, tag.as_deref()))?;
+            match tokio::time::timeout(bound, store.put(&key, body.clone(), CasGuard::Absent)).await
+            {
+                Ok(Ok(PutOutcome::Applied(_))) => return Ok(()),
+                Ok(Ok(PutOutcome::Rejected)) => {}
+                Ok(Err(e)) if e.is_ambiguous() || e.is_retryable() => last = Some(e),
+                Ok(Err(e)) => return Err(e),
+                Err(_) => last = Some(timed_out(&key)),
+            }
+            match tokio::time::timeout(bound, store.get(&key)).await {
+                Ok(Ok(None)) => {}
+                Ok(Ok(Some(s))) if s.body == *body => return Ok(()),
+                Ok(Ok(Some(_))) => *tag = Some(self.own.fresh_nonce()),
+                Ok(Err(e)) => last = Some(e),
+                Err(_) => last = Some(timed_out(&key)),
             }
         }
-        Err(last.unwrap_or_else(|| {
-            Error::new(ErrorKind::Conflict, "log record kept changing").not_committed()
-        }))
+        // A record object no head names commits nothing.
+        Err(last
+            .unwrap_or_else(|| Error::new(ErrorKind::Conflict, "log record names kept being taken"))
+            .not_committed())
     }
+}
+
+fn timed_out(key: &Key) -> Error {
+    Error::new(
+        ErrorKind::Timeout,
+        format!("{key}: no answer within the attempt timeout"),
+    )
 }
 
 /// A log as read: its head and the records from the requested one on.
@@ -245,8 +366,8 @@ pub async fn read_log(fence: &Fence, cell: &str, from: u64) -> Result<LogRead, E
     let reads = (from..head.next).map(|seq| {
         let head = &head;
         async move {
-            let epoch = head.epoch_of(seq).unwrap_or_default();
-            let rk = own.log_key(cell, &record_name(seq, epoch))?;
+            let name = head.name_of(seq).unwrap_or_default();
+            let rk = own.log_key(cell, &name)?;
             match own.store().get(&rk).await? {
                 Some(s) => Ok((seq, s.body)),
                 None => Err(Error::corrupt(&rk, "a committed log record is missing")),

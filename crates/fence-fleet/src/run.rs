@@ -77,6 +77,8 @@ pub(crate) struct Run {
     commands: mpsc::Receiver<Command>,
     lost_tx: mpsc::UnboundedSender<()>,
     lost_rx: mpsc::UnboundedReceiver<()>,
+    /// A drain was answered while the lease was lost: the task ends.
+    done: bool,
 }
 
 enum Wake {
@@ -118,6 +120,7 @@ impl Run {
             commands,
             lost_tx,
             lost_rx,
+            done: false,
         }
     }
 
@@ -143,6 +146,9 @@ impl Run {
                 _ = self.lost_rx.recv() => Wake::Lost,
                 _ = clock.sleep_until(wake) => Wake::Tick,
             };
+            if self.done {
+                return;
+            }
             match event {
                 Wake::Command(Command::HandOff { cell, to, reply }) => {
                     let r = self.hand_off_asked(&cell, &to).await;
@@ -162,6 +168,9 @@ impl Run {
                     self.reap().await;
                 }
                 Wake::Tick => wake = self.round().await,
+            }
+            if self.done {
+                return;
             }
         }
     }
@@ -520,7 +529,19 @@ impl Run {
             ..self.s.clone()
         };
         loop {
-            match acquire(&self.fence, &settings).await {
+            // Commands are answered while the lease is being taken again: nothing is held,
+            // so a drain is done at once and a hand-off has nothing to hand.
+            let acquired = tokio::select! {
+                a = acquire(&self.fence, &settings) => a,
+                c = self.commands.recv() => {
+                    if !self.answer_while_lost(c) {
+                        self.done = true;
+                        return;
+                    }
+                    continue;
+                }
+            };
+            match acquired {
                 Ok(lease) => {
                     let generation = lease.generation();
                     info!(node = %self.inner.node, generation, "node lease acquired again");
@@ -537,6 +558,28 @@ impl Run {
                     let d = Duration::from_millis(self.s.interval_ms);
                     self.fence.clock().sleep(d).await;
                 }
+            }
+        }
+    }
+
+    /// Answers a command while the lease is lost; `false` when the task should end.
+    fn answer_while_lost(&mut self, command: Option<Command>) -> bool {
+        match command {
+            None => false,
+            Some(Command::Drain { reply, .. }) => {
+                let drained = Drained {
+                    left: self.orphans.clone(),
+                    ..Drained::default()
+                };
+                let _ = reply.send(drained);
+                false
+            }
+            Some(Command::HandOff { cell, reply, .. }) => {
+                let e = Error::fenced(format!(
+                    "cell {cell}: the node lease is lost; nothing is held to hand off"
+                ));
+                let _ = reply.send(Err(e));
+                true
             }
         }
     }

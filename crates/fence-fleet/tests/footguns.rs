@@ -12,7 +12,7 @@ use fence_core::{
     read_cell, CasGuard, CellData, ClaimStatus, Clock, ErrorKind, FenceReason, LeaseConfig,
     LeaseStatus, Ownership, WriteAck,
 };
-use fence_fleet::log::{read_log, AppendLog};
+use fence_fleet::log::{read_log, AppendLog, Run};
 use support::*;
 
 #[tokio::test(start_paused = true)]
@@ -215,5 +215,5 @@ async fn a_stale_writers_records_are_orphans_the_log_never_shows() {
         .log_key("c", "00000000000000000003-1")
         .unwrap();
     assert!(store.get(&orphan).await.unwrap().is_some());
-    assert_eq!(read.head.runs, vec![(0, 1), (3, 2)]);
+    assert_eq!(read.head.runs, vec![Run::new(0, 1), Run::new(3, 2)]);
 }

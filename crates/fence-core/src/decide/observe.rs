@@ -112,7 +112,7 @@ impl Observation {
     pub fn hold_ms(&self, cfg: &LeaseConfig) -> u64 {
         let theirs = self.lease.as_ref().and_then(|l| l.ttl_ms).unwrap_or(0);
         let hold = cfg.ttl_ms.max(theirs.min(cfg.stale_after_ms));
-        hold.saturating_add(hold / 500)
+        hold.saturating_add(hold.div_ceil(500))
     }
 
     /// The verdict at `now`. `Dead` by observation needs a read sent at `until_mono` or

@@ -36,11 +36,21 @@ pub struct CellData {
 /// [`CellData::stale`] when its epoch is not the owner record's.
 pub async fn read_cell(ownership: &Ownership, cell: &str) -> Result<Option<CellData>, Error> {
     // A payload object can be collected between reading the head and reading the object,
-    // when a newer write replaced it: read the head again.
-    for _ in 0..4 {
-        let Some((head, _)) = ownership.read_head(cell).await? else {
+    // when a newer write replaced it: read the head again. Only a head that did not move while
+    // its object was missing is corrupt; a cell that keeps changing is retried a while.
+    let mut last: Option<Version> = None;
+    for _ in 0..64 {
+        let Some((head, version)) = ownership.read_head(cell).await? else {
             return Ok(None);
         };
+        if last.as_ref() == Some(&version) {
+            let key = ownership.owner_key(cell)?;
+            return Err(Error::corrupt(
+                &key,
+                "the head points at a payload object that does not exist",
+            ));
+        }
+        last = Some(version);
         if head.format == HeadFormat::V1 {
             return read_legacy(ownership, cell, head).await;
         }
@@ -56,11 +66,11 @@ pub async fn read_cell(ownership: &Ownership, cell: &str) -> Result<Option<CellD
             }));
         }
     }
-    let key = ownership.owner_key(cell)?;
-    Err(Error::corrupt(
-        &key,
-        "the head points at a payload object that does not exist",
-    ))
+    Err(Error::new(
+        ErrorKind::Unavailable,
+        format!("cell {cell}: its payload object was replaced on every read; try again"),
+    )
+    .not_committed())
 }
 
 async fn read_legacy(

@@ -145,11 +145,8 @@ pub(crate) async fn claim_or_resume(
                 epoch = h.epoch,
                 "cell resumed at its current epoch"
             );
-            let known = Known::of(h.clone(), v.clone());
-            return Ok((
-                CellClaim::new(shared, slot, cell, h.epoch, Some(known)),
-                true,
-            ));
+            let claim = reseal(shared, slot, cell, h.clone(), v.clone()).await?;
+            return Ok((claim, true));
         }
     }
     let writer = read.as_ref().and_then(|(h, _)| h.generation.clone());
@@ -286,14 +283,68 @@ pub(crate) async fn adopt(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim,
     match read.await.map_err(Error::not_committed)? {
         Some((h, v)) if h.node.as_deref() == Some(shared.node()) && h.format == HeadFormat::V2 => {
             let epoch = h.epoch;
+            let claim = reseal(shared, slot, cell, h, v).await?;
             info!(node = shared.node(), cell, epoch, "cell adopted at its current epoch");
-            Ok(CellClaim::new(shared, slot, cell, epoch, Some(Known::of(h, v))))
+            Ok(claim)
         }
         Some((h, _)) => Err(Error::fenced(format!(
             "cell {cell} is not this node's to adopt (owner {:?} at epoch {}; an older format needs a claim)",
             h.node, h.epoch
         ))),
         None => Err(Error::fenced(format!("cell {cell} has no head to adopt"))),
+    }
+}
+
+/// Resumes a cell the head `h` (at version `v`) names as ours, at its epoch: one
+/// compare-and-swap of the head at the same epoch, with our write identity. It is the
+/// resume's seal — any write still in flight under an earlier version (a peer's takeover, a
+/// predecessor's late write) is rejected from then on — so a resumed claim is believed only
+/// once nobody else can land one.
+async fn reseal(
+    shared: &Arc<Shared>,
+    slot: Reservation<'_>,
+    cell: &str,
+    h: CellHead,
+    v: Version,
+) -> Result<CellClaim, Error> {
+    let fence = &shared.fence;
+    let me = shared.node();
+    let body = CellHead {
+        node: Some(me.to_owned()),
+        epoch: h.epoch,
+        nonce: fence.ownership.fresh_nonce(),
+        generation: Some(shared.generation()),
+        payload: h.payload,
+        extra: h.extra,
+        format: HeadFormat::V2,
+    };
+    let write = HeadWrite {
+        own: &fence.ownership,
+        cell,
+        owner: me,
+        epoch: h.epoch,
+        body: &body,
+        guard: CasGuard::Match(v),
+        flaws: fence.flaws,
+        clock: &fence.clock,
+    };
+    match write.settle(|| shared.request_bound_ms()).await? {
+        Settled::Landed(v) => Ok(CellClaim::new(
+            shared,
+            slot,
+            cell,
+            h.epoch,
+            Some(Known::of(body, v)),
+        )),
+        Settled::Moved { .. } => Err(lost_race(cell, Commit::NotCommitted)),
+        Settled::Fenced { maybe_landed, .. } => Err(lost_race(
+            cell,
+            if maybe_landed {
+                Commit::Ambiguous
+            } else {
+                Commit::NotCommitted
+            },
+        )),
     }
 }
 
@@ -409,8 +460,8 @@ impl CellClaim {
         self.epoch
     }
 
-    /// Whether this claim may act now: the node lease is held (judged now, on the monotonic
-    /// clock) and no write has found the cell superseded. A local check; the store is the
+    /// Whether this claim may act now: the node lease is held (judged now, on both the
+    /// monotonic and the wall clock) and no write has found the cell superseded. A local check; the store is the
     /// real fence — a claim superseded since its last write reads as held until its next
     /// write or the lease's loss says otherwise.
     pub fn is_held(&self) -> bool {
@@ -485,6 +536,12 @@ impl CellClaim {
             return result;
         }
         let mut known = self.known.lock().await;
+        // The claim may have ended (closed, handed off, released) while this write waited
+        // for the one before it.
+        if let Err(e) = self.refuse_if_over() {
+            self.collect_unused(&stored);
+            return Err(e);
+        }
         self.write_on(&mut known, stored).await
     }
 
@@ -583,12 +640,14 @@ impl CellClaim {
         Err(not_ours(&self.cell, found))
     }
 
-    /// Refuses when the claim is over for good (anything but held or closed).
+    /// Refuses once the claim has ended in any way (closed included): nothing more is sent
+    /// through it. Checked again after taking the write lock, so nothing queued behind a
+    /// `close`, a hand-off or a release goes out either.
     fn refuse_if_over(&self) -> Result<(), Error> {
         match self.ended() {
-            None | Some(ClaimStatus::Closed) => Ok(()),
+            None => Ok(()),
             Some(how) => Err(Error::fenced(format!(
-                "cell {}: the claim has ended ({how:?})",
+                "cell {}: the claim has ended ({how:?}); refused locally, nothing written",
                 self.cell
             ))),
         }
@@ -656,9 +715,11 @@ impl CellClaim {
             return Err(Error::corrupt(&key, "epoch cannot be raised"));
         };
         let mut slot = self.known.lock().await;
-        // Stop acting first: no write of this claim is in flight (we hold its lock) and none
-        // will be sent from here on.
-        self.end(ClaimStatus::Closed);
+        // Stop acting first: no write of this claim is in flight (we hold its lock, and every
+        // write checks the claim's end after taking it) and none will be sent from here on.
+        // The claim stays in the lease's register until the hand-off settles, so this lease
+        // cannot adopt the cell meanwhile.
+        self.refuse_if_over()?;
         let receiver = |base| {
             (
                 Some(to.to_owned()),
@@ -667,10 +728,17 @@ impl CellClaim {
                 base,
             )
         };
-        self.rewrite(&mut slot, receiver).await?;
-        info!(node = self.shared.node(), cell = %self.cell, to, epoch = next, "cell handed off");
-        self.end(ClaimStatus::HandedOff { epoch: next });
-        Ok(next)
+        match self.rewrite(&mut slot, receiver).await {
+            Ok(()) => {
+                info!(node = self.shared.node(), cell = %self.cell, to, epoch = next, "cell handed off");
+                self.end(ClaimStatus::HandedOff { epoch: next });
+                Ok(next)
+            }
+            Err(e) => {
+                self.end(ClaimStatus::Closed);
+                Err(e)
+            }
+        }
     }
 
     /// Deletes the payload object a landed write replaced (nothing refers to it any more).
@@ -748,6 +816,7 @@ impl CellClaim {
         }
         self.refuse_if_over()?;
         let mut slot = self.known.lock().await;
+        self.refuse_if_over()?;
         self.rewrite(&mut slot, |base| {
             (None, self.epoch, Some(self.shared.generation()), base)
         })

@@ -439,14 +439,16 @@ impl LeaseKeeper {
         }
     }
 
-    /// Whether this process may act as the lease holder *now*: judged at call time on the
-    /// monotonic clock against the anchor of the last applied write.
+    /// Whether this process may act as the lease holder *now*: judged at call time against
+    /// the anchor of the last applied write, on both the monotonic and the wall clock — a
+    /// TTL passed on either ends it (a machine resumed from suspend knows at once).
     pub fn is_held(&self) -> bool {
         self.shared.is_held()
     }
 
-    /// The authority left now, on the monotonic clock: zero when not held. A supervisor can
-    /// end what it runs early enough that it is gone before this runs out.
+    /// The authority left now, the lesser of what the monotonic and the wall clock leave:
+    /// zero when not held. A supervisor can end what it runs early enough that it is gone
+    /// before this runs out.
     pub fn remaining(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.shared.remaining_ms())
     }
@@ -520,7 +522,9 @@ impl LeaseKeeper {
     /// [`adopt`](Self::adopt) would: `(claim, true)`. For the generations whose writes the
     /// caller knows have all settled — this process's own, or a predecessor known gone (see
     /// docs/design.md, "Restart and resume"), or a receiver's named by a
-    /// [hand-off](claim::CellClaim::hand_off). Two requests for a claim, one for a resume.
+    /// [hand-off](claim::CellClaim::hand_off). Two requests either way: a claim is a read and
+    /// a CAS at epoch + 1, a resume a read and a CAS at the same epoch (see
+    /// [`adopt`](Self::adopt)).
     pub async fn claim_or_resume(
         &self,
         cell: &str,
@@ -553,7 +557,9 @@ impl LeaseKeeper {
     }
 
     /// Resumes `cell` at its current epoch, without a new one, if the store names this node
-    /// as its owner: one request. For a process that restarted under the same node id (or
+    /// as its owner: two requests — a read, and a compare-and-swap of the head at the same
+    /// epoch that names this lease generation (the *seal*: a peer's takeover racing the
+    /// resume is refused, or the resume is, never neither). For a process that restarted under the same node id (or
     /// whose lease lapsed while nobody took over) and wants its cells back without a
     /// failover. Correct only when no other process of this node can still write under that
     /// epoch — this process wrote it, or the one that did is gone and its requests have

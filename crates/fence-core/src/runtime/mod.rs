@@ -71,13 +71,17 @@ fn ms(d: Duration) -> u64 {
 }
 
 impl FenceBuilder {
-    /// Lease TTL (default 10 s). Renewal happens at TTL/3; attempt timeouts scale with it
-    /// unless set explicitly.
+    /// Lease TTL (default 10 s). Renewal happens at TTL/3; each attempt's timeout is about
+    /// half the remaining authority, within the bounds of
+    /// [`attempt_timeouts`](Self::attempt_timeouts), which (like `max_attempts`) stay as set
+    /// whatever order the builder calls come in.
     #[must_use]
     pub fn ttl(mut self, ttl: Duration) -> Self {
         let keep = self.cfg.clone();
         self.cfg = LeaseConfig::with_ttl_ms(ms(ttl));
         self.cfg.max_attempts = keep.max_attempts;
+        self.cfg.attempt_min_ms = keep.attempt_min_ms;
+        self.cfg.attempt_max_ms = keep.attempt_max_ms;
         self
     }
 
