@@ -82,8 +82,15 @@ impl fmt::Display for Failure {
 }
 
 impl From<Error> for Failure {
+    /// A write whose outcome is unknown (it may have landed) exits 69 whatever its kind:
+    /// 75 and 76 say the store proved nothing was written.
     fn from(e: Error) -> Self {
-        Failure::new(code_of(e.kind()), describe(&e))
+        let code = if e.is_ambiguous() {
+            STORE
+        } else {
+            code_of(e.kind())
+        };
+        Failure::new(code, describe(&e))
     }
 }
 

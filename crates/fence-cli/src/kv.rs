@@ -139,9 +139,16 @@ pub async fn put(
         return Err(f);
     }
     result.map_err(|e| match e.kind() {
-        ErrorKind::Fenced => Failure::new(
+        // "Refused" (76) only when the store proved the put did not land: a fenced answer
+        // after an attempt whose answer was lost may have landed first (exit 69, like any
+        // put whose outcome is unknown).
+        ErrorKind::Fenced if !e.is_ambiguous() => Failure::new(
             FENCED,
             format!("refused: epoch {epoch} is no longer current for lease {lease} ({e})"),
+        ),
+        ErrorKind::Fenced => Failure::new(
+            STORE,
+            format!("unknown outcome: the put may have landed before epoch {epoch} of lease {lease} ended; read it back with `fence get` ({e})"),
         ),
         _ => e.into(),
     })

@@ -15,6 +15,8 @@
 //! | `skip-fenced-check` | writes go to the store although the lease is no longer held by our own clock |
 //! | `reapply-after-ambiguity` | writes through one claim are not serialised, and a write whose read-back shows another version is re-applied on top |
 //! | `rollback-acknowledged` | a claim restores the payload this process last wrote to the cell instead of carrying the current one forward |
+//! | `resume-without-seal` | a resume acts on the head it read without writing it at the same epoch (a peer's takeover racing the resume also succeeds) |
+//! | `hand-off-unregisters-early` | a hand-off takes the cell out of the lease's register before its write is sent (the lease can resume the cell it is handing away) |
 
 use std::fmt;
 
@@ -37,11 +39,15 @@ pub enum Sabotage {
     ReapplyAfterAmbiguity,
     /// See the module table.
     RollbackAcknowledged,
+    /// See the module table.
+    ResumeWithoutSeal,
+    /// See the module table.
+    HandOffUnregistersEarly,
 }
 
 impl Sabotage {
     /// Every switch.
-    pub const ALL: [Sabotage; 8] = [
+    pub const ALL: [Sabotage; 10] = [
         Sabotage::SkipSeal,
         Sabotage::EarlySealRead,
         Sabotage::NoLandedAfterExpiry,
@@ -50,6 +56,8 @@ impl Sabotage {
         Sabotage::SkipFencedCheck,
         Sabotage::ReapplyAfterAmbiguity,
         Sabotage::RollbackAcknowledged,
+        Sabotage::ResumeWithoutSeal,
+        Sabotage::HandOffUnregistersEarly,
     ];
 
     /// The switch's name, as CI prints it.
@@ -63,6 +71,8 @@ impl Sabotage {
             Sabotage::SkipFencedCheck => "skip-fenced-check",
             Sabotage::ReapplyAfterAmbiguity => "reapply-after-ambiguity",
             Sabotage::RollbackAcknowledged => "rollback-acknowledged",
+            Sabotage::ResumeWithoutSeal => "resume-without-seal",
+            Sabotage::HandOffUnregistersEarly => "hand-off-unregisters-early",
         }
     }
 }

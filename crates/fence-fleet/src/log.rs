@@ -41,7 +41,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use fence_core::runtime::{read_cell, CellClaim, Fence, WriteAck};
 use fence_core::{CasGuard, Error, ErrorKind, Key, Ownership, PutOutcome};
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 
 /// Writes of one record object before giving up.
@@ -137,6 +137,12 @@ impl LogHead {
                 "log head names a run with an invalid tag",
             ));
         }
+        if head.next == u64::MAX {
+            return Err(Error::corrupt(
+                key,
+                "log head is at the end of the sequence",
+            ));
+        }
         Ok(head)
     }
 
@@ -164,9 +170,11 @@ impl LogHead {
             .map(|r| record_name(seq, r.epoch, r.tag.as_deref()))
     }
 
+    /// The head with record `seq` committed (`decode` refuses a head whose `next` cannot be
+    /// raised, so this never wraps).
     fn appended(&self, seq: u64, epoch: u64, tag: Option<&str>) -> LogHead {
         let mut next = self.clone();
-        next.next = seq + 1;
+        next.next = seq.saturating_add(1);
         let same = next
             .runs
             .last()
@@ -351,11 +359,18 @@ pub struct LogRead {
     pub records: Vec<(u64, Bytes)>,
 }
 
-/// Reads `cell`'s log from record `from` on: the head, then each committed record.
+/// Reads `cell`'s log from record `from` on: the head, then each committed record. Each
+/// request is bounded by the fence's longest attempt timeout ([`ErrorKind::Timeout`]).
 pub async fn read_log(fence: &Fence, cell: &str, from: u64) -> Result<LogRead, Error> {
     let own = fence.ownership();
     let key = own.owner_key(cell)?;
-    let Some(data) = read_cell(own, cell).await? else {
+    let bound = Duration::from_millis(fence.config().attempt_max_ms.max(1));
+    let within = |what: &Key| {
+        let what = what.clone();
+        move |_| timed_out(&what)
+    };
+    let head_read = tokio::time::timeout(bound, read_cell(own, cell)).await;
+    let Some(data) = head_read.map_err(within(&key))?? else {
         return Ok(LogRead {
             head: LogHead::default(),
             epoch: 0,
@@ -368,19 +383,21 @@ pub async fn read_log(fence: &Fence, cell: &str, from: u64) -> Result<LogRead, E
         async move {
             let name = head.name_of(seq).unwrap_or_default();
             let rk = own.log_key(cell, &name)?;
-            match own.store().get(&rk).await? {
+            let read = tokio::time::timeout(bound, own.store().get(&rk)).await;
+            match read.map_err(within(&rk))?? {
                 Some(s) => Ok((seq, s.body)),
                 None => Err(Error::corrupt(&rk, "a committed log record is missing")),
             }
         }
     });
-    let records: Vec<Result<(u64, Bytes), Error>> = futures::stream::iter(reads)
+    // The first failed read ends the whole read (a missing record answers `Corrupt` at once).
+    let records: Vec<(u64, Bytes)> = futures::stream::iter(reads)
         .buffered(READS_IN_FLIGHT)
-        .collect()
-        .await;
+        .try_collect()
+        .await?;
     Ok(LogRead {
         head,
         epoch: data.epoch,
-        records: records.into_iter().collect::<Result<_, _>>()?,
+        records,
     })
 }

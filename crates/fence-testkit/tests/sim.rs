@@ -27,11 +27,12 @@ fn run_and_report(label: &str, seeds: std::ops::Range<u64>, cfg: &SimConfig) -> 
     };
     let summary = run_seeds(seeds, cfg, 2, true);
     println!(
-        "simulation [{label}]: {} seeds in {:.1} s wall time, {} failed; {} acknowledged writes, {} faults, {} crashes; longest settle {} virtual ms (bound {} ms)",
+        "simulation [{label}]: {} seeds in {:.1} s wall time, {} failed; {} acknowledged writes, {} resumes, {} faults, {} crashes; longest settle {} virtual ms (bound {} ms)",
         summary.runs,
         started.elapsed().as_secs_f64(),
         summary.failures.len(),
         summary.acks,
+        summary.resumes,
         summary.faults,
         summary.crashes,
         summary.max_settle_ms,
@@ -56,6 +57,7 @@ fn every_property_holds_over_many_seeds() {
     );
     assert_clean(&summary);
     assert!(summary.acks > 0, "the nodes got writes acknowledged");
+    assert!(summary.resumes > 0, "hand-offs and recoveries were resumed");
 }
 
 #[test]

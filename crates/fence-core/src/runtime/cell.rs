@@ -12,7 +12,7 @@ use crate::clock::Clock;
 use crate::error::{Error, ErrorKind};
 use crate::flaws::Flaws;
 use crate::ownership::{Ownership, INLINE_MAX_DEFAULT};
-use crate::record::{CellHead, HeadFormat};
+use crate::record::{CellHead, CellPayload, HeadFormat};
 use crate::store::{CasGuard, Version};
 
 /// A cell's data as a reader sees it.
@@ -167,12 +167,28 @@ pub async fn update_cell(
             clock: &clock,
         };
         match write.settle(|| bound).await? {
-            Settled::Landed(version) => return Ok(WriteAck { epoch, version }),
-            Settled::Moved { head, version } => current = Some((head, version)),
+            Settled::Landed(version) => {
+                // The payload object this write replaced is referred to by no head any more
+                // (heads never go back).
+                if head.payload.blob() != body.payload.blob() {
+                    drop_unused(ownership, cell, &head.payload, &clock, bound).await;
+                }
+                return Ok(WriteAck { epoch, version });
+            }
+            Settled::Moved { head, version } => {
+                // Proven not landed: its payload object is nobody's.
+                drop_unused(ownership, cell, &body.payload, &clock, bound).await;
+                current = Some((head, version));
+            }
             Settled::Fenced {
                 epoch: found,
                 maybe_landed,
-            } => return Err(head::superseded(cell, epoch, found, maybe_landed)),
+            } => {
+                if !maybe_landed {
+                    drop_unused(ownership, cell, &body.payload, &clock, bound).await;
+                }
+                return Err(head::superseded(cell, epoch, found, maybe_landed));
+            }
         }
     }
     Err(Error::new(
@@ -180,6 +196,23 @@ pub async fn update_cell(
         format!("cell {cell}: the head kept moving"),
     )
     .not_committed())
+}
+
+/// Deletes `payload`'s object, if it has one, within `bound`; a failure leaves it for
+/// [`CellClaim::collect_garbage`](super::claim::CellClaim::collect_garbage).
+async fn drop_unused(
+    ownership: &Ownership,
+    cell: &str,
+    payload: &CellPayload,
+    clock: &Clock,
+    bound: u64,
+) {
+    let Some(blob) = payload.blob() else {
+        return;
+    };
+    if let Err(e) = bounded(clock, bound, ownership.delete_blob(cell, blob)).await {
+        tracing::debug!(cell, blob = blob.name, error = %e, "payload object left for collection");
+    }
 }
 
 /// The head if it names an owner at exactly `epoch`.

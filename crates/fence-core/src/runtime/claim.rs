@@ -318,6 +318,16 @@ async fn reseal(
         extra: h.extra,
         format: HeadFormat::V2,
     };
+    if sabotaged!(fence.flaws, ResumeWithoutSeal) {
+        // Acts on the head as read: nothing tells a racing takeover that we are back.
+        return Ok(CellClaim::new(
+            shared,
+            slot,
+            cell,
+            h.epoch,
+            Some(Known::of(body, v)),
+        ));
+    }
     let write = HeadWrite {
         own: &fence.ownership,
         cell,
@@ -407,6 +417,16 @@ impl Drop for CellClaim {
     }
 }
 
+/// Takes a claim out of its lease's register when dropped: when its hand-off returns, or is
+/// given up by its caller.
+struct LeaveRegister<'a>(&'a CellClaim);
+
+impl Drop for LeaveRegister<'_> {
+    fn drop(&mut self) {
+        self.0.leave_register();
+    }
+}
+
 impl CellClaim {
     fn new(
         shared: &Arc<Shared>,
@@ -443,6 +463,17 @@ impl CellClaim {
         }
         drop(ended);
         self.leave_register();
+        self.shared.claim_ended();
+    }
+
+    /// Marks the claim closed without leaving the lease's register (a hand-off about to be
+    /// sent).
+    fn stop_acting(&self) {
+        let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+        if ended.is_none() {
+            *ended = Some(ClaimStatus::Closed);
+        }
+        drop(ended);
         self.shared.claim_ended();
     }
 
@@ -536,9 +567,9 @@ impl CellClaim {
             return result;
         }
         let mut known = self.known.lock().await;
-        // The claim may have ended (closed, handed off, released) while this write waited
-        // for the one before it.
-        if let Err(e) = self.refuse_if_over() {
+        // The claim may have ended (closed, handed off, released), or the lease run out,
+        // while this write waited for the one before it.
+        if let Err(e) = self.refuse_unless_acting("write") {
             self.collect_unused(&stored);
             return Err(e);
         }
@@ -653,6 +684,19 @@ impl CellClaim {
         }
     }
 
+    /// [`refuse_if_over`](Self::refuse_if_over), and the lease judged now: checked again
+    /// once the claim's write lock is taken, so a request queued behind a slow one is never
+    /// sent after the lease's authority ran out meanwhile.
+    fn refuse_unless_acting(&self, what: &str) -> Result<(), Error> {
+        if !self.shared.is_held() && !sabotaged!(self.shared.fence.flaws, SkipFencedCheck) {
+            return Err(Error::fenced(format!(
+                "cell {}: lease not held; {what} refused locally, nothing written",
+                self.cell
+            )));
+        }
+        self.refuse_if_over()
+    }
+
     /// Stops this claim: waits until no write of it is in flight, then ends it, so from the
     /// moment this returns no write of this claim can be acknowledged any more (later writes
     /// are refused locally). The store still names this node at this epoch: the cell can be
@@ -715,11 +759,17 @@ impl CellClaim {
             return Err(Error::corrupt(&key, "epoch cannot be raised"));
         };
         let mut slot = self.known.lock().await;
+        self.refuse_unless_acting("hand-off")?;
         // Stop acting first: no write of this claim is in flight (we hold its lock, and every
-        // write checks the claim's end after taking it) and none will be sent from here on.
-        // The claim stays in the lease's register until the hand-off settles, so this lease
-        // cannot adopt the cell meanwhile.
-        self.refuse_if_over()?;
+        // write checks the claim's end after taking it), none will be sent from here on, and
+        // the claim reads as closed before the hand-off is sent — also if this future is
+        // dropped. It stays in the lease's register until the hand-off settles (or is given
+        // up), so this lease cannot adopt the cell while the hand-off may still be retried.
+        self.stop_acting();
+        let _leave = LeaveRegister(self);
+        if sabotaged!(self.shared.fence.flaws, HandOffUnregistersEarly) {
+            self.leave_register();
+        }
         let receiver = |base| {
             (
                 Some(to.to_owned()),
@@ -769,12 +819,17 @@ impl CellClaim {
     /// many were deleted. Uses one listing (for inspection, as the store contract allows: what
     /// is deleted is decided by epochs and the head, never by the listing alone).
     pub async fn collect_garbage(&self) -> Result<usize, Error> {
-        let own = &self.shared.fence.ownership;
-        // Serialised with this claim's writes, so none of ours is in flight meanwhile.
+        let fence = &self.shared.fence;
+        let own = &fence.ownership;
+        // Serialised with this claim's writes, so none of ours is in flight meanwhile; every
+        // request is bounded, so `close()` and later writes never wait behind a hung one.
         let _writes = self.known.lock().await;
+        self.refuse_unless_acting("collection")?;
+        let bound = || self.shared.request_bound_ms();
         let prefix = own.blobs_prefix(&self.cell)?;
-        let names = own.store().list(Some(&prefix)).await?;
-        let Some((head, _)) = own.read_head(&self.cell).await? else {
+        let names = bounded(&fence.clock, bound(), own.store().list(Some(&prefix))).await?;
+        let Some((head, _)) = bounded(&fence.clock, bound(), own.read_head(&self.cell)).await?
+        else {
             return Ok(0);
         };
         let current = head.payload.blob().map(|b| b.name.clone());
@@ -786,16 +841,19 @@ impl CellClaim {
             let epoch = name.split('-').next().and_then(|e| e.parse::<u64>().ok());
             let older = epoch.is_some_and(|e| e < self.epoch);
             if older && current.as_deref() != Some(name) {
-                own.store().delete_immutable(&key).await?;
+                bounded(&fence.clock, bound(), own.store().delete_immutable(&key)).await?;
                 deleted += 1;
             }
         }
         Ok(deleted)
     }
 
-    /// Reads the cell's data.
+    /// Reads the cell's data, bounded by the fence's longest attempt timeout (default
+    /// 2.5 s; [`ErrorKind::Timeout`] when no answer came).
     pub async fn read(&self) -> Result<Option<CellData>, Error> {
-        cell::read_cell(&self.shared.fence.ownership, &self.cell).await
+        let fence = &self.shared.fence;
+        let read = cell::read_cell(&fence.ownership, &self.cell);
+        bounded(&fence.clock, fence.cfg.attempt_max_ms, read).await
     }
 
     /// Releases the cell: an unowned head that keeps the epoch and the data. One request.
@@ -816,7 +874,7 @@ impl CellClaim {
         }
         self.refuse_if_over()?;
         let mut slot = self.known.lock().await;
-        self.refuse_if_over()?;
+        self.refuse_unless_acting("release")?;
         self.rewrite(&mut slot, |base| {
             (None, self.epoch, Some(self.shared.generation()), base)
         })

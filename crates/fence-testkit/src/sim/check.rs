@@ -11,8 +11,10 @@ use super::trace::Event;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Property {
     /// (a) No two nodes (or two processes) ever claim, write or acknowledge at the same
-    /// `(cell, epoch)`, and a claim is returned only after the store applied a head naming
-    /// its node at its epoch (the claim's seal).
+    /// `(cell, epoch)` — except a process that resumed the epoch of a generation it vouched
+    /// for — and a claim is returned only after the store applied a head naming its node at
+    /// its epoch (the claim's seal); a resume only after the store applied, after the resume
+    /// was asked for, a head naming its node and its own generation at that epoch.
     OneWriterPerEpoch,
     /// (b) Per cell, every applied head keeps or raises the epoch; a head at a new epoch is
     /// a claim; at the same epoch only the owner writes or releases. (Claims may *return*
@@ -102,7 +104,15 @@ fn one_writer_per_epoch(events: &[Event], out: &mut Vec<Violation>) {
     let mut nodes: BTreeMap<(&str, u64), BTreeSet<&str>> = BTreeMap::new();
     let mut gens: BTreeMap<(&str, u64), BTreeSet<&str>> = BTreeMap::new();
     let mut sealed: HashSet<(&str, u64, &str)> = HashSet::new();
-    for e in events {
+    // When (virtual time, log index) a head naming (cell, epoch, node, generation) was last
+    // applied.
+    let mut sealed_by: HashMap<(&str, u64, &str, &str), (u64, usize)> = HashMap::new();
+    // Generations that joined an epoch by resuming it from a generation they vouched for,
+    // and every generation seen at an epoch with where in the log it was first seen (a head
+    // naming it counts: a resume whose caller gave up may still have sealed).
+    let mut joined: HashSet<(&str, u64, &str)> = HashSet::new();
+    let mut present: HashMap<(&str, u64), HashMap<&str, usize>> = HashMap::new();
+    for (i, e) in events.iter().enumerate() {
         let (cell, epoch, node, gen) = match e {
             Event::Claimed {
                 t,
@@ -124,19 +134,61 @@ fn one_writer_per_epoch(events: &[Event], out: &mut Vec<Violation>) {
                 gen,
                 ..
             } => (cell, *epoch, node, Some(gen)),
+            Event::Resumed {
+                t,
+                since,
+                cell,
+                epoch,
+                node,
+                gen,
+                vouched,
+            } => {
+                let seal = sealed_by.get(&(cell.as_str(), *epoch, node.as_str(), gen.as_str()));
+                if seal.is_none_or(|(at, _)| at < since) {
+                    let detail = format!("cell {cell} at {t} ms: {node} ({gen}) resumed epoch {epoch}, but the store applied no head naming it and its generation at that epoch after {since} ms (the resume's seal)");
+                    violation(out, Property::OneWriterPerEpoch, detail);
+                }
+                // Vouched for a generation the epoch had before the resume's own seal.
+                let seal_at = seal.map_or(i, |(_, idx)| *idx);
+                let before = present.get(&(cell.as_str(), *epoch));
+                let vouched_holder = before.is_some_and(|b| {
+                    vouched
+                        .iter()
+                        .any(|v| b.get(v.as_str()).is_some_and(|at| *at < seal_at))
+                });
+                if vouched_holder {
+                    joined.insert((cell.as_str(), *epoch, gen.as_str()));
+                }
+                (cell, *epoch, node, Some(gen))
+            }
             Event::HeadApplied {
+                t,
                 cell,
                 node: Some(node),
                 epoch,
+                gen,
                 ..
             } => {
                 sealed.insert((cell.as_str(), *epoch, node.as_str()));
+                if let Some(g) = gen {
+                    sealed_by.insert((cell.as_str(), *epoch, node.as_str(), g.as_str()), (*t, i));
+                    present
+                        .entry((cell, *epoch))
+                        .or_default()
+                        .entry(g)
+                        .or_insert(i);
+                }
                 (cell, *epoch, node, None)
             }
             _ => continue,
         };
         nodes.entry((cell, epoch)).or_default().insert(node);
         if let Some(g) = gen {
+            present
+                .entry((cell, epoch))
+                .or_default()
+                .entry(g)
+                .or_insert(i);
             gens.entry((cell, epoch)).or_default().insert(g);
         }
     }
@@ -144,10 +196,16 @@ fn one_writer_per_epoch(events: &[Event], out: &mut Vec<Violation>) {
         let detail = format!("cell {cell} epoch {epoch} written or claimed by nodes {set:?}");
         violation(out, Property::OneWriterPerEpoch, detail);
     }
-    for ((cell, epoch), set) in gens.iter().filter(|(_, s)| s.len() > 1) {
-        let detail =
-            format!("cell {cell} epoch {epoch} claimed or acknowledged by processes {set:?}");
-        violation(out, Property::OneWriterPerEpoch, detail);
+    for ((cell, epoch), set) in &gens {
+        let own: Vec<&&str> = set
+            .iter()
+            .filter(|g| !joined.contains(&(*cell, *epoch, **g)))
+            .collect();
+        if own.len() > 1 {
+            let detail =
+                format!("cell {cell} epoch {epoch} claimed or acknowledged by processes {set:?}");
+            violation(out, Property::OneWriterPerEpoch, detail);
+        }
     }
 }
 
@@ -408,6 +466,14 @@ fn exclusive_belief(events: &[Event], out: &mut Vec<Violation>) {
                 epoch,
                 node,
                 gen,
+            }
+            | Event::Resumed {
+                t,
+                cell,
+                epoch,
+                node,
+                gen,
+                ..
             } => claims
                 .entry(cell)
                 .or_default()
@@ -446,6 +512,7 @@ mod tests {
             cell: cell.into(),
             node: node.map(str::to_owned),
             epoch,
+            gen: None,
             payload: Bytes::from_static(payload.as_bytes()),
         }
     }
@@ -644,6 +711,52 @@ mod tests {
         assert_eq!(
             violated(&with, &BTreeMap::new()),
             [Property::ExclusiveBelief]
+        );
+    }
+
+    #[test]
+    fn a_resume_needs_its_own_seal_and_a_vouched_generation() {
+        let sealed = |t, gen: &str| Event::HeadApplied {
+            t,
+            cell: "c".into(),
+            node: Some("n".into()),
+            epoch: 1,
+            gen: Some(gen.into()),
+            payload: Bytes::new(),
+        };
+        let resumed = |t, since, gen: &str, vouched: &[&str]| Event::Resumed {
+            t,
+            since,
+            cell: "c".into(),
+            epoch: 1,
+            node: "n".into(),
+            gen: gen.into(),
+            vouched: vouched.iter().map(|v| (*v).to_owned()).collect(),
+        };
+        let first = [sealed(0, "g"), claimed(1, "n", "g", 0)];
+        // Sealed after it was asked for, vouching for the generation that held the epoch.
+        let mut ok = first.to_vec();
+        ok.extend([sealed(10, "h"), resumed(11, 5, "h", &["h", "g"])]);
+        assert!(violated(&ok, &BTreeMap::new()).is_empty());
+        // No head naming the resumer at that epoch after it asked: it never sealed.
+        let mut unsealed = first.to_vec();
+        unsealed.push(resumed(11, 5, "h", &["h", "g"]));
+        assert_eq!(
+            violated(&unsealed, &BTreeMap::new()),
+            [Property::OneWriterPerEpoch]
+        );
+        let mut stale = first.to_vec();
+        stale.extend([sealed(3, "h"), resumed(11, 5, "h", &["h", "g"])]);
+        assert_eq!(
+            violated(&stale, &BTreeMap::new()),
+            [Property::OneWriterPerEpoch]
+        );
+        // A second process at the epoch that vouched for nobody who held it.
+        let mut intruder = first.to_vec();
+        intruder.extend([sealed(10, "h"), resumed(11, 5, "h", &["h"])]);
+        assert_eq!(
+            violated(&intruder, &BTreeMap::new()),
+            [Property::OneWriterPerEpoch]
         );
     }
 

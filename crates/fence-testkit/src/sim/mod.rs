@@ -179,6 +179,8 @@ pub struct SimOutcome {
     pub events: usize,
     /// Successful claims.
     pub claims: usize,
+    /// Successful resumes (a cell acted on again at the epoch its head had).
+    pub resumes: usize,
     /// Acknowledged writes.
     pub acks: usize,
     /// Store faults injected.
@@ -215,8 +217,8 @@ impl fmt::Display for SimOutcome {
         let verdict = if self.is_ok() { "ok" } else { "FAILED" };
         write!(
             f,
-            "seed {} {verdict}: {} events, {} claims, {} acks, {} faults, {} pauses, {} crashes, settled in {:?} ms, {} virtual ms, trace {:016x}",
-            self.seed, self.events, self.claims, self.acks, self.faults, self.pauses,
+            "seed {} {verdict}: {} events, {} claims, {} resumes, {} acks, {} faults, {} pauses, {} crashes, settled in {:?} ms, {} virtual ms, trace {:016x}",
+            self.seed, self.events, self.claims, self.resumes, self.acks, self.faults, self.pauses,
             self.crashes, self.settle_ms, self.virtual_ms, self.trace_hash
         )?;
         for v in &self.violations {
@@ -291,6 +293,7 @@ fn run_with(
             trace_hash: 0,
             events: 0,
             claims: 0,
+            resumes: 0,
             acks: 0,
             faults: 0,
             pauses: 0,
@@ -310,6 +313,8 @@ pub struct SimSummary {
     pub failures: Vec<SimOutcome>,
     /// Acknowledged writes over all seeds.
     pub acks: usize,
+    /// Resumes over all seeds.
+    pub resumes: usize,
     /// Faults injected over all seeds.
     pub faults: u64,
     /// Crashes over all seeds.
@@ -338,6 +343,7 @@ pub fn run_seeds(
                 let mut sum = summary.lock().unwrap_or_else(|p| p.into_inner());
                 sum.runs += 1;
                 sum.acks += outcome.acks;
+                sum.resumes += outcome.resumes;
                 sum.faults += outcome.faults;
                 sum.crashes += u64::from(outcome.crashes);
                 sum.max_settle_ms = sum.max_settle_ms.max(outcome.settle_ms.unwrap_or(0));
@@ -553,6 +559,11 @@ impl World {
                 slot: keeper.clone(),
                 large: INLINE_MAX,
                 predecessor: predecessor.clone(),
+                vouched: None,
+                peers: (0..self.cfg.nodes)
+                    .map(|i| format!("n{i}"))
+                    .filter(|n| *n != node)
+                    .collect(),
             };
             tokio::spawn(process.run())
         });
@@ -823,6 +834,7 @@ impl World {
             trace_hash: trace_hash(&events),
             events: events.len(),
             claims: count(|e| matches!(e, Event::Claimed { .. })),
+            resumes: count(|e| matches!(e, Event::Resumed { .. })),
             acks: count(|e| matches!(e, Event::Acked { .. })),
             faults: self.faulty.injected(),
             pauses: self.pauses,

@@ -31,8 +31,23 @@ pub(crate) struct Process {
     /// Payloads of this size or more go to payload objects; some writes are made this large.
     pub(crate) large: usize,
     /// The lease generation of this node's crashed previous process, when the driver hands
-    /// it over (the new process then acquires as its successor, at once).
+    /// it over (the new process then acquires as its successor, at once) — or of this
+    /// process's own lost lease, when it recovers from the loss (case 2 of docs/design.md,
+    /// "Restart and resume").
     pub(crate) predecessor: Option<String>,
+    /// An earlier lease generation of this process whose claims it closed: its cells are
+    /// resumed at their epochs under the next lease.
+    pub(crate) vouched: Option<String>,
+    /// The other nodes' ids (hand-offs go to one of them).
+    pub(crate) peers: Vec<String>,
+}
+
+/// How a stretch of work under one lease ended.
+enum Ended {
+    /// The process chose to give the lease up (a graceful restart).
+    Graceful,
+    /// The lease was lost; these claims were still open.
+    Lost(BTreeMap<String, CellClaim>),
 }
 
 /// Runs `f` for at most `ms` virtual milliseconds (an application's own deadline).
@@ -67,12 +82,36 @@ impl Process {
             };
             let keeper = Arc::new(keeper);
             *lock(&self.slot) = Some(keeper.clone());
-            let graceful = self.work(&keeper).await;
+            let gen = keeper.generation();
+            let ended = self.work(&keeper).await;
             lock(&self.slot).take();
-            if let (true, Ok(keeper)) = (graceful, Arc::try_unwrap(keeper)) {
-                let _ = within(self.ttl_ms, keeper.release()).await;
+            match ended {
+                Ended::Graceful => {
+                    if let Ok(keeper) = Arc::try_unwrap(keeper) {
+                        let _ = within(self.ttl_ms, keeper.release()).await;
+                    }
+                }
+                Ended::Lost(claims) => self.recover(gen, claims).await,
             }
         }
+    }
+
+    /// After losing its lease: half the time the process closes every claim it had, takes
+    /// its lease back as the successor of its own generation and resumes those cells at
+    /// their epochs (case 2 of "Restart and resume"); otherwise it just starts over.
+    async fn recover(&mut self, gen: String, claims: BTreeMap<String, CellClaim>) {
+        if claims.is_empty() || !self.rng.gen_bool(0.5) {
+            return;
+        }
+        for claim in claims.values() {
+            if within(self.ttl_ms, claim.close()).await.is_none() {
+                // A close that does not return leaves a write that may still be
+                // acknowledged: nothing of that lease is vouched for.
+                return;
+            }
+        }
+        self.predecessor = Some(gen.clone());
+        self.vouched = Some(gen);
     }
 
     fn ttl(&self, n: u64) -> Duration {
@@ -98,10 +137,15 @@ impl Process {
         }
     }
 
-    /// Claims, writes and releases at random while the lease is held. Returns `true` when it
-    /// chose to give the lease up (a graceful restart), `false` when the lease was lost.
-    async fn work(&mut self, keeper: &LeaseKeeper) -> bool {
+    /// Claims (or resumes), writes, hands off and releases at random while the lease is
+    /// held, until it chooses to give the lease up or loses it.
+    async fn work(&mut self, keeper: &LeaseKeeper) -> Ended {
         let gen = keeper.generation();
+        // Heads of this lease (a hand-off to us, our own closed claim) and of our closed
+        // earlier lease are resumed; anything else is claimed.
+        let vouched: Vec<String> = std::iter::once(gen.clone())
+            .chain(self.vouched.take())
+            .collect();
         let mut claims: BTreeMap<String, CellClaim> = BTreeMap::new();
         // Cells another live node held when we tried: polled until we get them, as a
         // fleet member waiting for a dead node's cells would.
@@ -129,7 +173,7 @@ impl Process {
                         seq += 1;
                         self.write(claim, &gen, seq).await;
                     }
-                    return false;
+                    return Ended::Lost(claims);
                 }
                 continue;
             }
@@ -142,9 +186,14 @@ impl Process {
                     .cloned(),
             );
             let batch: Vec<String> = std::mem::take(&mut wanted).into_iter().collect();
-            let got = within(self.ttl_ms, keeper.claim_many(batch.clone(), 2)).await;
+            let since = self.log.now();
+            let got = within(
+                self.ttl_ms,
+                keeper.claim_or_resume_many(batch.clone(), 2, &vouched),
+            )
+            .await;
             for (cell, result) in got.unwrap_or_default() {
-                match self.claimed(cell.clone(), result, &gen) {
+                match self.claimed(cell.clone(), result, &gen, &vouched, since) {
                     Ok(c) => {
                         claims.insert(cell, c);
                     }
@@ -160,7 +209,12 @@ impl Process {
                 self.read(&cell).await;
             }
             match claims.remove(&cell) {
-                Some(_) if roll >= 99 => return true,
+                Some(_) if roll >= 99 => return Ended::Graceful,
+                Some(c) if roll >= 97 => {
+                    if let Some(c) = self.hand_off(keeper, c, &gen, &vouched).await {
+                        claims.insert(cell, c);
+                    }
+                }
                 Some(c) if roll >= 94 => {
                     let _ = within(self.ttl_ms, c.release()).await;
                 }
@@ -193,7 +247,7 @@ impl Process {
                         claims.insert(cell, c);
                     }
                 }
-                None => match self.claim(keeper, &cell, &gen).await {
+                None => match self.claim(keeper, &cell, &gen, &vouched).await {
                     Ok(c) => {
                         claims.insert(cell, c);
                     }
@@ -244,34 +298,94 @@ impl Process {
         }
     }
 
-    /// Claims `cell`; `Err(true)` when another node has it (worth waiting for).
-    async fn claim(&self, keeper: &LeaseKeeper, cell: &str, gen: &str) -> Result<CellClaim, bool> {
-        match within(self.ttl_ms, keeper.claim(cell)).await {
-            Some(result) => self.claimed(cell.to_owned(), result, gen),
+    /// Claims or resumes `cell`; `Err(true)` when another node has it (worth waiting for).
+    async fn claim(
+        &self,
+        keeper: &LeaseKeeper,
+        cell: &str,
+        gen: &str,
+        vouched: &[String],
+    ) -> Result<CellClaim, bool> {
+        let since = self.log.now();
+        match within(self.ttl_ms, keeper.claim_or_resume(cell, vouched)).await {
+            Some(result) => self.claimed(cell.to_owned(), result, gen, vouched, since),
             None => Err(false),
         }
     }
 
-    /// Records a claim that returned; `Err(true)` when another node has the cell.
+    /// Records a claim or resume that returned; `Err(true)` when another node has the cell.
     fn claimed(
         &self,
         cell: String,
-        result: Result<CellClaim, fence_core::Error>,
+        result: Result<(CellClaim, bool), fence_core::Error>,
         gen: &str,
+        vouched: &[String],
+        since: u64,
     ) -> Result<CellClaim, bool> {
-        let claim = match result {
+        let (claim, resumed) = match result {
             Ok(c) => c,
             Err(e) => return Err(e.kind() == ErrorKind::Busy),
         };
         let (epoch, node, gen) = (claim.epoch(), self.node.clone(), gen.to_owned());
-        self.log.push(|t| Event::Claimed {
-            t,
-            cell,
-            epoch,
-            node,
-            gen,
-        });
+        if resumed {
+            let vouched = vouched.to_vec();
+            self.log.push(|t| Event::Resumed {
+                t,
+                since,
+                cell,
+                epoch,
+                node,
+                gen,
+                vouched,
+            });
+        } else {
+            self.log.push(|t| Event::Claimed {
+                t,
+                cell,
+                epoch,
+                node,
+                gen,
+            });
+        }
         Ok(claim)
+    }
+
+    /// Hands `claim`'s cell to a peer, naming the generation its lease record shows (the
+    /// peer resumes it if that is still its lease, claims it otherwise). Now and then the
+    /// process also tries to resume the same cell while the hand-off is in flight, as a
+    /// confused application would: at most one of the two may win. Returns the claim the
+    /// racing resume got, if any.
+    async fn hand_off(
+        &mut self,
+        keeper: &LeaseKeeper,
+        claim: CellClaim,
+        gen: &str,
+        vouched: &[String],
+    ) -> Option<CellClaim> {
+        let to = self
+            .peers
+            .get(self.rng.gen_range(0..self.peers.len().max(1)))?
+            .clone();
+        let racing = self.rng.gen_bool(0.3);
+        let nap = Duration::from_millis(self.rng.gen_range(0..20));
+        let lease = within(self.ttl_ms, self.fence.ownership().read_node_lease(&to)).await;
+        let to_gen = match lease {
+            Some(Ok(Some(l))) => Some(l.record.generation),
+            _ => None,
+        };
+        let cell = claim.cell().to_owned();
+        let race = async {
+            if !racing {
+                return None;
+            }
+            self.clock.sleep(nap).await;
+            Some(self.claim(keeper, &cell, gen, vouched).await)
+        };
+        let (_, raced) = tokio::join!(
+            within(self.ttl_ms, claim.hand_off(&to, to_gen.as_deref())),
+            race
+        );
+        raced.and_then(Result::ok)
     }
 
     fn payload(&self, gen: &str, seq: u64) -> Bytes {

@@ -97,6 +97,26 @@ pub enum Event {
         /// Process generation.
         gen: String,
     },
+    /// A resume returned successfully: the process acts on the cell at the epoch its head
+    /// already had (`claim_or_resume` finding a head of a generation it vouches for — its
+    /// own current one after a hand-off to it or after closing its own claim, or its own
+    /// earlier one after it closed every claim of that lease).
+    Resumed {
+        /// Virtual time.
+        t: u64,
+        /// Virtual time when the resume was asked for: its seal must land after this.
+        since: u64,
+        /// Cell.
+        cell: String,
+        /// Epoch resumed.
+        epoch: u64,
+        /// Node.
+        node: String,
+        /// Process generation (the resumer's).
+        gen: String,
+        /// The generations it vouched for.
+        vouched: Vec<String>,
+    },
     /// A fenced write is about to be made with this payload.
     Attempt {
         /// Cell.
@@ -153,6 +173,8 @@ pub enum Event {
         node: Option<String>,
         /// Epoch.
         epoch: u64,
+        /// The lease generation the head names as its writer.
+        gen: Option<String>,
         /// The payload the head refers to (inline or its payload object's bytes).
         payload: Bytes,
     },
@@ -287,6 +309,7 @@ impl HistoryStore {
                         cell: cell.to_owned(),
                         node: h.node,
                         epoch: h.epoch,
+                        gen: h.generation,
                         payload,
                     });
                 }
