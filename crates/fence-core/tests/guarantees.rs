@@ -11,21 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use fence_core::*;
 use fence_testkit::sim::PausableStore;
-use support::{advance, clock, Steered, Step};
-
-const TTL: Duration = Duration::from_secs(2);
-
-fn fence(store: Arc<dyn ConditionalStore>, node: &str) -> Fence {
-    Fence::builder(store, node)
-        .ttl(TTL)
-        .clock(clock())
-        .build()
-        .unwrap()
-}
-
-fn key(k: &str) -> Key {
-    Key::new(k).unwrap()
-}
+use support::{advance, clock, fence, key, Steered, Step, TTL};
 
 async fn payload(own: &Ownership, cell: &str) -> Bytes {
     read_cell(own, cell)

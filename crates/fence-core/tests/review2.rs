@@ -9,17 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::*;
-use support::{advance, clock, Steered, Step};
-
-const TTL: Duration = Duration::from_secs(2);
-
-fn fence(store: Arc<dyn ConditionalStore>, node: &str) -> Fence {
-    Fence::builder(store, node)
-        .ttl(TTL)
-        .clock(clock())
-        .build()
-        .unwrap()
-}
+use support::{advance, clock, fence, Steered, Step, TTL};
 
 /// Q1. `CellClaim::close` promises "from the moment this returns no write of this claim can
 /// be acknowledged any more", and docs/design.md ("Restart and resume", case 2) rests on it.

@@ -9,17 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::*;
-use support::{advance, clock, Steered, Step};
-
-const TTL: Duration = Duration::from_secs(2);
-
-fn fence(store: Arc<dyn ConditionalStore>, node: &str) -> Fence {
-    Fence::builder(store, node)
-        .ttl(TTL)
-        .clock(clock())
-        .build()
-        .unwrap()
-}
+use support::{advance, fence, Steered, Step};
 
 /// R3-1. `CellClaim::hand_off` promises "No window in which both act: this claim stops first
 /// — the write waits for any write of this claim in flight, and the claim is

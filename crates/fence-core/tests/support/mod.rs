@@ -168,6 +168,23 @@ pub fn clock() -> Clock {
     Clock::virtual_at(1_700_000_000_000)
 }
 
+/// The lease TTL the core's tests use.
+pub const TTL: Duration = Duration::from_secs(2);
+
+/// A fence for `node` on `store` with [`TTL`] and the virtual [`clock`].
+pub fn fence(store: Arc<dyn ConditionalStore>, node: &str) -> Fence {
+    Fence::builder(store, node)
+        .ttl(TTL)
+        .clock(clock())
+        .build()
+        .unwrap()
+}
+
+/// A key the test knows to be valid.
+pub fn key(k: &str) -> Key {
+    Key::new(k).unwrap()
+}
+
 pub async fn advance(ms: u64) {
     tokio::time::sleep(Duration::from_millis(ms)).await;
 }
