@@ -135,10 +135,13 @@ impl CellHead {
                 return Err(f.corrupt(format!("cell head format v{v}; this fence reads v1 and v2")))
             }
         };
-        if !f.has("node") {
+        // The seed's own shape may leave `node` out for a released cell; fence's formats always
+        // write it, so a v1/v2 head without it is damaged, not released.
+        if format != HeadFormat::Seed && !f.has("node") {
             return Err(f.corrupt("owner record without a `node` field"));
         }
-        // `null` (version 1) and `""` (the seed, version 2) both mean released.
+        // `null` (version 1), `""` (the seed, version 2) and a seed record without `node` all
+        // mean released.
         let node = f.string("node")?.filter(|n| !n.is_empty());
         let epoch = f.required_u64("epoch")?;
         let nonce = f.string("nonce")?.unwrap_or_default();
@@ -279,6 +282,8 @@ mod tests {
         let seed = CellHead::decode(&key(), br#"{"node":"n9","epoch":7,"az":"b"}"#).unwrap();
         assert_eq!(seed.node.as_deref(), Some("n9"));
         assert_eq!(seed.extra["az"], "b");
+        let seed = CellHead::decode(&key(), br#"{"epoch":41}"#).unwrap();
+        assert_eq!((seed.node, seed.epoch), (None, 41));
         let v1 = CellHead::decode(&key(), br#"{"v":1,"node":null,"epoch":3,"nonce":"q"}"#).unwrap();
         assert_eq!((v1.node, v1.epoch, v1.format), (None, 3, HeadFormat::V1));
     }
@@ -293,7 +298,8 @@ mod tests {
             br#"{"v":2,"node":"n","epoch":1,"nonce":"x","data_b64":"!!"}"#,
             br#"{"v":2,"node":"n","epoch":1,"nonce":"x","blob":{"name":"../../nodes/a","len":1}}"#,
             br#"{"v":2,"node":"n","epoch":1,"nonce":"x","blob":{"name":"a"}}"#,
-            br#"{"epoch":1}"#,
+            br#"{"v":2,"epoch":1,"nonce":"x"}"#,
+            br#"{"v":1,"epoch":1,"nonce":"x"}"#,
             br#"{"node":"n"}"#,
             br#"{"node":5,"epoch":1}"#,
             br#""just a string""#,
