@@ -8,7 +8,7 @@ use object_store::azure::{AzureConfigKey, MicrosoftAzure, MicrosoftAzureBuilder}
 use object_store::client::HttpClient;
 use object_store::{BackoffConfig, ClientConfigKey, ClientOptions, RetryConfig};
 
-use crate::observe::{cas_http_client, CasTimeouts, Exchange, ObservingConnector};
+use crate::observe::{fence_http_client, Exchange, ObservingConnector, Timeouts};
 use crate::store::{AzureStore, Clients};
 
 /// The lease TTL the CAS client's timeouts derive from unless set.
@@ -281,10 +281,10 @@ impl AzureStoreBuilder {
         }
     }
 
-    fn cas_timeouts(&self) -> CasTimeouts {
+    fn cas_timeouts(&self) -> Timeouts {
         let derived = (self.lease_ttl / 3).max(Duration::from_millis(100));
         let request = self.cas_timeout.unwrap_or(derived);
-        CasTimeouts {
+        Timeouts {
             request,
             connect: request.min(Duration::from_secs(1)),
         }
@@ -300,23 +300,17 @@ impl AzureStoreBuilder {
             max_retries: self.read_retries,
             retry_timeout: self.read_timeout * 2,
         };
-        // Set through config keys so options from the environment (proxies) survive.
-        let ms = |d: Duration| format!("{}ms", d.as_millis().max(1));
-        base.with_config(
-            AzureConfigKey::Client(ClientConfigKey::Timeout),
-            ms(self.read_timeout),
-        )
-        .with_config(
-            AzureConfigKey::Client(ClientConfigKey::ConnectTimeout),
-            ms(self.read_timeout.min(Duration::from_secs(5))),
-        )
-        .with_retry(retry)
-        .with_http_connector(ObservingConnector::reads(untagged))
+        let timeouts = Timeouts {
+            request: self.read_timeout,
+            connect: self.read_timeout.min(Duration::from_secs(5)),
+        };
+        base.with_retry(retry)
+            .with_http_connector(ObservingConnector::reads(timeouts, untagged))
     }
 }
 
 /// The client of conditional writes: no retries at all; its connector bounds every request.
-fn cas_client(base: MicrosoftAzureBuilder, timeouts: CasTimeouts) -> MicrosoftAzureBuilder {
+fn cas_client(base: MicrosoftAzureBuilder, timeouts: Timeouts) -> MicrosoftAzureBuilder {
     let retry = RetryConfig {
         backoff: BackoffConfig::default(),
         max_retries: 0,
@@ -330,7 +324,7 @@ fn cas_client(base: MicrosoftAzureBuilder, timeouts: CasTimeouts) -> MicrosoftAz
 fn delete_client(
     base: &MicrosoftAzureBuilder,
     emulator: bool,
-    timeouts: CasTimeouts,
+    timeouts: Timeouts,
     container: &str,
 ) -> Result<HttpClient, Error> {
     let mut options = ClientOptions::new();
@@ -354,7 +348,7 @@ fn delete_client(
     if emulator {
         options = options.with_allow_http(true);
     }
-    cas_http_client(&options, timeouts).map_err(|e| configuration_error(e, container))
+    fence_http_client(&options, timeouts).map_err(|e| configuration_error(e, container))
 }
 
 fn build_client(azure: MicrosoftAzureBuilder, container: &str) -> Result<MicrosoftAzure, Error> {

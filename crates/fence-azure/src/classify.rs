@@ -58,7 +58,7 @@ pub(crate) fn classify_put(
     e_tag: Option<Option<&str>>,
 ) -> PutVerdict {
     match (e_tag, observed) {
-        (Some(Some(tag)), _) if !tag.is_empty() => PutVerdict::Applied(tag.to_string()),
+        (Some(Some(tag)), _) if strong_etag(tag) => PutVerdict::Applied(tag.to_string()),
         (Some(_), _) => PutVerdict::Failed(no_etag()),
         (None, None) => {
             PutVerdict::Failed(failure(ErrorKind::Other, Commit::NotCommitted, NOT_SENT))
@@ -74,8 +74,16 @@ fn no_etag() -> Failure {
     failure(
         ErrorKind::Unsupported,
         Commit::Ambiguous,
-        "the store answered the write without an ETag, so its version is unknown",
+        "the store answered the write without a usable ETag (none, empty or weak), so its \
+         version is unknown",
     )
+}
+
+/// Whether `tag` can be a version: a strong ETag with content. `""` names no content and a
+/// weak `W/"…"` ETag only promises equivalence, so neither is a CAS token.
+pub(crate) fn strong_etag(tag: &str) -> bool {
+    let tag = tag.trim();
+    !tag.is_empty() && tag != "\"\"" && !tag.starts_with("W/") && !tag.starts_with("w/")
 }
 
 fn put_status(is_create: bool, status: u16, code: Option<&str>) -> PutVerdict {

@@ -10,7 +10,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use object_store::client::{
     HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse, HttpService,
-    ReqwestConnector,
 };
 use object_store::{ClientConfigKey, ClientOptions};
 
@@ -77,10 +76,12 @@ impl Exchange {
     }
 }
 
-/// Timeouts of the conditional-write client.
+/// Timeouts of one client's requests.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct CasTimeouts {
+pub(crate) struct Timeouts {
+    /// Whole request, connect to last body byte.
     pub request: Duration,
+    /// TCP + TLS connect.
     pub connect: Duration,
 }
 
@@ -88,28 +89,24 @@ pub(crate) struct CasTimeouts {
 /// [`Exchange`] extension, or into `untagged` for requests without one (listings, whose
 /// object_store call takes no extensions, and credential fetches).
 ///
-/// Every connect makes a new reqwest client, so each store client has its own pool.
+/// Every connect makes a new reqwest client (redirects never followed, bounded by
+/// `timeouts`), so each store client has its own pool.
 #[derive(Debug, Clone)]
 pub(crate) struct ObservingConnector {
-    /// `Some`: the conditional-write client (redirects never followed); `None`: object_store's
-    /// own reqwest client, for reads.
-    cas: Option<CasTimeouts>,
+    timeouts: Timeouts,
     untagged: Exchange,
 }
 
 impl ObservingConnector {
     /// The connector of the read client.
-    pub(crate) fn reads(untagged: Exchange) -> Self {
-        ObservingConnector {
-            cas: None,
-            untagged,
-        }
+    pub(crate) fn reads(timeouts: Timeouts, untagged: Exchange) -> Self {
+        ObservingConnector { timeouts, untagged }
     }
 
     /// The connector of the conditional-write client.
-    pub(crate) fn cas(timeouts: CasTimeouts) -> Self {
+    pub(crate) fn cas(timeouts: Timeouts) -> Self {
         ObservingConnector {
-            cas: Some(timeouts),
+            timeouts,
             untagged: Exchange::default(),
         }
     }
@@ -117,10 +114,7 @@ impl ObservingConnector {
 
 impl HttpConnector for ObservingConnector {
     fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
-        let inner = match self.cas {
-            Some(timeouts) => cas_http_client(options, timeouts)?,
-            None => ReqwestConnector::default().connect(options)?,
-        };
+        let inner = fence_http_client(options, self.timeouts)?;
         Ok(HttpClient::new(ObservingService {
             inner,
             untagged: self.untagged.clone(),
@@ -128,13 +122,14 @@ impl HttpConnector for ObservingConnector {
     }
 }
 
-/// A reqwest client for conditional requests: it never follows a redirect (a followed 307
-/// would send the conditional write again, elsewhere), is bounded by `timeouts`, and honours
-/// the transport options of `options` that matter off a laptop (plain HTTP, proxy, invalid
-/// certificates, HTTP version). object_store's own client cannot turn redirects off.
-pub(crate) fn cas_http_client(
+/// A reqwest client of this store: it never follows a redirect (a followed 307 would send a
+/// conditional write again, elsewhere; a followed 302 answers a read with another blob), is
+/// bounded by `timeouts`, and honours the transport options of `options` that matter off a
+/// laptop (plain HTTP, proxy, invalid certificates, HTTP version). object_store's own client
+/// cannot turn redirects off.
+pub(crate) fn fence_http_client(
     options: &ClientOptions,
-    timeouts: CasTimeouts,
+    timeouts: Timeouts,
 ) -> object_store::Result<HttpClient> {
     let flag = |key| options.get_config_value(&key).as_deref() == Some("true");
     let mut builder = reqwest::Client::builder()
@@ -210,31 +205,53 @@ pub(crate) fn transport_kind(e: &HttpError) -> HttpErrorKind {
 }
 
 /// Records an error answer's code (the `x-ms-error-code` header, else the XML body's
-/// `<Code>`), then hands the answer on unchanged.
+/// `<Code>`), then hands on the answer with a body of only that code and the (bounded)
+/// `<Message>`: an `AuthenticationFailed` body echoes the request's signature and the string
+/// the server signed, and object_store puts whole error bodies into its error text.
 async fn observe_error_answer(
     exchange: &Exchange,
     response: HttpResponse,
 ) -> Result<HttpResponse, HttpError> {
     let status = response.status().as_u16();
-    if let Some(code) = header_code(response.headers()) {
-        exchange.record(Observed::Answer {
-            status,
-            code: Some(code),
-        });
-        return Ok(response);
-    }
-    let (parts, body) = response.into_parts();
+    let header = header_code(response.headers());
+    let (mut parts, body) = response.into_parts();
+    parts.headers.remove(http::header::CONTENT_LENGTH);
     match body.bytes().await {
         Ok(bytes) => {
-            let code = body_code(&bytes);
+            let code = header.or_else(|| body_code(&bytes));
+            let message = xml_element(&bytes, "Message");
+            let clean = sanitized_body(code.as_deref(), message.as_deref());
             exchange.record(Observed::Answer { status, code });
-            Ok(HttpResponse::from_parts(parts, bytes.into()))
+            Ok(HttpResponse::from_parts(parts, clean.into()))
         }
         Err(e) => {
-            exchange.record(Observed::Answer { status, code: None });
+            exchange.record(Observed::Answer {
+                status,
+                code: header,
+            });
             Err(e)
         }
     }
+}
+
+/// The longest `<Message>` kept, in bytes.
+const MAX_MESSAGE: usize = 256;
+
+/// An Azure error body with only the code and the (bounded) message.
+fn sanitized_body(code: Option<&str>, message: Option<&str>) -> String {
+    let mut out = String::from("<Error>");
+    if let Some(code) = code {
+        out.push_str(&format!("<Code>{code}</Code>"));
+    }
+    if let Some(message) = message {
+        let mut end = message.len().min(MAX_MESSAGE);
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.push_str(&format!("<Message>{}</Message>", &message[..end]));
+    }
+    out.push_str("</Error>");
+    out
 }
 
 /// The `x-ms-error-code` header, if present and readable.
@@ -243,13 +260,22 @@ pub(crate) fn header_code(headers: &http::HeaderMap) -> Option<String> {
     (!code.is_empty()).then(|| code.to_string())
 }
 
-/// The `<Code>` of an Azure XML error body, if there is one.
+/// The `<Code>` of an Azure XML error body, if there is one and it looks like a code.
 pub(crate) fn body_code(body: &[u8]) -> Option<String> {
+    let code = xml_element(body, "Code")?;
+    code.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+        .then_some(code)
+}
+
+/// The text of the first `<name>` element of an XML body (no nesting, no markup inside).
+fn xml_element(body: &[u8], name: &str) -> Option<String> {
     let text = std::str::from_utf8(body).ok()?;
-    let start = text.find("<Code>")? + "<Code>".len();
-    let len = text[start..].find("</Code>")?;
-    let code = text[start..start + len].trim();
-    (!code.is_empty()).then(|| code.to_string())
+    let open = format!("<{name}>");
+    let start = text.find(&open)? + open.len();
+    let len = text[start..].find(&format!("</{name}>"))?;
+    let value = text[start..start + len].trim();
+    (!value.is_empty() && !value.contains('<')).then(|| value.to_string())
 }
 
 #[cfg(test)]
