@@ -3,13 +3,15 @@
 use std::fmt;
 use std::time::Duration;
 
-use fence_core::{Error, ErrorKind, Key};
+use fence_core::{Error, ErrorKind};
+use fence_wire::names::{parse_url, ObjectNames};
 use object_store::azure::{AzureConfigKey, MicrosoftAzure, MicrosoftAzureBuilder};
 use object_store::client::HttpClient;
 use object_store::{BackoffConfig, ClientConfigKey, ClientOptions, RetryConfig};
 
-use crate::observe::{fence_http_client, Exchange, ObservingConnector, Timeouts};
+use crate::observe::{fence_http_client, Exchange, ObservingConnector};
 use crate::store::{AzureStore, Clients};
+use fence_wire::client::Timeouts;
 
 /// The lease TTL the CAS client's timeouts derive from unless set.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
@@ -94,7 +96,7 @@ impl AzureStoreBuilder {
     /// Container and optional key prefix from `az://container/prefix/path` or
     /// `azure://container/prefix/path`.
     pub fn with_url(mut self, url: impl AsRef<str>) -> Self {
-        match parse_url(url.as_ref()) {
+        match parse_url(url.as_ref(), &["az", "azure"]) {
             Ok((container, prefix)) => {
                 self.container = Some(container);
                 self.prefix = prefix;
@@ -186,7 +188,7 @@ impl AzureStoreBuilder {
             return Err(invalid(why.clone()));
         }
         let container = self.container_name()?;
-        let prefix = self.prefix_segments()?;
+        let names = ObjectNames::new(self.prefix.as_deref())?;
         let base = self.resolved().with_container_name(&container);
         let timeouts = self.cas_timeouts();
         let cas = build_client(cas_client(base.clone(), timeouts), &container)?;
@@ -208,12 +210,7 @@ impl AzureStoreBuilder {
             deletes,
             listed: untagged,
         };
-        Ok(AzureStore::new(
-            clients,
-            container,
-            prefix,
-            timeouts.request,
-        ))
+        Ok(AzureStore::new(clients, container, names, timeouts.request))
     }
 
     /// The object_store builder with the emulator (if set) spelled out as an endpoint, so
@@ -269,16 +266,6 @@ impl AzureStoreBuilder {
             )));
         }
         Ok(container)
-    }
-
-    fn prefix_segments(&self) -> Result<Vec<String>, Error> {
-        match self.prefix.as_deref().map(|p| p.trim_matches('/')) {
-            None | Some("") => Ok(Vec::new()),
-            Some(p) => {
-                let key = Key::new(p).map_err(|e| invalid(format!("prefix: {e}")))?;
-                Ok(key.segments().map(str::to_string).collect())
-            }
-        }
     }
 
     fn cas_timeouts(&self) -> Timeouts {
@@ -381,23 +368,6 @@ fn is_container_name(name: &str) -> bool {
         && !name.contains("--")
 }
 
-/// `az://container/prefix` or `azure://container/prefix` → (container, prefix).
-fn parse_url(url: &str) -> Result<(String, Option<String>), String> {
-    let rest = url
-        .strip_prefix("az://")
-        .or_else(|| url.strip_prefix("azure://"))
-        .ok_or_else(|| format!("{url:?} is not an az:// or azure:// URL"))?;
-    let (container, prefix) = match rest.split_once('/') {
-        Some((container, prefix)) => (container, Some(prefix.trim_matches('/'))),
-        None => (rest, None),
-    };
-    if container.is_empty() {
-        return Err(format!("{url:?} names no container"));
-    }
-    let prefix = prefix.filter(|p| !p.is_empty()).map(str::to_string);
-    Ok((container.to_string(), prefix))
-}
-
 impl fmt::Debug for AzureStoreBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let account = self.azure.get_config_value(&AzureConfigKey::AccountName);
@@ -416,18 +386,6 @@ impl fmt::Debug for AzureStoreBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_urls() {
-        assert_eq!(parse_url("az://c").unwrap(), ("c".into(), None));
-        assert_eq!(parse_url("azure://c/").unwrap(), ("c".into(), None));
-        assert_eq!(
-            parse_url("az://c/x/y/").unwrap(),
-            ("c".into(), Some("x/y".into()))
-        );
-        assert!(parse_url("s3://b").is_err());
-        assert!(parse_url("az:///x").is_err());
-    }
 
     #[test]
     fn container_names_follow_azure_rules() {

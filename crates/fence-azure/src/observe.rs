@@ -3,15 +3,16 @@
 //! object_store's own errors do not expose, and it builds the conditional-write client, which
 //! never follows a redirect.
 
-use std::error::Error as _;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use async_trait::async_trait;
+pub(crate) use fence_wire::client::transport_kind;
+use fence_wire::client::{redirect_free_client, Timeouts};
+use fence_wire::error_body::{error_code, sanitized, xml_element};
 use object_store::client::{
     HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse, HttpService,
 };
-use object_store::{ClientConfigKey, ClientOptions};
+use object_store::ClientOptions;
 
 /// What one HTTP attempt came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,15 +77,6 @@ impl Exchange {
     }
 }
 
-/// Timeouts of one client's requests.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Timeouts {
-    /// Whole request, connect to last body byte.
-    pub request: Duration,
-    /// TCP + TLS connect.
-    pub connect: Duration,
-}
-
 /// An [`HttpConnector`] whose clients record every attempt: into the request's own
 /// [`Exchange`] extension, or into `untagged` for requests without one (listings, whose
 /// object_store call takes no extensions, and credential fetches).
@@ -122,37 +114,15 @@ impl HttpConnector for ObservingConnector {
     }
 }
 
-/// A reqwest client of this store: it never follows a redirect (a followed 307 would send a
-/// conditional write again, elsewhere; a followed 302 answers a read with another blob), is
-/// bounded by `timeouts`, and honours the transport options of `options` that matter off a
-/// laptop (plain HTTP, proxy, invalid certificates, HTTP version). object_store's own client
-/// cannot turn redirects off.
+/// A reqwest client of this store, which never follows a redirect (see
+/// [`fence_wire::client`]).
 pub(crate) fn fence_http_client(
     options: &ClientOptions,
     timeouts: Timeouts,
 ) -> object_store::Result<HttpClient> {
-    let flag = |key| options.get_config_value(&key).as_deref() == Some("true");
-    let mut builder = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent(concat!("fence-azure/", env!("CARGO_PKG_VERSION")))
-        .timeout(timeouts.request)
-        .connect_timeout(timeouts.connect.min(timeouts.request))
-        .https_only(!flag(ClientConfigKey::AllowHttp))
-        .danger_accept_invalid_certs(flag(ClientConfigKey::AllowInvalidCertificates));
-    if let Some(url) = options.get_config_value(&ClientConfigKey::ProxyUrl) {
-        let mut proxy = reqwest::Proxy::all(&url).map_err(client_error)?;
-        if let Some(excludes) = options.get_config_value(&ClientConfigKey::ProxyExcludes) {
-            proxy = proxy.no_proxy(reqwest::NoProxy::from_string(&excludes));
-        }
-        builder = builder.proxy(proxy);
-    }
-    if flag(ClientConfigKey::Http1Only) {
-        builder = builder.http1_only();
-    }
-    if flag(ClientConfigKey::Http2Only) {
-        builder = builder.http2_prior_knowledge();
-    }
-    Ok(HttpClient::new(builder.build().map_err(client_error)?))
+    let agent = concat!("fence-azure/", env!("CARGO_PKG_VERSION"));
+    let client = redirect_free_client(options, timeouts, agent).map_err(client_error)?;
+    Ok(HttpClient::new(client))
 }
 
 fn client_error(e: reqwest::Error) -> object_store::Error {
@@ -190,20 +160,6 @@ impl HttpService for ObservingService {
     }
 }
 
-/// object_store calls a connect timeout a timeout; it is a failed connect (nothing was sent),
-/// which reqwest still tells apart.
-pub(crate) fn transport_kind(e: &HttpError) -> HttpErrorKind {
-    let connect = e
-        .source()
-        .and_then(|s| s.downcast_ref::<reqwest::Error>())
-        .is_some_and(reqwest::Error::is_connect);
-    if connect {
-        HttpErrorKind::Connect
-    } else {
-        e.kind()
-    }
-}
-
 /// Records an error answer's code (the `x-ms-error-code` header, else the XML body's
 /// `<Code>`), then hands on the answer with a body of only that code and the (bounded)
 /// `<Message>`: an `AuthenticationFailed` body echoes the request's signature and the string
@@ -218,9 +174,9 @@ async fn observe_error_answer(
     parts.headers.remove(http::header::CONTENT_LENGTH);
     match body.bytes().await {
         Ok(bytes) => {
-            let code = header.or_else(|| body_code(&bytes));
+            let code = header.or_else(|| error_code(&bytes));
             let message = xml_element(&bytes, "Message");
-            let clean = sanitized_body(code.as_deref(), message.as_deref());
+            let clean = sanitized(code.as_deref(), message.as_deref());
             exchange.record(Observed::Answer { status, code });
             Ok(HttpResponse::from_parts(parts, clean.into()))
         }
@@ -234,48 +190,10 @@ async fn observe_error_answer(
     }
 }
 
-/// The longest `<Message>` kept, in bytes.
-const MAX_MESSAGE: usize = 256;
-
-/// An Azure error body with only the code and the (bounded) message.
-fn sanitized_body(code: Option<&str>, message: Option<&str>) -> String {
-    let mut out = String::from("<Error>");
-    if let Some(code) = code {
-        out.push_str(&format!("<Code>{code}</Code>"));
-    }
-    if let Some(message) = message {
-        let mut end = message.len().min(MAX_MESSAGE);
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        out.push_str(&format!("<Message>{}</Message>", &message[..end]));
-    }
-    out.push_str("</Error>");
-    out
-}
-
 /// The `x-ms-error-code` header, if present and readable.
 pub(crate) fn header_code(headers: &http::HeaderMap) -> Option<String> {
     let code = headers.get("x-ms-error-code")?.to_str().ok()?.trim();
     (!code.is_empty()).then(|| code.to_string())
-}
-
-/// The `<Code>` of an Azure XML error body, if there is one and it looks like a code.
-pub(crate) fn body_code(body: &[u8]) -> Option<String> {
-    let code = xml_element(body, "Code")?;
-    code.bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
-        .then_some(code)
-}
-
-/// The text of the first `<name>` element of an XML body (no nesting, no markup inside).
-fn xml_element(body: &[u8], name: &str) -> Option<String> {
-    let text = std::str::from_utf8(body).ok()?;
-    let open = format!("<{name}>");
-    let start = text.find(&open)? + open.len();
-    let len = text[start..].find(&format!("</{name}>"))?;
-    let value = text[start..start + len].trim();
-    (!value.is_empty() && !value.contains('<')).then(|| value.to_string())
 }
 
 #[cfg(test)]
@@ -287,12 +205,9 @@ mod tests {
         let body = "\u{feff}<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>BlobAlreadyExists</Code>\
                     <Message>The specified blob already exists.</Message></Error>";
         assert_eq!(
-            body_code(body.as_bytes()).as_deref(),
+            error_code(body.as_bytes()).as_deref(),
             Some("BlobAlreadyExists")
         );
-        assert_eq!(body_code(b"<Error></Error>"), None);
-        assert_eq!(body_code(b"<Code> </Code>"), None);
-        assert_eq!(body_code(&[0xff, 0xfe]), None);
         let mut headers = http::HeaderMap::new();
         assert_eq!(header_code(&headers), None);
         headers.insert("x-ms-error-code", "ConditionNotMet".parse().unwrap());

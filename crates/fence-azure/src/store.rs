@@ -10,10 +10,11 @@ use fence_core::{
     Capabilities, CasGuard, ConditionalStore, DeleteOutcome, Error, ErrorKind, Key, PutOutcome,
     Stored, Version,
 };
+use fence_wire::names::ObjectNames;
 use futures::TryStreamExt;
 use object_store::azure::MicrosoftAzure;
 use object_store::client::{HttpClient, HttpRequest, HttpRequestBody};
-use object_store::path::{Path, PathPart};
+use object_store::path::Path;
 use object_store::signer::Signer;
 use object_store::{GetOptions, ObjectStore, PutMode, PutOptions, PutPayload, UpdateVersion};
 
@@ -72,7 +73,7 @@ pub(crate) struct Clients {
 pub struct AzureStore {
     clients: Clients,
     container: String,
-    prefix: Vec<String>,
+    names: ObjectNames,
     cas_timeout: Duration,
     list_turn: tokio::sync::Mutex<()>,
 }
@@ -91,13 +92,13 @@ impl AzureStore {
     pub(crate) fn new(
         clients: Clients,
         container: String,
-        prefix: Vec<String>,
+        names: ObjectNames,
         cas_timeout: Duration,
     ) -> Self {
         AzureStore {
             clients,
             container,
-            prefix,
+            names,
             cas_timeout,
             list_turn: tokio::sync::Mutex::new(()),
         }
@@ -110,7 +111,7 @@ impl AzureStore {
 
     /// The key prefix every key is stored under (empty for none).
     pub fn prefix(&self) -> String {
-        self.prefix.join("/")
+        self.names.prefix()
     }
 
     /// The bound of one conditional write or delete.
@@ -130,41 +131,16 @@ impl AzureStore {
     /// assert_eq!(store.blob_name(&key), "fleet/cells/ñ 1/own.json");
     /// ```
     pub fn blob_name(&self, key: &Key) -> String {
-        let segments = self.prefix.iter().map(String::as_str).chain(key.segments());
-        segments.collect::<Vec<_>>().join("/")
+        self.names.name(key)
     }
 
     /// The object_store path of `key` (its parts are the name's own characters, which the
     /// URL escapes once), refused before any I/O if Azure cannot store it.
     fn path_of(&self, key: &Key) -> Result<Path, Error> {
-        let name = self.blob_name(key);
         // Azure counts a name's characters as .NET and Azurite do: UTF-16 code units.
-        if name.encode_utf16().count() > MAX_BLOB_NAME {
-            return Err(invalid_key(
-                key,
-                "prefix + key is longer than Azure's 1024-character blob names",
-            ));
-        }
-        Path::parse(&name).map_err(|e| invalid_key(key, "not a valid blob name").with_source(e))
-    }
-
-    /// Where fence-azure before 0.1 stored `key`: object_store's `PathPart` escaped non-ASCII
-    /// bytes and `%#[]{}^|<>~"`\`, so `ñ` was stored as `%C3%B1`. `None` when that name is the
-    /// same as today's.
-    fn legacy_path(&self, key: &Key) -> Option<Path> {
-        let segments = self.prefix.iter().map(String::as_str).chain(key.segments());
-        let legacy = Path::from_iter(segments.map(PathPart::from));
-        (legacy.as_ref() != self.blob_name(key)).then_some(legacy)
-    }
-
-    /// The fence key of a listed blob, if it lies under the prefix and is a valid key.
-    fn key_of(&self, path: &Path) -> Option<Key> {
-        let name = path.as_ref();
-        let rel = match self.prefix.is_empty() {
-            true => name,
-            false => name.strip_prefix(&self.prefix())?.strip_prefix('/')?,
-        };
-        Key::new(rel).ok()
+        let fits = |name: &str| name.encode_utf16().count() <= MAX_BLOB_NAME;
+        let bound = "prefix + key is longer than Azure's 1024-character blob names";
+        self.names.path(key, fits, bound)
     }
 
     fn error(&self, key: Option<&Key>, f: Failure) -> Error {
@@ -234,7 +210,7 @@ impl AzureStore {
     /// A key absent under its name may exist under the name fence-azure used to give it.
     /// Reading it as absent would let a claim restart its epochs, so the operator is told.
     async fn refuse_legacy_name(&self, key: &Key) -> Result<(), Error> {
-        let Some(legacy) = self.legacy_path(key) else {
+        let Some(legacy) = self.names.legacy(key) else {
             return Ok(());
         };
         match self.fetch(key, &legacy).await? {
@@ -287,21 +263,15 @@ impl AzureStore {
     }
 
     async fn list_keys(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
-        let segments = self.prefix.iter().map(String::as_str);
-        let under: Vec<&str> = match prefix {
-            Some(p) => segments.chain(p.segments()).collect(),
-            None => segments.collect(),
-        };
-        let under = match under.is_empty() {
-            true => None,
-            false => Some(Path::parse(under.join("/")).map_err(|e| {
-                Error::new(ErrorKind::InvalidKey, "not a valid blob name prefix")
-                    .with_source(e)
-                    .not_committed()
-            })?),
+        let under = match prefix {
+            Some(p) => Some(self.path_of(p)?),
+            None => self.names.under(None)?,
         };
         let metas = self.list_paths(under.as_ref()).await?;
-        let mut keys: Vec<Key> = metas.iter().filter_map(|p| self.key_of(p)).collect();
+        let mut keys: Vec<Key> = metas
+            .iter()
+            .filter_map(|p| self.names.key_of(p.as_ref()))
+            .collect();
         if let Some(p) = prefix {
             // A listing shows what lies under `p/`; the key `p` itself needs its own look-up.
             if self.read(p).await?.is_some() {
@@ -321,11 +291,11 @@ impl AzureStore {
             Ok(metas) => Ok(metas.into_iter().map(|m| m.location).collect()),
             Err(e) => {
                 let observed = self.clients.listed.last_failure();
-                let f = classify_read(observed.as_ref()).unwrap_or(Failure {
-                    kind: ErrorKind::NotFound,
-                    commit: fence_core::Commit::NotCommitted,
-                    why: CONTAINER,
-                });
+                let f = classify_read(observed.as_ref()).unwrap_or(Failure::new(
+                    ErrorKind::NotFound,
+                    fence_core::Commit::NotCommitted,
+                    CONTAINER,
+                ));
                 Err(self.error(None, f).with_source(e))
             }
         }
@@ -376,11 +346,11 @@ impl AzureStore {
     }
 
     fn signing_error(&self, key: &Key, e: object_store::Error) -> Error {
-        let f = Failure {
-            kind: ErrorKind::PermissionDenied,
-            commit: fence_core::Commit::NotCommitted,
-            why: DENIED,
-        };
+        let f = Failure::new(
+            ErrorKind::PermissionDenied,
+            fence_core::Commit::NotCommitted,
+            DENIED,
+        );
         self.error(Some(key), f).with_source(e)
     }
 
@@ -391,12 +361,6 @@ impl AzureStore {
             DeleteVerdict::Failed(f) => Err(self.error(Some(key), f)),
         }
     }
-}
-
-fn invalid_key(key: &Key, why: &str) -> Error {
-    Error::new(ErrorKind::InvalidKey, why)
-        .with_key(key)
-        .not_committed()
 }
 
 fn unreadable(key: &Key) -> Error {
