@@ -158,8 +158,8 @@ pub(crate) fn classify_read(observed: Option<&Observed>) -> Option<Failure> {
             }
             (300..=399, _) => f(ErrorKind::InvalidInput, REDIRECT),
             (200..=299, _) => f(
-                ErrorKind::Corrupt,
-                "the store's answer could not be decoded",
+                ErrorKind::Unsupported,
+                "the store answered without the headers a read needs",
             ),
             _ => f(ErrorKind::Other, "the store refused the request"),
         },

@@ -49,8 +49,13 @@ impl Exchange {
         self.attempts().last().cloned()
     }
 
-    /// The last attempt that failed (a transport failure or a non-2xx answer).
+    /// The last attempt that failed (a transport failure or a non-2xx answer), else the last
+    /// attempt: a 2xx answer object_store could not use.
     pub(crate) fn last_failure(&self) -> Option<Observed> {
+        self.last_failed().or_else(|| self.last())
+    }
+
+    fn last_failed(&self) -> Option<Observed> {
         let attempts = self.attempts();
         let failed = |o: &&Observed| {
             !matches!(
@@ -235,8 +240,8 @@ mod tests {
         exchange.record(ok);
         assert_eq!(
             exchange.last_failure(),
-            None,
-            "only the last {KEPT} are kept"
+            exchange.last(),
+            "only the last {KEPT} are kept: the last answer stands"
         );
         exchange.clear();
         assert_eq!(exchange.last(), None);

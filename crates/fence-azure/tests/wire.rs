@@ -567,3 +567,19 @@ async fn an_echoed_signature_never_reaches_error_text() {
         }
     }
 }
+
+/// A 200 without the headers a read needs (here `Last-Modified`) is the store's answer being
+/// unusable, not a corrupt record: `Unsupported`, not committed, as on S3.
+#[tokio::test]
+async fn a_read_answer_without_its_headers_is_unsupported_not_corrupt() {
+    let server = shared::serve(|_| {
+        Reply::status(200, "application/octet-stream", "x").with_header("ETag", "\"0x8DC1\"")
+    })
+    .await;
+    let err = fleet_store(&server).get(&key()).await.unwrap_err();
+    assert_eq!(
+        (err.kind(), err.commit()),
+        (ErrorKind::Unsupported, Commit::NotCommitted),
+        "{err:?}"
+    );
+}

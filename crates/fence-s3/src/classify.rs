@@ -108,7 +108,9 @@ pub(crate) fn classify_read(observed: Option<&Observed>) -> Option<Failure> {
             (404, Some("NoSuchBucket")) => f(ErrorKind::NotFound, BUCKET),
             (404, _) => None,
             (401 | 403, _) => f(ErrorKind::PermissionDenied, DENIED),
-            (429 | 500..=599, _) => f(ErrorKind::Unavailable, "the store answered a server error"),
+            (408 | 429 | 500..=599, _) => {
+                f(ErrorKind::Unavailable, "the store answered a server error")
+            }
             (300..=399, _) => f(ErrorKind::InvalidInput, REDIRECT),
             (200..=299, _) => f(
                 ErrorKind::Unsupported,
@@ -253,6 +255,10 @@ mod tests {
         assert_eq!(denied.kind, ErrorKind::PermissionDenied);
         let down = classify_read(Some(&Observed::Transport(HttpErrorKind::Connect))).unwrap();
         assert_eq!(down.kind, ErrorKind::Unavailable);
+        for status in [408, 500, 503] {
+            let slow = classify_read(Some(&answer(status, None))).unwrap();
+            assert_eq!(slow.kind, ErrorKind::Unavailable, "{status}: retryable");
+        }
         let busy = classify_read(Some(&answer(429, None))).unwrap();
         assert_eq!(
             (busy.kind, busy.commit),
