@@ -112,7 +112,7 @@ impl AzureStoreBuilder {
         self
     }
 
-    /// Every key is stored under `prefix/` (validated like a [`Key`]).
+    /// Every key is stored under `prefix/` (validated like a [`Key`](fence_core::Key)).
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = Some(prefix.into());
         self

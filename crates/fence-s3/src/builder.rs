@@ -97,7 +97,7 @@ impl S3StoreBuilder {
         self
     }
 
-    /// Every key is stored under `prefix/` (validated like a [`Key`]).
+    /// Every key is stored under `prefix/` (validated like a [`Key`](fence_core::Key)).
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = Some(prefix.into());
         self

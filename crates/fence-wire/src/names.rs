@@ -191,7 +191,9 @@ mod tests {
     #[test]
     fn a_name_the_store_cannot_hold_is_invalid_before_any_io() {
         let names = ObjectNames::new(Some("p")).unwrap();
-        let err = names.path(&key("abc"), |n| n.len() < 5, "too long").unwrap_err();
+        let err = names
+            .path(&key("abc"), |n| n.len() < 5, "too long")
+            .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidKey);
         assert_eq!(err.commit(), fence_core::Commit::NotCommitted);
     }
