@@ -3,13 +3,15 @@
 use std::fmt;
 use std::time::Duration;
 
-use fence_core::{Error, ErrorKind, Key};
+use fence_core::{Error, ErrorKind};
+use fence_wire::names::{parse_url, ObjectNames};
 use object_store::azure::{AzureConfigKey, MicrosoftAzure, MicrosoftAzureBuilder};
 use object_store::client::HttpClient;
 use object_store::{BackoffConfig, ClientConfigKey, ClientOptions, RetryConfig};
 
-use crate::observe::{cas_http_client, CasTimeouts, Exchange, ObservingConnector};
+use crate::observe::{fence_http_client, Exchange, ObservingConnector};
 use crate::store::{AzureStore, Clients};
+use fence_wire::client::Timeouts;
 
 /// The lease TTL the CAS client's timeouts derive from unless set.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
@@ -94,7 +96,7 @@ impl AzureStoreBuilder {
     /// Container and optional key prefix from `az://container/prefix/path` or
     /// `azure://container/prefix/path`.
     pub fn with_url(mut self, url: impl AsRef<str>) -> Self {
-        match parse_url(url.as_ref()) {
+        match parse_url(url.as_ref(), &["az", "azure"]) {
             Ok((container, prefix)) => {
                 self.container = Some(container);
                 self.prefix = prefix;
@@ -110,7 +112,7 @@ impl AzureStoreBuilder {
         self
     }
 
-    /// Every key is stored under `prefix/` (validated like a [`Key`]).
+    /// Every key is stored under `prefix/` (validated like a [`Key`](fence_core::Key)).
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = Some(prefix.into());
         self
@@ -186,7 +188,7 @@ impl AzureStoreBuilder {
             return Err(invalid(why.clone()));
         }
         let container = self.container_name()?;
-        let prefix = self.prefix_segments()?;
+        let names = ObjectNames::new(self.prefix.as_deref())?;
         let base = self.resolved().with_container_name(&container);
         let timeouts = self.cas_timeouts();
         let cas = build_client(cas_client(base.clone(), timeouts), &container)?;
@@ -208,12 +210,7 @@ impl AzureStoreBuilder {
             deletes,
             listed: untagged,
         };
-        Ok(AzureStore::new(
-            clients,
-            container,
-            prefix,
-            timeouts.request,
-        ))
+        Ok(AzureStore::new(clients, container, names, timeouts.request))
     }
 
     /// The object_store builder with the emulator (if set) spelled out as an endpoint, so
@@ -271,20 +268,10 @@ impl AzureStoreBuilder {
         Ok(container)
     }
 
-    fn prefix_segments(&self) -> Result<Vec<String>, Error> {
-        match self.prefix.as_deref().map(|p| p.trim_matches('/')) {
-            None | Some("") => Ok(Vec::new()),
-            Some(p) => {
-                let key = Key::new(p).map_err(|e| invalid(format!("prefix: {e}")))?;
-                Ok(key.segments().map(str::to_string).collect())
-            }
-        }
-    }
-
-    fn cas_timeouts(&self) -> CasTimeouts {
+    fn cas_timeouts(&self) -> Timeouts {
         let derived = (self.lease_ttl / 3).max(Duration::from_millis(100));
         let request = self.cas_timeout.unwrap_or(derived);
-        CasTimeouts {
+        Timeouts {
             request,
             connect: request.min(Duration::from_secs(1)),
         }
@@ -300,23 +287,17 @@ impl AzureStoreBuilder {
             max_retries: self.read_retries,
             retry_timeout: self.read_timeout * 2,
         };
-        // Set through config keys so options from the environment (proxies) survive.
-        let ms = |d: Duration| format!("{}ms", d.as_millis().max(1));
-        base.with_config(
-            AzureConfigKey::Client(ClientConfigKey::Timeout),
-            ms(self.read_timeout),
-        )
-        .with_config(
-            AzureConfigKey::Client(ClientConfigKey::ConnectTimeout),
-            ms(self.read_timeout.min(Duration::from_secs(5))),
-        )
-        .with_retry(retry)
-        .with_http_connector(ObservingConnector::reads(untagged))
+        let timeouts = Timeouts {
+            request: self.read_timeout,
+            connect: self.read_timeout.min(Duration::from_secs(5)),
+        };
+        base.with_retry(retry)
+            .with_http_connector(ObservingConnector::reads(timeouts, untagged))
     }
 }
 
 /// The client of conditional writes: no retries at all; its connector bounds every request.
-fn cas_client(base: MicrosoftAzureBuilder, timeouts: CasTimeouts) -> MicrosoftAzureBuilder {
+fn cas_client(base: MicrosoftAzureBuilder, timeouts: Timeouts) -> MicrosoftAzureBuilder {
     let retry = RetryConfig {
         backoff: BackoffConfig::default(),
         max_retries: 0,
@@ -330,7 +311,7 @@ fn cas_client(base: MicrosoftAzureBuilder, timeouts: CasTimeouts) -> MicrosoftAz
 fn delete_client(
     base: &MicrosoftAzureBuilder,
     emulator: bool,
-    timeouts: CasTimeouts,
+    timeouts: Timeouts,
     container: &str,
 ) -> Result<HttpClient, Error> {
     let mut options = ClientOptions::new();
@@ -354,7 +335,7 @@ fn delete_client(
     if emulator {
         options = options.with_allow_http(true);
     }
-    cas_http_client(&options, timeouts).map_err(|e| configuration_error(e, container))
+    fence_http_client(&options, timeouts).map_err(|e| configuration_error(e, container))
 }
 
 fn build_client(azure: MicrosoftAzureBuilder, container: &str) -> Result<MicrosoftAzure, Error> {
@@ -387,23 +368,6 @@ fn is_container_name(name: &str) -> bool {
         && !name.contains("--")
 }
 
-/// `az://container/prefix` or `azure://container/prefix` → (container, prefix).
-fn parse_url(url: &str) -> Result<(String, Option<String>), String> {
-    let rest = url
-        .strip_prefix("az://")
-        .or_else(|| url.strip_prefix("azure://"))
-        .ok_or_else(|| format!("{url:?} is not an az:// or azure:// URL"))?;
-    let (container, prefix) = match rest.split_once('/') {
-        Some((container, prefix)) => (container, Some(prefix.trim_matches('/'))),
-        None => (rest, None),
-    };
-    if container.is_empty() {
-        return Err(format!("{url:?} names no container"));
-    }
-    let prefix = prefix.filter(|p| !p.is_empty()).map(str::to_string);
-    Ok((container.to_string(), prefix))
-}
-
 impl fmt::Debug for AzureStoreBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let account = self.azure.get_config_value(&AzureConfigKey::AccountName);
@@ -422,18 +386,6 @@ impl fmt::Debug for AzureStoreBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_urls() {
-        assert_eq!(parse_url("az://c").unwrap(), ("c".into(), None));
-        assert_eq!(parse_url("azure://c/").unwrap(), ("c".into(), None));
-        assert_eq!(
-            parse_url("az://c/x/y/").unwrap(),
-            ("c".into(), Some("x/y".into()))
-        );
-        assert!(parse_url("s3://b").is_err());
-        assert!(parse_url("az:///x").is_err());
-    }
 
     #[test]
     fn container_names_follow_azure_rules() {

@@ -5,7 +5,6 @@
 //! and that is not such an answer is ambiguous.
 
 use fence_core::{Commit, ErrorKind};
-use object_store::client::HttpErrorKind;
 
 use crate::observe::Observed;
 
@@ -31,16 +30,10 @@ pub(crate) enum DeleteVerdict {
     Failed(Failure),
 }
 
-/// A classified failure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Failure {
-    pub kind: ErrorKind,
-    pub commit: Commit,
-    pub why: &'static str,
-}
+pub(crate) use fence_wire::outcome::{strong_etag, transport, Failure};
 
 const fn failure(kind: ErrorKind, commit: Commit, why: &'static str) -> Failure {
-    Failure { kind, commit, why }
+    Failure::new(kind, commit, why)
 }
 
 pub(crate) const CONTAINER: &str = "the container does not exist";
@@ -58,7 +51,7 @@ pub(crate) fn classify_put(
     e_tag: Option<Option<&str>>,
 ) -> PutVerdict {
     match (e_tag, observed) {
-        (Some(Some(tag)), _) if !tag.is_empty() => PutVerdict::Applied(tag.to_string()),
+        (Some(Some(tag)), _) if strong_etag(tag) => PutVerdict::Applied(tag.to_string()),
         (Some(_), _) => PutVerdict::Failed(no_etag()),
         (None, None) => {
             PutVerdict::Failed(failure(ErrorKind::Other, Commit::NotCommitted, NOT_SENT))
@@ -74,7 +67,8 @@ fn no_etag() -> Failure {
     failure(
         ErrorKind::Unsupported,
         Commit::Ambiguous,
-        "the store answered the write without an ETag, so its version is unknown",
+        "the store answered the write without a usable ETag (none, empty or weak), so its \
+         version is unknown",
     )
 }
 
@@ -147,27 +141,6 @@ fn refusal(status: u16, code: Option<&str>) -> Failure {
     }
 }
 
-/// A transport failure: only a failed connect proves the request was never sent.
-pub(crate) fn transport(kind: HttpErrorKind) -> Failure {
-    match kind {
-        HttpErrorKind::Connect => failure(
-            ErrorKind::Unavailable,
-            Commit::NotCommitted,
-            "could not connect to the store",
-        ),
-        HttpErrorKind::Timeout => failure(
-            ErrorKind::Timeout,
-            Commit::Ambiguous,
-            "the request timed out",
-        ),
-        _ => failure(
-            ErrorKind::Unavailable,
-            Commit::Ambiguous,
-            "the connection failed or the answer was unreadable",
-        ),
-    }
-}
-
 /// Classifies a failed read (or list) from its last failed HTTP attempt. Reads change
 /// nothing, so every read failure is `NotCommitted`; `None` means the blob is simply absent.
 pub(crate) fn classify_read(observed: Option<&Observed>) -> Option<Failure> {
@@ -175,10 +148,7 @@ pub(crate) fn classify_read(observed: Option<&Observed>) -> Option<Failure> {
     let f = |kind, why| Some(failure(kind, NotCommitted, why));
     match observed {
         None => f(ErrorKind::Other, NOT_SENT),
-        Some(Observed::Transport(kind)) => Some(Failure {
-            commit: NotCommitted,
-            ..transport(*kind)
-        }),
+        Some(Observed::Transport(kind)) => Some(transport(*kind).read()),
         Some(Observed::Answer { status, code }) => match (*status, code.as_deref()) {
             (404, Some("ContainerNotFound")) => f(ErrorKind::NotFound, CONTAINER),
             (404, _) => None,
@@ -188,8 +158,8 @@ pub(crate) fn classify_read(observed: Option<&Observed>) -> Option<Failure> {
             }
             (300..=399, _) => f(ErrorKind::InvalidInput, REDIRECT),
             (200..=299, _) => f(
-                ErrorKind::Corrupt,
-                "the store's answer could not be decoded",
+                ErrorKind::Unsupported,
+                "the store answered without the headers a read needs",
             ),
             _ => f(ErrorKind::Other, "the store refused the request"),
         },
@@ -199,6 +169,7 @@ pub(crate) fn classify_read(observed: Option<&Observed>) -> Option<Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use object_store::client::HttpErrorKind;
 
     fn answer(status: u16, code: Option<&str>) -> Observed {
         Observed::Answer {
@@ -307,16 +278,12 @@ mod tests {
                 assert_eq!(kind_commit(v).1, Commit::Ambiguous, "{status}");
             }
         }
-        for kind in [
-            HttpErrorKind::Timeout,
-            HttpErrorKind::Request,
-            HttpErrorKind::Interrupted,
-            HttpErrorKind::Decode,
-            HttpErrorKind::Unknown,
-        ] {
-            let v = classify_put(false, Some(&Observed::Transport(kind)), None);
-            assert_eq!(kind_commit(v).1, Commit::Ambiguous, "{kind:?}");
-        }
+        let v = classify_put(
+            false,
+            Some(&Observed::Transport(HttpErrorKind::Timeout)),
+            None,
+        );
+        assert_eq!(kind_commit(v).1, Commit::Ambiguous);
     }
 
     #[test]

@@ -7,8 +7,8 @@
 //! - create: `PUT` with `If-None-Match: *`; replace: `PUT` with `If-Match: <etag>`; delete:
 //!   `DELETE` with `If-Match: <etag>` (conditional delete is a capability here);
 //! - **no silent retries of conditional requests**: they run on their own client with retries
-//!   off, redirects never followed, its own connection pool and timeouts derived from the
-//!   lease TTL (`ttl / 3`);
+//!   off, its own connection pool and timeouts derived from the lease TTL (`ttl / 3`); no
+//!   client follows a redirect;
 //! - every outcome is classified here from the HTTP status and the `x-ms-error-code`: 412 →
 //!   rejected (real Azure's failed create, a failed replace, a condition on a missing blob);
 //!   409 `BlobAlreadyExists` on create → rejected (Azurite's failed create); other 409s →
@@ -16,6 +16,8 @@
 //!   denied naming the container; a redirect → invalid input, not committed; a refused
 //!   connection → unavailable, not committed; timeouts, resets, 429, 5xx and unreadable
 //!   answers → ambiguous;
+//! - blob names are the key's own characters (`prefix/key`, at most 1024); error bodies are
+//!   cut down to their code and message before object_store sees them;
 //! - Azure ETags change on every write, also of identical bytes, so bodies are stored as
 //!   given (no nonce) and [`Capabilities::content_versions`](fence_core::Capabilities) is
 //!   false.

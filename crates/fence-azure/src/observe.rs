@@ -3,16 +3,16 @@
 //! object_store's own errors do not expose, and it builds the conditional-write client, which
 //! never follows a redirect.
 
-use std::error::Error as _;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use async_trait::async_trait;
+pub(crate) use fence_wire::client::transport_kind;
+use fence_wire::client::{redirect_free_client, Timeouts};
+use fence_wire::error_body::{error_code, sanitized, xml_element};
 use object_store::client::{
     HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse, HttpService,
-    ReqwestConnector,
 };
-use object_store::{ClientConfigKey, ClientOptions};
+use object_store::ClientOptions;
 
 /// What one HTTP attempt came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,8 +49,13 @@ impl Exchange {
         self.attempts().last().cloned()
     }
 
-    /// The last attempt that failed (a transport failure or a non-2xx answer).
+    /// The last attempt that failed (a transport failure or a non-2xx answer), else the last
+    /// attempt: a 2xx answer object_store could not use.
     pub(crate) fn last_failure(&self) -> Option<Observed> {
+        self.last_failed().or_else(|| self.last())
+    }
+
+    fn last_failed(&self) -> Option<Observed> {
         let attempts = self.attempts();
         let failed = |o: &&Observed| {
             !matches!(
@@ -77,39 +82,28 @@ impl Exchange {
     }
 }
 
-/// Timeouts of the conditional-write client.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct CasTimeouts {
-    pub request: Duration,
-    pub connect: Duration,
-}
-
 /// An [`HttpConnector`] whose clients record every attempt: into the request's own
 /// [`Exchange`] extension, or into `untagged` for requests without one (listings, whose
 /// object_store call takes no extensions, and credential fetches).
 ///
-/// Every connect makes a new reqwest client, so each store client has its own pool.
+/// Every connect makes a new reqwest client (redirects never followed, bounded by
+/// `timeouts`), so each store client has its own pool.
 #[derive(Debug, Clone)]
 pub(crate) struct ObservingConnector {
-    /// `Some`: the conditional-write client (redirects never followed); `None`: object_store's
-    /// own reqwest client, for reads.
-    cas: Option<CasTimeouts>,
+    timeouts: Timeouts,
     untagged: Exchange,
 }
 
 impl ObservingConnector {
     /// The connector of the read client.
-    pub(crate) fn reads(untagged: Exchange) -> Self {
-        ObservingConnector {
-            cas: None,
-            untagged,
-        }
+    pub(crate) fn reads(timeouts: Timeouts, untagged: Exchange) -> Self {
+        ObservingConnector { timeouts, untagged }
     }
 
     /// The connector of the conditional-write client.
-    pub(crate) fn cas(timeouts: CasTimeouts) -> Self {
+    pub(crate) fn cas(timeouts: Timeouts) -> Self {
         ObservingConnector {
-            cas: Some(timeouts),
+            timeouts,
             untagged: Exchange::default(),
         }
     }
@@ -117,10 +111,7 @@ impl ObservingConnector {
 
 impl HttpConnector for ObservingConnector {
     fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
-        let inner = match self.cas {
-            Some(timeouts) => cas_http_client(options, timeouts)?,
-            None => ReqwestConnector::default().connect(options)?,
-        };
+        let inner = fence_http_client(options, self.timeouts)?;
         Ok(HttpClient::new(ObservingService {
             inner,
             untagged: self.untagged.clone(),
@@ -128,36 +119,15 @@ impl HttpConnector for ObservingConnector {
     }
 }
 
-/// A reqwest client for conditional requests: it never follows a redirect (a followed 307
-/// would send the conditional write again, elsewhere), is bounded by `timeouts`, and honours
-/// the transport options of `options` that matter off a laptop (plain HTTP, proxy, invalid
-/// certificates, HTTP version). object_store's own client cannot turn redirects off.
-pub(crate) fn cas_http_client(
+/// A reqwest client of this store, which never follows a redirect (see
+/// [`fence_wire::client`]).
+pub(crate) fn fence_http_client(
     options: &ClientOptions,
-    timeouts: CasTimeouts,
+    timeouts: Timeouts,
 ) -> object_store::Result<HttpClient> {
-    let flag = |key| options.get_config_value(&key).as_deref() == Some("true");
-    let mut builder = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent(concat!("fence-azure/", env!("CARGO_PKG_VERSION")))
-        .timeout(timeouts.request)
-        .connect_timeout(timeouts.connect.min(timeouts.request))
-        .https_only(!flag(ClientConfigKey::AllowHttp))
-        .danger_accept_invalid_certs(flag(ClientConfigKey::AllowInvalidCertificates));
-    if let Some(url) = options.get_config_value(&ClientConfigKey::ProxyUrl) {
-        let mut proxy = reqwest::Proxy::all(&url).map_err(client_error)?;
-        if let Some(excludes) = options.get_config_value(&ClientConfigKey::ProxyExcludes) {
-            proxy = proxy.no_proxy(reqwest::NoProxy::from_string(&excludes));
-        }
-        builder = builder.proxy(proxy);
-    }
-    if flag(ClientConfigKey::Http1Only) {
-        builder = builder.http1_only();
-    }
-    if flag(ClientConfigKey::Http2Only) {
-        builder = builder.http2_prior_knowledge();
-    }
-    Ok(HttpClient::new(builder.build().map_err(client_error)?))
+    let agent = concat!("fence-azure/", env!("CARGO_PKG_VERSION"));
+    let client = redirect_free_client(options, timeouts, agent).map_err(client_error)?;
+    Ok(HttpClient::new(client))
 }
 
 fn client_error(e: reqwest::Error) -> object_store::Error {
@@ -195,43 +165,31 @@ impl HttpService for ObservingService {
     }
 }
 
-/// object_store calls a connect timeout a timeout; it is a failed connect (nothing was sent),
-/// which reqwest still tells apart.
-pub(crate) fn transport_kind(e: &HttpError) -> HttpErrorKind {
-    let connect = e
-        .source()
-        .and_then(|s| s.downcast_ref::<reqwest::Error>())
-        .is_some_and(reqwest::Error::is_connect);
-    if connect {
-        HttpErrorKind::Connect
-    } else {
-        e.kind()
-    }
-}
-
 /// Records an error answer's code (the `x-ms-error-code` header, else the XML body's
-/// `<Code>`), then hands the answer on unchanged.
+/// `<Code>`), then hands on the answer with a body of only that code and the (bounded)
+/// `<Message>`: an `AuthenticationFailed` body echoes the request's signature and the string
+/// the server signed, and object_store puts whole error bodies into its error text.
 async fn observe_error_answer(
     exchange: &Exchange,
     response: HttpResponse,
 ) -> Result<HttpResponse, HttpError> {
     let status = response.status().as_u16();
-    if let Some(code) = header_code(response.headers()) {
-        exchange.record(Observed::Answer {
-            status,
-            code: Some(code),
-        });
-        return Ok(response);
-    }
-    let (parts, body) = response.into_parts();
+    let header = header_code(response.headers());
+    let (mut parts, body) = response.into_parts();
+    parts.headers.remove(http::header::CONTENT_LENGTH);
     match body.bytes().await {
         Ok(bytes) => {
-            let code = body_code(&bytes);
+            let code = header.or_else(|| error_code(&bytes));
+            let message = xml_element(&bytes, "Message");
+            let clean = sanitized(code.as_deref(), message.as_deref());
             exchange.record(Observed::Answer { status, code });
-            Ok(HttpResponse::from_parts(parts, bytes.into()))
+            Ok(HttpResponse::from_parts(parts, clean.into()))
         }
         Err(e) => {
-            exchange.record(Observed::Answer { status, code: None });
+            exchange.record(Observed::Answer {
+                status,
+                code: header,
+            });
             Err(e)
         }
     }
@@ -240,15 +198,6 @@ async fn observe_error_answer(
 /// The `x-ms-error-code` header, if present and readable.
 pub(crate) fn header_code(headers: &http::HeaderMap) -> Option<String> {
     let code = headers.get("x-ms-error-code")?.to_str().ok()?.trim();
-    (!code.is_empty()).then(|| code.to_string())
-}
-
-/// The `<Code>` of an Azure XML error body, if there is one.
-pub(crate) fn body_code(body: &[u8]) -> Option<String> {
-    let text = std::str::from_utf8(body).ok()?;
-    let start = text.find("<Code>")? + "<Code>".len();
-    let len = text[start..].find("</Code>")?;
-    let code = text[start..start + len].trim();
     (!code.is_empty()).then(|| code.to_string())
 }
 
@@ -261,12 +210,9 @@ mod tests {
         let body = "\u{feff}<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>BlobAlreadyExists</Code>\
                     <Message>The specified blob already exists.</Message></Error>";
         assert_eq!(
-            body_code(body.as_bytes()).as_deref(),
+            error_code(body.as_bytes()).as_deref(),
             Some("BlobAlreadyExists")
         );
-        assert_eq!(body_code(b"<Error></Error>"), None);
-        assert_eq!(body_code(b"<Code> </Code>"), None);
-        assert_eq!(body_code(&[0xff, 0xfe]), None);
         let mut headers = http::HeaderMap::new();
         assert_eq!(header_code(&headers), None);
         headers.insert("x-ms-error-code", "ConditionNotMet".parse().unwrap());
@@ -294,8 +240,8 @@ mod tests {
         exchange.record(ok);
         assert_eq!(
             exchange.last_failure(),
-            None,
-            "only the last {KEPT} are kept"
+            exchange.last(),
+            "only the last {KEPT} are kept: the last answer stands"
         );
         exchange.clear();
         assert_eq!(exchange.last(), None);

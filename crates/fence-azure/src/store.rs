@@ -10,23 +10,26 @@ use fence_core::{
     Capabilities, CasGuard, ConditionalStore, DeleteOutcome, Error, ErrorKind, Key, PutOutcome,
     Stored, Version,
 };
+use fence_wire::names::ObjectNames;
 use futures::TryStreamExt;
 use object_store::azure::MicrosoftAzure;
 use object_store::client::{HttpClient, HttpRequest, HttpRequestBody};
-use object_store::path::{Path, PathPart};
+use object_store::path::Path;
 use object_store::signer::Signer;
 use object_store::{GetOptions, ObjectStore, PutMode, PutOptions, PutPayload, UpdateVersion};
-use percent_encoding::percent_decode_str;
 
 use crate::builder::AzureStoreBuilder;
 use crate::classify::{
-    classify_delete, classify_put, classify_read, DeleteVerdict, Failure, PutVerdict, CONTAINER,
-    DENIED,
+    classify_delete, classify_put, classify_read, strong_etag, DeleteVerdict, Failure, PutVerdict,
+    CONTAINER, DENIED,
 };
 use crate::observe::{header_code, transport_kind, Exchange, Observed};
 
 /// The largest body of one Put Blob request (5000 MiB); fence records are a few hundred bytes.
 const MAX_BODY: usize = 5000 * 1024 * 1024;
+
+/// Azure's bound of a blob name: 1024 characters.
+const MAX_BLOB_NAME: usize = 1024;
 
 /// How long the SAS of one delete is valid. It only needs to outlive the request; the margin
 /// covers clock skew at the end of its window (a clock running ahead of the store's makes a
@@ -70,7 +73,7 @@ pub(crate) struct Clients {
 pub struct AzureStore {
     clients: Clients,
     container: String,
-    prefix: Vec<String>,
+    names: ObjectNames,
     cas_timeout: Duration,
     list_turn: tokio::sync::Mutex<()>,
 }
@@ -89,13 +92,13 @@ impl AzureStore {
     pub(crate) fn new(
         clients: Clients,
         container: String,
-        prefix: Vec<String>,
+        names: ObjectNames,
         cas_timeout: Duration,
     ) -> Self {
         AzureStore {
             clients,
             container,
-            prefix,
+            names,
             cas_timeout,
             list_turn: tokio::sync::Mutex::new(()),
         }
@@ -108,7 +111,7 @@ impl AzureStore {
 
     /// The key prefix every key is stored under (empty for none).
     pub fn prefix(&self) -> String {
-        self.prefix.join("/")
+        self.names.prefix()
     }
 
     /// The bound of one conditional write or delete.
@@ -116,17 +119,28 @@ impl AzureStore {
         self.cas_timeout
     }
 
-    fn path_of(&self, key: &Key) -> Path {
-        let segments = self.prefix.iter().map(String::as_str).chain(key.segments());
-        Path::from_iter(segments.map(PathPart::from))
+    /// The blob name of `key`: `prefix/key`, exactly these characters.
+    ///
+    /// ```
+    /// let store = fence_azure::AzureStore::builder()
+    ///     .with_url("az://fence-test/fleet")
+    ///     .with_emulator("http://127.0.0.1:10000")
+    ///     .build()
+    ///     .unwrap();
+    /// let key = fence_core::Key::new("cells/ñ 1/own.json").unwrap();
+    /// assert_eq!(store.blob_name(&key), "fleet/cells/ñ 1/own.json");
+    /// ```
+    pub fn blob_name(&self, key: &Key) -> String {
+        self.names.name(key)
     }
 
-    /// The fence key of a listed blob, if it lies under the prefix and is a valid key.
-    fn key_of(&self, path: &Path) -> Option<Key> {
-        let decoded: Option<Vec<String>> = path.parts().map(|p| decode(p.as_ref())).collect();
-        let decoded = decoded?;
-        let rest = decoded.strip_prefix(self.prefix.as_slice())?;
-        Key::new(rest.join("/")).ok()
+    /// The object_store path of `key` (its parts are the name's own characters, which the
+    /// URL escapes once), refused before any I/O if Azure cannot store it.
+    fn path_of(&self, key: &Key) -> Result<Path, Error> {
+        // Azure counts a name's characters as .NET and Azurite do: UTF-16 code units.
+        let fits = |name: &str| name.encode_utf16().count() <= MAX_BLOB_NAME;
+        let bound = "prefix + key is longer than Azure's 1024-character blob names";
+        self.names.path(key, fits, bound)
     }
 
     fn error(&self, key: Option<&Key>, f: Failure) -> Error {
@@ -146,6 +160,7 @@ impl AzureStore {
     async fn conditional_put(
         &self,
         key: &Key,
+        path: &Path,
         body: Bytes,
         guard: &CasGuard,
     ) -> Result<PutOutcome, Error> {
@@ -165,7 +180,7 @@ impl AzureStore {
         let result = self
             .clients
             .cas
-            .put_opts(&self.path_of(key), PutPayload::from(body), opts)
+            .put_opts(path, PutPayload::from(body), opts)
             .await;
         let e_tag = result.as_ref().ok().map(|r| r.e_tag.as_deref());
         let is_create = matches!(guard, CasGuard::Absent);
@@ -183,7 +198,40 @@ impl AzureStore {
         }
     }
 
+    /// Reads `key`; a miss is checked against the legacy name.
     async fn read(&self, key: &Key) -> Result<Option<Stored>, Error> {
+        let path = self.path_of(key)?;
+        match self.fetch(key, &path).await? {
+            Some(stored) => Ok(Some(stored)),
+            None => self.refuse_legacy_name(key).await.map(|()| None),
+        }
+    }
+
+    /// A key absent under its name may exist under the name fence-azure used to give it.
+    /// Reading it as absent would let a claim restart its epochs, so the operator is told.
+    async fn refuse_legacy_name(&self, key: &Key) -> Result<(), Error> {
+        let Some(legacy) = self.names.legacy(key) else {
+            return Ok(());
+        };
+        match self.fetch(key, &legacy).await? {
+            None => Ok(()),
+            Some(_) => Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "container {:?}: this key is stored under its escaped name {:?} (written \
+                     by an earlier fence-azure); rename the blob to {:?}",
+                    self.container,
+                    legacy.as_ref(),
+                    self.blob_name(key)
+                ),
+            )
+            .with_key(key)
+            .not_committed()),
+        }
+    }
+
+    /// One GET of `path` (with the read client's retries): body and version together.
+    async fn fetch(&self, key: &Key, path: &Path) -> Result<Option<Stored>, Error> {
         let exchange = Exchange::default();
         let opts = GetOptions {
             extensions: exchange.extensions(),
@@ -193,7 +241,7 @@ impl AzureStore {
             Some(f) => Err(self.error(Some(key), f).with_source(e)),
             None => Ok(None),
         };
-        let got = match self.clients.read.get_opts(&self.path_of(key), opts).await {
+        let got = match self.clients.read.get_opts(path, opts).await {
             Ok(got) => got,
             Err(e) => return fail(e),
         };
@@ -202,20 +250,28 @@ impl AzureStore {
             Ok(body) => body,
             Err(e) => return Err(unreadable(key).with_source(e)),
         };
+        if !strong_etag(&tag) {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "the store answered a read without a usable ETag (none, empty or weak)",
+            )
+            .with_key(key)
+            .not_committed());
+        }
         let version = Version::new(tag).map_err(|e| e.with_key(key).not_committed())?;
         Ok(Some(Stored { body, version }))
     }
 
     async fn list_keys(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
-        let segments = self.prefix.iter().map(String::as_str);
-        let under: Vec<&str> = match prefix {
-            Some(p) => segments.chain(p.segments()).collect(),
-            None => segments.collect(),
+        let under = match prefix {
+            Some(p) => Some(self.path_of(p)?),
+            None => self.names.under(None)?,
         };
-        let under =
-            (!under.is_empty()).then(|| Path::from_iter(under.into_iter().map(PathPart::from)));
         let metas = self.list_paths(under.as_ref()).await?;
-        let mut keys: Vec<Key> = metas.iter().filter_map(|p| self.key_of(p)).collect();
+        let mut keys: Vec<Key> = metas
+            .iter()
+            .filter_map(|p| self.names.key_of(p.as_ref()))
+            .collect();
         if let Some(p) = prefix {
             // A listing shows what lies under `p/`; the key `p` itself needs its own look-up.
             if self.read(p).await?.is_some() {
@@ -235,11 +291,11 @@ impl AzureStore {
             Ok(metas) => Ok(metas.into_iter().map(|m| m.location).collect()),
             Err(e) => {
                 let observed = self.clients.listed.last_failure();
-                let f = classify_read(observed.as_ref()).unwrap_or(Failure {
-                    kind: ErrorKind::NotFound,
-                    commit: fence_core::Commit::NotCommitted,
-                    why: CONTAINER,
-                });
+                let f = classify_read(observed.as_ref()).unwrap_or(Failure::new(
+                    ErrorKind::NotFound,
+                    fence_core::Commit::NotCommitted,
+                    CONTAINER,
+                ));
                 Err(self.error(None, f).with_source(e))
             }
         }
@@ -254,7 +310,7 @@ impl AzureStore {
         let Some(http) = &self.clients.deletes else {
             return Err(delete_unsupported(key));
         };
-        let path = self.path_of(key);
+        let path = self.path_of(key)?;
         let url = self
             .clients
             .cas
@@ -290,11 +346,11 @@ impl AzureStore {
     }
 
     fn signing_error(&self, key: &Key, e: object_store::Error) -> Error {
-        let f = Failure {
-            kind: ErrorKind::PermissionDenied,
-            commit: fence_core::Commit::NotCommitted,
-            why: DENIED,
-        };
+        let f = Failure::new(
+            ErrorKind::PermissionDenied,
+            fence_core::Commit::NotCommitted,
+            DENIED,
+        );
         self.error(Some(key), f).with_source(e)
     }
 
@@ -305,13 +361,6 @@ impl AzureStore {
             DeleteVerdict::Failed(f) => Err(self.error(Some(key), f)),
         }
     }
-}
-
-fn decode(part: &str) -> Option<String> {
-    percent_decode_str(part)
-        .decode_utf8()
-        .ok()
-        .map(|s| s.into_owned())
 }
 
 fn unreadable(key: &Key) -> Error {
@@ -335,7 +384,8 @@ impl ConditionalStore for AzureStore {
             .with_key(key)
             .not_committed());
         }
-        self.conditional_put(key, body, &guard).await
+        let path = self.path_of(key)?;
+        self.conditional_put(key, &path, body, &guard).await
     }
 
     async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {

@@ -415,3 +415,171 @@ async fn without_a_signable_credential_delete_is_unsupported_without_io() {
         server.heads()
     );
 }
+
+/// The canned server of fence-s3's and fence-gcs's wire tests: answers chosen per request,
+/// with bodies, cut bodies and delays.
+#[path = "../../fence-s3/tests/support/canned.rs"]
+mod shared;
+
+use shared::{error_texts, Reply};
+
+/// A store under the prefix `fleet` at a per-request canned server.
+fn fleet_store(server: &shared::Canned) -> AzureStore {
+    AzureStore::builder()
+        .with_emulator(server.endpoint())
+        .with_container("fence-test")
+        .with_prefix("fleet")
+        .with_cas_timeout(Duration::from_secs(3))
+        .with_read_policy(Duration::from_secs(3), 0)
+        .build()
+        .unwrap()
+}
+
+fn blob(etag: &str, body: &str) -> Reply {
+    Reply::status(200, "application/octet-stream", body)
+        .with_header("ETag", etag)
+        .with_header("Last-Modified", "Tue, 01 Dec 2026 07:00:00 GMT")
+}
+
+const BLOBS: &str = "/devstoreaccount1/fence-test/fleet";
+
+/// The length bound applies to the stored name, before any I/O; a name that fits is sent as
+/// its own characters (400 × `ñ` fits Azure's 1024 characters, but not once escaped: 2,400).
+#[tokio::test]
+async fn a_blob_name_over_1024_characters_is_refused_before_any_io() {
+    let server = shared::serve(|r| match r.method.as_str() {
+        "PUT" => Reply::status(201, "text/plain", "").with_header("ETag", "\"0x8DC1\""),
+        _ => blob("\"0x8DC1\"", "x"),
+    })
+    .await;
+    let store = fleet_store(&server);
+    // The key alone is valid (1,020 characters); "fleet/" makes the blob name 1,026.
+    let k = Key::new(format!("cells/{}", "a".repeat(1014))).unwrap();
+    let errors = [
+        store
+            .put(&k, "x".into(), CasGuard::Absent)
+            .await
+            .unwrap_err(),
+        store
+            .put(&k, "x".into(), CasGuard::Match(etag()))
+            .await
+            .unwrap_err(),
+        store.get(&k).await.unwrap_err(),
+        store.delete(&k, &etag()).await.unwrap_err(),
+        store.delete_immutable(&k).await.unwrap_err(),
+    ];
+    for err in errors {
+        assert_eq!(
+            (err.kind(), err.commit()),
+            (ErrorKind::InvalidKey, Commit::NotCommitted)
+        );
+    }
+    assert_eq!(server.requests().len(), 0, "nothing was sent");
+    let long = Key::new("ñ".repeat(400)).unwrap();
+    let got = store
+        .put(&long, "x".into(), CasGuard::Absent)
+        .await
+        .unwrap();
+    assert!(matches!(got, PutOutcome::Applied(_)), "{got:?}");
+    let sent = server.requests().pop().unwrap();
+    assert_eq!(sent.path(), format!("{BLOBS}/{}", "%C3%B1".repeat(400)));
+}
+
+/// A redirect answering a read is not followed: the target's blob is not this key's.
+#[tokio::test]
+async fn a_redirect_answering_a_read_is_not_followed() {
+    let server = shared::serve(|r| match r.path() {
+        p if p == format!("{BLOBS}/k") => Reply::status(302, "text/plain", "")
+            .with_header("Location", "/devstoreaccount1/fence-test/elsewhere"),
+        _ => blob("\"0x8DCELSEWHERE\"", "another blob"),
+    })
+    .await;
+    let store = fleet_store(&server);
+    let err = store.get(&Key::new("k").unwrap()).await.unwrap_err();
+    assert_eq!(
+        (err.kind(), err.commit()),
+        (ErrorKind::InvalidInput, Commit::NotCommitted)
+    );
+    assert_eq!(server.count(|r| r.path().ends_with("/elsewhere")), 0);
+}
+
+/// `""` and weak ETags are not versions: a write answered with one is ambiguous (it landed,
+/// as what is unknown), a read answered with one is refused.
+#[tokio::test]
+async fn empty_and_weak_etags_are_refused_as_versions() {
+    for tag in ["\"\"", "W/\"0x8DC1\""] {
+        let server = shared::serve(move |r| match r.method.as_str() {
+            "PUT" => Reply::status(201, "text/plain", "").with_header("ETag", tag),
+            _ => blob(tag, "x"),
+        })
+        .await;
+        let store = fleet_store(&server);
+        let err = create(&store).await.expect_err("no version from this ETag");
+        assert_eq!(
+            (err.kind(), err.commit()),
+            (ErrorKind::Unsupported, Commit::Ambiguous),
+            "{tag}"
+        );
+        let err = store.get(&key()).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unsupported, "{tag}");
+    }
+}
+
+/// An Azure `AuthenticationFailed` body echoes the request's signature (replayable for a
+/// while) and the string the server signed; only the error code and message reach error text.
+#[tokio::test]
+async fn an_echoed_signature_never_reaches_error_text() {
+    const SIGNATURE: &str = "jT3lR0hVp6FCLtd8hM4dT1z2bnF6XJ7sZcMSiSIGNATURE=";
+    const SIGNED: &str = "STRINGTHESERVERSIGNED";
+    let body = format!(
+        "\u{feff}<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>AuthenticationFailed</Code>\
+         <Message>Server failed to authenticate the request.</Message>\
+         <AuthenticationErrorDetail>The MAC signature found in the HTTP request '{SIGNATURE}' is \
+         not the same as any computed signature. Server used following string to sign: \
+         'PUT\n\n\n2\n\n\n{SIGNED}'.</AuthenticationErrorDetail></Error>"
+    );
+    for with_header in [true, false] {
+        let body = body.clone();
+        let server = shared::serve(move |_| {
+            let reply = Reply::status(403, "application/xml", body.clone());
+            match with_header {
+                true => reply.with_header("x-ms-error-code", "AuthenticationFailed"),
+                false => reply,
+            }
+        })
+        .await;
+        let store = fleet_store(&server);
+        let errors = [
+            create(&store).await.unwrap_err(),
+            replace(&store).await.unwrap_err(),
+            store.get(&key()).await.unwrap_err(),
+            store.list(None).await.unwrap_err(),
+        ];
+        for err in &errors {
+            assert_eq!(
+                (err.kind(), err.commit()),
+                (ErrorKind::PermissionDenied, Commit::NotCommitted)
+            );
+            let texts = error_texts(err);
+            for secret in [SIGNATURE, SIGNED] {
+                assert!(!texts.contains(secret), "{secret} leaked: {texts}");
+            }
+        }
+    }
+}
+
+/// A 200 without the headers a read needs (here `Last-Modified`) is the store's answer being
+/// unusable, not a corrupt record: `Unsupported`, not committed, as on S3.
+#[tokio::test]
+async fn a_read_answer_without_its_headers_is_unsupported_not_corrupt() {
+    let server = shared::serve(|_| {
+        Reply::status(200, "application/octet-stream", "x").with_header("ETag", "\"0x8DC1\"")
+    })
+    .await;
+    let err = fleet_store(&server).get(&key()).await.unwrap_err();
+    assert_eq!(
+        (err.kind(), err.commit()),
+        (ErrorKind::Unsupported, Commit::NotCommitted),
+        "{err:?}"
+    );
+}

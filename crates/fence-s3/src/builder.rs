@@ -3,7 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use fence_core::{Error, ErrorKind, Key};
+use fence_core::{Error, ErrorKind};
+use fence_wire::names::{parse_url, ObjectNames};
 use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut};
 use object_store::{BackoffConfig, RetryConfig};
 
@@ -80,7 +81,7 @@ impl S3StoreBuilder {
 
     /// Bucket and optional key prefix from `s3://bucket/prefix/path`.
     pub fn with_url(mut self, url: impl AsRef<str>) -> Self {
-        match parse_url(url.as_ref()) {
+        match parse_url(url.as_ref(), &["s3"]) {
             Ok((bucket, prefix)) => {
                 self.bucket = Some(bucket);
                 self.prefix = prefix;
@@ -96,7 +97,7 @@ impl S3StoreBuilder {
         self
     }
 
-    /// Every key is stored under `prefix/` (validated like a [`Key`]).
+    /// Every key is stored under `prefix/` (validated like a [`Key`](fence_core::Key)).
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = Some(prefix.into());
         self
@@ -159,7 +160,7 @@ impl S3StoreBuilder {
             return Err(invalid(why.clone()));
         }
         let bucket = self.bucket_name()?;
-        let prefix = self.prefix_segments()?;
+        let names = ObjectNames::new(self.prefix.as_deref())?;
         let base = self
             .s3
             .clone()
@@ -170,7 +171,7 @@ impl S3StoreBuilder {
         let cas_timeout = self.cas_timeout();
         let cas = build_client(cas_client(base.clone(), cas_timeout), &bucket)?;
         let read = build_client(self.read_client(base), &bucket)?;
-        Ok(S3Store::new(cas, read, bucket, prefix, cas_timeout))
+        Ok(S3Store::new(cas, read, bucket, names, cas_timeout))
     }
 
     fn bucket_name(&self) -> Result<String, Error> {
@@ -185,16 +186,6 @@ impl S3StoreBuilder {
             )));
         }
         Ok(bucket)
-    }
-
-    fn prefix_segments(&self) -> Result<Vec<String>, Error> {
-        match self.prefix.as_deref().map(|p| p.trim_matches('/')) {
-            None | Some("") => Ok(Vec::new()),
-            Some(p) => {
-                let key = Key::new(p).map_err(|e| invalid(format!("prefix: {e}")))?;
-                Ok(key.segments().map(str::to_string).collect())
-            }
-        }
     }
 
     fn cas_timeout(&self) -> Duration {
@@ -245,22 +236,6 @@ fn invalid(message: String) -> Error {
     Error::new(ErrorKind::InvalidInput, message).not_committed()
 }
 
-/// `s3://bucket/prefix` → (bucket, prefix).
-fn parse_url(url: &str) -> Result<(String, Option<String>), String> {
-    let rest = url
-        .strip_prefix("s3://")
-        .ok_or_else(|| format!("{url:?} is not an s3:// URL"))?;
-    let (bucket, prefix) = match rest.split_once('/') {
-        Some((bucket, prefix)) => (bucket, Some(prefix.trim_matches('/'))),
-        None => (rest, None),
-    };
-    if bucket.is_empty() {
-        return Err(format!("{url:?} names no bucket"));
-    }
-    let prefix = prefix.filter(|p| !p.is_empty()).map(str::to_string);
-    Ok((bucket.to_string(), prefix))
-}
-
 impl fmt::Debug for S3StoreBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("S3StoreBuilder")
@@ -276,18 +251,6 @@ impl fmt::Debug for S3StoreBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_urls() {
-        assert_eq!(parse_url("s3://b").unwrap(), ("b".into(), None));
-        assert_eq!(parse_url("s3://b/").unwrap(), ("b".into(), None));
-        assert_eq!(
-            parse_url("s3://b/x/y/").unwrap(),
-            ("b".into(), Some("x/y".into()))
-        );
-        assert!(parse_url("gs://b").is_err());
-        assert!(parse_url("s3:///x").is_err());
-    }
 
     #[test]
     fn refuses_bad_configuration_before_any_io() {

@@ -5,7 +5,6 @@
 //! ambiguous.
 
 use fence_core::{Commit, ErrorKind};
-use object_store::client::HttpErrorKind;
 
 use crate::observe::Observed;
 
@@ -23,16 +22,10 @@ pub(crate) enum PutVerdict {
     Failed(Failure),
 }
 
-/// A classified failure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Failure {
-    pub kind: ErrorKind,
-    pub commit: Commit,
-    pub why: &'static str,
-}
+pub(crate) use fence_wire::outcome::{strong_etag, transport, Failure};
 
 const fn failure(kind: ErrorKind, commit: Commit, why: &'static str) -> Failure {
-    Failure { kind, commit, why }
+    Failure::new(kind, commit, why)
 }
 
 /// Classifies a conditional PUT from what reached the network (`observed`) and whether
@@ -65,13 +58,6 @@ fn no_etag() -> Failure {
         "the store answered the write without a usable ETag (none, empty or weak), so its \
          version is unknown",
     )
-}
-
-/// Whether `tag` can be a version: a strong ETag with content. `""` names no content and a
-/// weak `W/"…"` ETag only promises equivalence, not the same bytes, so neither is a CAS token.
-pub(crate) fn strong_etag(tag: &str) -> bool {
-    let tag = tag.trim();
-    !tag.is_empty() && tag != "\"\"" && !tag.starts_with("W/") && !tag.starts_with("w/")
 }
 
 fn classify_put_status(is_create: bool, status: u16, code: Option<&str>) -> PutVerdict {
@@ -110,27 +96,6 @@ const BUCKET: &str = "the bucket does not exist";
 const DENIED: &str = "access denied (check the credentials and the bucket policy)";
 const REDIRECT: &str = "the store redirected the request: wrong region or endpoint";
 
-/// A transport failure: only a failed connect proves the request was never sent.
-pub(crate) fn transport(kind: HttpErrorKind) -> Failure {
-    match kind {
-        HttpErrorKind::Connect => failure(
-            ErrorKind::Unavailable,
-            Commit::NotCommitted,
-            "could not connect to the store",
-        ),
-        HttpErrorKind::Timeout => failure(
-            ErrorKind::Timeout,
-            Commit::Ambiguous,
-            "the request timed out",
-        ),
-        _ => failure(
-            ErrorKind::Unavailable,
-            Commit::Ambiguous,
-            "the connection failed or the answer was unreadable",
-        ),
-    }
-}
-
 /// Classifies a failed read (or list) from its last HTTP attempt. Reads change nothing, so
 /// every read failure is `NotCommitted`; `None` means the key is simply absent.
 pub(crate) fn classify_read(observed: Option<&Observed>) -> Option<Failure> {
@@ -138,15 +103,14 @@ pub(crate) fn classify_read(observed: Option<&Observed>) -> Option<Failure> {
     let f = |kind, why| Some(failure(kind, NotCommitted, why));
     match observed {
         None => f(ErrorKind::Other, "the request failed before it was sent"),
-        Some(Observed::Transport(kind)) => Some(Failure {
-            commit: NotCommitted,
-            ..transport(*kind)
-        }),
+        Some(Observed::Transport(kind)) => Some(transport(*kind).read()),
         Some(Observed::Answer { status, code }) => match (*status, code.as_deref()) {
             (404, Some("NoSuchBucket")) => f(ErrorKind::NotFound, BUCKET),
             (404, _) => None,
             (401 | 403, _) => f(ErrorKind::PermissionDenied, DENIED),
-            (429 | 500..=599, _) => f(ErrorKind::Unavailable, "the store answered a server error"),
+            (408 | 429 | 500..=599, _) => {
+                f(ErrorKind::Unavailable, "the store answered a server error")
+            }
             (300..=399, _) => f(ErrorKind::InvalidInput, REDIRECT),
             (200..=299, _) => f(
                 ErrorKind::Unsupported,
@@ -182,6 +146,7 @@ pub(crate) fn classify_delete(observed: Option<&Observed>) -> Option<Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use object_store::client::HttpErrorKind;
 
     fn answer(status: u16, code: Option<&str>) -> Observed {
         Observed::Answer {
@@ -258,16 +223,12 @@ mod tests {
         for status in [500, 502, 503, 504, 408, 429] {
             assert_eq!(kind_commit(put(true, status, None)).1, Commit::Ambiguous);
         }
-        for kind in [
-            HttpErrorKind::Timeout,
-            HttpErrorKind::Request,
-            HttpErrorKind::Interrupted,
-            HttpErrorKind::Decode,
-            HttpErrorKind::Unknown,
-        ] {
-            let v = classify_put(false, Some(&Observed::Transport(kind)), None);
-            assert_eq!(kind_commit(v).1, Commit::Ambiguous, "{kind:?}");
-        }
+        let v = classify_put(
+            false,
+            Some(&Observed::Transport(HttpErrorKind::Timeout)),
+            None,
+        );
+        assert_eq!(kind_commit(v).1, Commit::Ambiguous);
     }
 
     #[test]
@@ -294,6 +255,10 @@ mod tests {
         assert_eq!(denied.kind, ErrorKind::PermissionDenied);
         let down = classify_read(Some(&Observed::Transport(HttpErrorKind::Connect))).unwrap();
         assert_eq!(down.kind, ErrorKind::Unavailable);
+        for status in [408, 500, 503] {
+            let slow = classify_read(Some(&answer(status, None))).unwrap();
+            assert_eq!(slow.kind, ErrorKind::Unavailable, "{status}: retryable");
+        }
         let busy = classify_read(Some(&answer(429, None))).unwrap();
         assert_eq!(
             (busy.kind, busy.commit),
@@ -314,15 +279,5 @@ mod tests {
         assert_eq!(denied.kind, ErrorKind::PermissionDenied);
         let lost = classify_delete(Some(&Observed::Transport(HttpErrorKind::Timeout))).unwrap();
         assert_eq!(lost.commit, Commit::Ambiguous);
-    }
-
-    #[test]
-    fn strong_etags_only() {
-        for good in ["\"9b2c\"", "9b2c", "\"a-1\""] {
-            assert!(strong_etag(good), "{good}");
-        }
-        for bad in ["", "\"\"", "W/\"9b2c\"", "w/\"x\"", "  "] {
-            assert!(!strong_etag(bad), "{bad:?}");
-        }
     }
 }

@@ -10,9 +10,10 @@ use fence_core::{
     Capabilities, CasGuard, Clock, ConditionalStore, DeleteOutcome, Error, ErrorKind, Key,
     PutOutcome, Stored, Version,
 };
+use fence_wire::names::ObjectNames;
 use futures::TryStreamExt;
 use object_store::aws::AmazonS3;
-use object_store::path::{Path, PathPart};
+use object_store::path::Path;
 use object_store::{
     GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion,
 };
@@ -57,7 +58,7 @@ pub struct S3Store {
     cas: AmazonS3,
     read: AmazonS3,
     bucket: String,
-    prefix: Vec<String>,
+    names: ObjectNames,
     cas_timeout: Duration,
     clock: Clock,
 }
@@ -77,14 +78,14 @@ impl S3Store {
         cas: AmazonS3,
         read: AmazonS3,
         bucket: String,
-        prefix: Vec<String>,
+        names: ObjectNames,
         cas_timeout: Duration,
     ) -> Self {
         S3Store {
             cas,
             read,
             bucket,
-            prefix,
+            names,
             cas_timeout,
             clock: Clock::system(),
         }
@@ -97,7 +98,7 @@ impl S3Store {
 
     /// The key prefix every key is stored under (empty for none).
     pub fn prefix(&self) -> String {
-        self.prefix.join("/")
+        self.names.prefix()
     }
 
     /// The bound of one conditional write.
@@ -117,51 +118,14 @@ impl S3Store {
     /// assert_eq!(store.object_name(&key), "fleet/cells/ñ 1/own.json");
     /// ```
     pub fn object_name(&self, key: &Key) -> String {
-        let segments = self.prefix.iter().map(String::as_str).chain(key.segments());
-        segments.collect::<Vec<_>>().join("/")
+        self.names.name(key)
     }
 
     /// The object_store path of `key`, refused before any I/O if S3 cannot store it.
     fn path_of(&self, key: &Key) -> Result<Path, Error> {
-        let name = self.object_name(key);
-        if name.len() > MAX_OBJECT_NAME {
-            return Err(invalid_key(
-                key,
-                "prefix + key is longer than S3's 1024-byte object keys",
-            ));
-        }
-        Path::parse(&name).map_err(|e| invalid_key(key, "not a valid S3 object key").with_source(e))
-    }
-
-    /// Where fence before 0.1 stored `key`: object_store's `PathPart` percent-encoded
-    /// non-ASCII bytes and `%#[]{}^|<>~"`\`, so `ñ` was stored as `%C3%B1`. `None` when that
-    /// name is the same as today's.
-    fn legacy_path(&self, key: &Key) -> Option<Path> {
-        let segments = self.prefix.iter().map(String::as_str).chain(key.segments());
-        let legacy = Path::from_iter(segments.map(PathPart::from));
-        (legacy.as_ref() != self.object_name(key)).then_some(legacy)
-    }
-
-    /// The store's own prefix as a path (`None`: the bucket's root).
-    fn prefix_path(&self) -> Result<Option<Path>, Error> {
-        if self.prefix.is_empty() {
-            return Ok(None);
-        }
-        Path::parse(self.prefix()).map(Some).map_err(|e| {
-            Error::new(ErrorKind::InvalidInput, "the prefix is not a valid S3 key")
-                .with_source(e)
-                .not_committed()
-        })
-    }
-
-    /// The fence key of a listed object, if it lies under the prefix and is a valid key.
-    fn key_of(&self, path: &Path) -> Option<Key> {
-        let name = path.as_ref();
-        let rel = match self.prefix.is_empty() {
-            true => name,
-            false => name.strip_prefix(&self.prefix())?.strip_prefix('/')?,
-        };
-        Key::new(rel).ok()
+        let fits = |name: &str| name.len() <= MAX_OBJECT_NAME;
+        let bound = "prefix + key is longer than S3's 1024-byte object keys";
+        self.names.path(key, fits, bound)
     }
 
     fn error(&self, key: Option<&Key>, f: Failure, source: object_store::Error) -> Error {
@@ -308,7 +272,7 @@ impl S3Store {
     /// A key absent under its name may exist under the name fence used to give it. Reading
     /// it as absent would let a claim restart its epochs, so the operator is told instead.
     async fn refuse_legacy_name(&self, key: &Key) -> Result<(), Error> {
-        let Some(legacy) = self.legacy_path(key) else {
+        let Some(legacy) = self.names.legacy(key) else {
             return Ok(());
         };
         match self.fetch(&self.read, key, &legacy).await? {
@@ -331,7 +295,7 @@ impl S3Store {
     async fn list_paths(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
         let under = match prefix {
             Some(p) => Some(self.path_of(p)?),
-            None => self.prefix_path()?,
+            None => self.names.under(None)?,
         };
         let exchange = Exchange::default();
         let listing = self.read.list(under.as_ref()).try_collect::<Vec<_>>();
@@ -341,7 +305,7 @@ impl S3Store {
         })?;
         let mut keys: Vec<Key> = metas
             .iter()
-            .filter_map(|m| self.key_of(&m.location))
+            .filter_map(|m| self.names.key_of(m.location.as_ref()))
             .collect();
         if let Some(p) = prefix {
             // S3 lists only what lies under `p/`; the key `p` itself needs its own look-up.
@@ -357,12 +321,6 @@ impl S3Store {
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-fn invalid_key(key: &Key, why: &str) -> Error {
-    Error::new(ErrorKind::InvalidKey, why)
-        .with_key(key)
-        .not_committed()
 }
 
 /// The answer started and then broke off: the object is fine, this read is not. Retryable.
