@@ -693,7 +693,6 @@ async fn seed_shaped_records_continue_their_epochs() {
 /// Issue 14 item 2: "an owner record without `v`/`nonce` is read (empty or **missing** `node`
 /// = released)". The seed's `{"epoch": 41}` without a `node` field should claim at 42.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs core: CellHead::decode refuses a seed-shaped head without `node` as corrupt"]
 async fn a_seed_owner_record_without_a_node_field_is_released() {
     let Some(s) = servers("a_seed_owner_record_without_a_node_field_is_released") else {
         return;
