@@ -298,7 +298,18 @@ fn serve(command: Cmd) -> ExitCode {
 
 /// Serves the `metrics` facade's counters and histograms at `http://addr/metrics`.
 fn serve_metrics(addr: std::net::SocketAddr) -> Result<(), Failure> {
-    metrics_exporter_prometheus::PrometheusBuilder::new()
+    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+    // Store requests take from a fraction of a millisecond (local files) to seconds (a slow
+    // object store near its attempt timeout); without buckets the exporter renders a summary.
+    const LATENCY_BUCKETS: [f64; 14] = [
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ];
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full("fence_store_request_seconds".into()),
+            &LATENCY_BUCKETS,
+        )
+        .map_err(|e| Failure::usage(format!("--metrics: {e}")))?
         .with_http_listener(addr)
         .install()
         .map_err(|e| {

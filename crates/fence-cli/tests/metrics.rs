@@ -53,7 +53,8 @@ fn a_scrape_returns_the_documented_names() {
         "fence_lease_acquired_total",
         "fence_lease_renewed_total",
         "fence_claims_total",
-        "fence_store_request_seconds",
+        // A histogram (buckets), as docs/cli.md says, not a summary (quantiles).
+        "fence_store_request_seconds_bucket{",
     ] {
         assert!(
             text.contains(name),
