@@ -312,17 +312,24 @@ impl Run {
             .await
     }
 
-    /// Records what a read of `cell`'s head showed; announces a new owner.
-    fn saw(&mut self, cell: &str, head: Option<&CellHead>) {
-        let seen = Seen::of(head);
+    /// Records the owner this node now knows `cell` has — from a read of its head, or from
+    /// this node's own claim, resume or hand-off — and announces it when it changed, so the
+    /// `NewOwner` events alone always name the last owner known.
+    fn learned(&mut self, cell: &str, seen: Seen) {
         let before = self.seen.insert(cell.to_owned(), seen.clone());
         if before.as_ref().map(|b| &b.owner) != Some(&seen.owner) {
             self.emit(CellEvent::NewOwner {
                 cell: cell.to_owned(),
-                owner: seen.owner.clone(),
+                owner: seen.owner,
                 epoch: seen.epoch,
             });
         }
+    }
+
+    /// Records what a read of `cell`'s head showed; announces a new owner.
+    fn saw(&mut self, cell: &str, head: Option<&CellHead>) {
+        let seen = Seen::of(head);
+        self.learned(cell, seen.clone());
         let mine = seen.owner.as_deref() == Some(self.inner.node.as_str());
         if mine && !self.held.contains_key(cell) {
             self.orphans.insert(cell.to_owned());
@@ -444,17 +451,9 @@ impl Run {
         };
         info!(node = %self.inner.node, cell, epoch = shard.epoch(), resumed, "cell started");
         self.orphans.remove(&cell);
-        self.seen.insert(
-            cell.clone(),
-            Seen {
-                owner: Some(self.me()),
-                epoch: shard.epoch(),
-                generation: Some(self.lease.generation()),
-            },
-        );
         lock(&self.inner.shards).insert(cell.clone(), shard.clone());
         self.held.insert(
-            cell,
+            cell.clone(),
             Held {
                 shard: shard.clone(),
                 stop,
@@ -463,7 +462,18 @@ impl Run {
                 announced,
             },
         );
+        let epoch = shard.epoch();
         self.emit(CellEvent::Started { shard, resumed });
+        let generation = Some(self.lease.generation());
+        let owner = Some(self.me());
+        self.learned(
+            &cell,
+            Seen {
+                owner,
+                epoch,
+                generation,
+            },
+        );
     }
 
     /// Forgets `cell`'s shard, announcing why it stopped.
@@ -679,14 +689,12 @@ impl Run {
                             epoch: *epoch,
                         },
                     );
-                    self.seen.insert(
-                        cell.clone(),
-                        Seen {
-                            owner: Some(to),
-                            epoch: *epoch,
-                            generation: None,
-                        },
-                    );
+                    let seen = Seen {
+                        owner: Some(to),
+                        epoch: *epoch,
+                        generation: None,
+                    };
+                    self.learned(&cell, seen);
                 }
                 Err(e) => {
                     warn!(node = %self.inner.node, cell, to, error = %e, "hand-off failed");
@@ -749,7 +757,14 @@ impl Run {
         for (cell, r) in results {
             match r {
                 Ok(()) => {
+                    let epoch = self.held.get(&cell).map_or(0, |h| h.shard.epoch());
                     self.remove(&cell, StopReason::Released);
+                    let unowned = Seen {
+                        owner: None,
+                        epoch,
+                        generation: None,
+                    };
+                    self.learned(&cell, unowned);
                     self.orphans.remove(&cell);
                     released.insert(cell);
                 }

@@ -68,7 +68,10 @@ pub enum CellEvent {
         /// Why.
         reason: StopReason,
     },
-    /// A read of `cell`'s head found an owner other than the last one this node saw.
+    /// The owner this node knows `cell` has changed: a read of its head found another owner,
+    /// or this node claimed, resumed, handed off or released it (then after its own
+    /// `Started` / `Stopped`). The last `NewOwner` of a cell always names the last owner
+    /// this node knows of, this node included (`None`: released).
     NewOwner {
         /// The cell.
         cell: String,

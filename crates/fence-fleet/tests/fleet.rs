@@ -335,6 +335,48 @@ async fn a_lapsed_lease_nobody_took_over_is_resumed_without_new_epochs() {
     assert_eq!((lost, resumed, acquired), (4, 4, 2));
 }
 
+type OwnerOf = std::collections::BTreeMap<String, Option<String>>;
+
+/// The owner of each cell in a snapshot of the heads.
+fn owners(heads: &std::collections::BTreeMap<String, (Option<String>, u64)>) -> OwnerOf {
+    heads
+        .iter()
+        .map(|(c, (o, _))| (c.clone(), o.clone()))
+        .collect()
+}
+
+/// The last `NewOwner` event of each cell, by cell.
+fn last_owners(log: &Log) -> OwnerOf {
+    let mut last = OwnerOf::new();
+    for (_, e) in log.lock().unwrap().iter() {
+        if let CellEvent::NewOwner { cell, owner, .. } = e {
+            last.insert(cell.clone(), owner.clone());
+        }
+    }
+    last
+}
+
+#[tokio::test(start_paused = true)]
+async fn new_owner_events_alone_name_every_cells_owner_after_a_join_and_a_drain() {
+    let store = store();
+    let cells = cells(12);
+    let (a, b, c) = (node(&store, "a"), node(&store, "b"), node(&store, "c"));
+    let (fa, ea) = a.fleet(&cells).start().await.unwrap();
+    let log = drain_events(ea);
+    let (fb, _eb) = b.fleet(&cells).start().await.unwrap();
+    converged(&store, &cells, &[&fa, &fb], 20_000).await;
+    // c joins: a hands some cells to c itself, and b hands it others, which a sees only in
+    // the store; one scan (3 TTLs here) later, a's events name every owner.
+    let (fc, _ec) = c.fleet(&cells).start().await.unwrap();
+    let joined = converged(&store, &cells, &[&fa, &fb, &fc], 20_000).await;
+    advance(4 * TTL_MS).await;
+    assert_eq!(last_owners(&log), owners(&joined), "after the join");
+    fc.drain(Duration::from_secs(5)).await;
+    let left = converged(&store, &cells, &[&fa, &fb], 20_000).await;
+    advance(4 * TTL_MS).await;
+    assert_eq!(last_owners(&log), owners(&left), "after the drain");
+}
+
 #[tokio::test(start_paused = true)]
 async fn follow_reports_each_new_owner_without_claiming() {
     let store = store();
