@@ -22,7 +22,7 @@ use crate::shard::{CellEvent, Shard, StopReason};
 /// A held cell as the task keeps it.
 struct Held {
     shard: Shard,
-    stop: watch::Sender<Option<StopReason>>,
+    stop: Arc<watch::Sender<Option<StopReason>>>,
     since_mono: u64,
     watcher: JoinHandle<()>,
     /// Set by whoever announced the shard's end first: its watcher (at once, when the claim
@@ -283,6 +283,13 @@ impl Run {
             .max(cfg.attempt_min_ms)
     }
 
+    fn receivers(&self) -> Receivers {
+        Receivers {
+            fence: self.fence.clone(),
+            bound_ms: self.bound_ms(),
+        }
+    }
+
     // ----- heads ---------------------------------------------------------------------------
 
     /// Reads the heads of `cells`; failed reads are left out.
@@ -430,14 +437,18 @@ impl Run {
     fn install(&mut self, claim: CellClaim, resumed: bool) {
         let cell = claim.cell().to_owned();
         let (shard, stop) = Shard::new(claim);
+        let stop = Arc::new(stop);
         let announced = Arc::new(AtomicBool::new(false));
         let watcher = {
             let claim = shard.claim.clone();
             let (tx, events, announced) =
                 (self.lost_tx.clone(), self.events.clone(), announced.clone());
+            let (receivers, stop) = (self.receivers(), stop.clone());
             tokio::spawn(async move {
                 let how = claim.lost().await;
                 if let Some(reason) = StopReason::of(how) {
+                    let reason = receivers.name(claim.cell(), reason).await;
+                    stop.send_replace(Some(reason.clone()));
                     if !announced.swap(true, Ordering::SeqCst) {
                         let _ = events.send(CellEvent::Stopped {
                             cell: claim.cell().to_owned(),
@@ -507,7 +518,9 @@ impl Run {
             .iter()
             .filter_map(|(c, h)| h.shard.stopped().map(|r| (c.clone(), r)))
             .collect();
+        let receivers = self.receivers();
         for (cell, reason) in ended {
+            let reason = receivers.name(&cell, reason).await;
             self.remove(&cell, reason);
             self.seen.remove(&cell);
         }
@@ -772,6 +785,34 @@ impl Run {
             }
         }
         released
+    }
+}
+
+/// Names the receiver of a hand-off made through a shard's own claim
+/// ([`CellClaim::hand_off`]), whose status carries only the epoch: one bounded read of the
+/// head, which names the receiver at that epoch.
+struct Receivers {
+    fence: Fence,
+    bound_ms: u64,
+}
+
+impl Receivers {
+    /// `reason`, with the receiver filled in when it is a hand-off that does not name it
+    /// (left empty if the head no longer shows that epoch or cannot be read).
+    async fn name(&self, cell: &str, reason: StopReason) -> StopReason {
+        let StopReason::HandedOff { to, epoch } = reason else {
+            return reason;
+        };
+        if !to.is_empty() {
+            return StopReason::HandedOff { to, epoch };
+        }
+        let read = self.fence.ownership().read_head(cell);
+        let head = self.fence.clock().timeout(self.bound_ms, read).await;
+        let to = match head {
+            Some(Ok(Some((h, _)))) if h.epoch == epoch => h.node.unwrap_or_default(),
+            _ => String::new(),
+        };
+        StopReason::HandedOff { to, epoch }
     }
 }
 

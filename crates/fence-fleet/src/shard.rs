@@ -22,7 +22,9 @@ pub enum StopReason {
     Released,
     /// Handed to `to`, which holds it at `epoch` from now on.
     HandedOff {
-        /// The receiver.
+        /// The receiver. After a hand-off through the shard's own claim
+        /// ([`CellClaim::hand_off`]) the fleet reads it back from the head (one request),
+        /// and it is empty until then, or if that read fails.
         to: String,
         /// The receiver's epoch.
         epoch: u64,
@@ -146,17 +148,26 @@ impl Shard {
     pub async fn gone(&self) -> StopReason {
         let mut rx = self.stop.clone();
         loop {
-            if let Some(r) = self.stopped() {
+            if let Some(r) = self.stop.borrow().clone() {
+                return r;
+            }
+            let ended = StopReason::of(self.claim.status());
+            // A hand-off through the claim itself: wait for the fleet to name the receiver.
+            let unnamed = matches!(&ended, Some(StopReason::HandedOff { to, .. }) if to.is_empty());
+            if let Some(r) = ended.clone().filter(|_| !unnamed) {
                 return r;
             }
             tokio::select! {
                 changed = rx.changed() => {
                     if changed.is_err() {
                         // The fleet is gone: only the claim can still tell.
-                        return StopReason::of(self.claim.lost().await).unwrap_or(StopReason::Closed);
+                        return match ended {
+                            Some(r) => r,
+                            None => StopReason::of(self.claim.lost().await).unwrap_or(StopReason::Closed),
+                        };
                     }
                 }
-                _ = self.claim.lost() => {}
+                _ = self.claim.lost(), if ended.is_none() => {}
             }
         }
     }

@@ -447,3 +447,36 @@ async fn a_hand_off_on_request_goes_to_the_named_node_and_bad_requests_change_no
         "b resumed the epoch handed to it"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_hand_off_through_the_shards_own_claim_names_its_receiver() {
+    let store = store();
+    let cells = cells(2);
+    let (a, b) = (node(&store, "a"), node(&store, "b"));
+    let hold = Duration::from_secs(600);
+    let (fa, ea) = a.fleet(&cells).min_hold(hold).start().await.unwrap();
+    let log = drain_events(ea);
+    let fb = b
+        .fleet(&cells)
+        .min_hold(hold)
+        .scan(Duration::from_millis(500));
+    let (fb, _eb) = fb.start().await.unwrap();
+    converged(&store, &cells, &[&fa, &fb], 20_000).await;
+    let shard = fa.held()[0].clone();
+    let cell = shard.cell().to_owned();
+    let epoch = shard
+        .claim()
+        .hand_off("b", Some(&fb.generation()))
+        .await
+        .unwrap();
+    let to_b = StopReason::HandedOff {
+        to: "b".into(),
+        epoch,
+    };
+    assert_eq!(shard.gone().await, to_b);
+    advance(1_000).await;
+    assert_eq!(stopped(&log, &cell).map(|(_, r)| r), Some(to_b.clone()));
+    assert_eq!(shard.stopped(), Some(to_b));
+    assert!(fa.shard(&cell).is_none());
+    assert_eq!(fb.shard(&cell).map(|s| s.epoch()), Some(epoch));
+}
