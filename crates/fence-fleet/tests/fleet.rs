@@ -480,3 +480,33 @@ async fn a_hand_off_through_the_shards_own_claim_names_its_receiver() {
     assert!(fa.shard(&cell).is_none());
     assert_eq!(fb.shard(&cell).map(|s| s.epoch()), Some(epoch));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_restarting_process_lists_the_cells_the_store_names_as_its_own() {
+    let store = store();
+    let cells = cells(6);
+    let (a, b) = (node(&store, "a"), node(&store, "b"));
+    let (fa, _ea) = a.fleet(&cells).start().await.unwrap();
+    let (fb, _eb) = b.fleet(&cells).start().await.unwrap();
+    let placed = converged(&store, &cells, &[&fa, &fb], 20_000).await;
+    a.kill();
+    // The next process under the same id, before it acquires anything.
+    let a2 = node(&store, "a");
+    let mine = fence_fleet::named_mine(&a2.fence, &cells).await.unwrap();
+    let want: Vec<String> = placed
+        .iter()
+        .filter(|(_, (o, _))| o.as_deref() == Some("a"))
+        .map(|(c, _)| c.clone())
+        .collect();
+    assert_eq!((mine.len(), &mine), (3, &want));
+    let all = fence_fleet::owners(&a2.fence, &cells).await;
+    for (cell, (owner, epoch)) in &placed {
+        let read = all[cell].as_ref().unwrap();
+        assert_eq!((&read.node, read.epoch), (owner, *epoch), "{cell}");
+    }
+    // A list that cannot be complete is an error, not a shorter list.
+    a2.path.freeze();
+    let e = fence_fleet::named_mine(&a2.fence, &cells).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout);
+    drop(fb);
+}
