@@ -749,7 +749,11 @@ impl Run {
         self.close_all(StopReason::Closed).await;
         drained.left = self.orphans.clone();
         let bound = self.bound_ms();
-        drained.lease_released = clock.timeout(bound, self.lease.release()).await.is_some();
+        let generation = self.lease.generation();
+        let returned = clock.timeout(bound, self.lease.release()).await.is_some();
+        // The keeper's release says nothing of whether its record landed (a lost lease, a
+        // store that stopped answering): only a read of the record does.
+        drained.lease_released = returned && shows_released(&self.fence, &generation, bound).await;
         drained
     }
 
@@ -785,6 +789,17 @@ impl Run {
             }
         }
         released
+    }
+}
+
+/// Whether the store's lease record of this node is the released record (`expires_ms` 0) of
+/// `generation`: one read, bounded by `bound_ms`.
+async fn shows_released(fence: &Fence, generation: &str, bound_ms: u64) -> bool {
+    let own = fence.ownership();
+    let read = own.read_node_lease(own.node());
+    match fence.clock().timeout(bound_ms, read).await {
+        Some(Ok(Some(l))) => l.record.generation == generation && l.record.expires_ms == 0,
+        _ => false,
     }
 }
 

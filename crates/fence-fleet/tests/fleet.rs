@@ -506,7 +506,32 @@ async fn a_restarting_process_lists_the_cells_the_store_names_as_its_own() {
     }
     // A list that cannot be complete is an error, not a shorter list.
     a2.path.freeze();
-    let e = fence_fleet::named_mine(&a2.fence, &cells).await.unwrap_err();
+    let e = fence_fleet::named_mine(&a2.fence, &cells)
+        .await
+        .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Timeout);
     drop(fb);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_says_the_lease_was_released_only_when_the_store_shows_it() {
+    // The store stops answering: nothing a drain writes can land.
+    let (store, _cells, a, fa, _log) = one_node(4).await;
+    a.path.freeze();
+    let drained = fa.drain(Duration::from_secs(2)).await;
+    assert!(!drained.lease_released, "{drained:?}");
+    let lease = Ownership::new(store.clone(), "r")
+        .read_node_lease("a")
+        .await;
+    assert!(
+        lease.unwrap().unwrap().record.expires_ms > 0,
+        "not released"
+    );
+    // A store that answers: the released record is there, and the drain says so.
+    let b = node(&store, "b");
+    let (fb, _eb) = b.fleet(&cells(4)).start().await.unwrap();
+    let drained = fb.drain(Duration::from_secs(2)).await;
+    assert!(drained.lease_released, "{drained:?}");
+    let lease = Ownership::new(store, "r").read_node_lease("b").await;
+    assert_eq!(lease.unwrap().unwrap().record.expires_ms, 0);
 }
