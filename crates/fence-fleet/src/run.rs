@@ -16,7 +16,7 @@ use tracing::{debug, info, warn};
 
 use crate::assign::assign;
 use crate::fleet::{acquire, lock, Command, Drained, Inner, Settings};
-use crate::membership::{read_members, Member, Members};
+use crate::membership::{judge_nodes, read_members, Member, Members};
 use crate::shard::{CellEvent, Shard, StopReason};
 
 /// A held cell as the task keeps it.
@@ -247,8 +247,15 @@ impl Run {
         let mut members = match read_members(&self.fence, bound).await {
             Ok(m) => m,
             Err(e) => {
-                debug!(node = %self.inner.node, error = %e, "membership listing failed; last view kept");
-                lock(&self.inner.members).clone()
+                // The nodes last listed are judged again by fresh reads: a view kept whole
+                // would show a node that died since live for as long as listings fail, and
+                // its cells would never be taken over.
+                debug!(node = %self.inner.node, error = %e, "membership listing failed; last listed nodes read again");
+                let last = self.last_listed();
+                match judge_nodes(&self.fence, last, bound).await {
+                    Ok(m) => m,
+                    Err(_) => lock(&self.inner.members).clone(),
+                }
             }
         };
         if let Some(f) = &self.s.filter {
@@ -272,6 +279,14 @@ impl Run {
         }
         *lock(&self.inner.members) = members.clone();
         members
+    }
+
+    /// The other nodes of the last view, live or gone.
+    fn last_listed(&self) -> Vec<String> {
+        let view = lock(&self.inner.members);
+        let live = view.live.iter().map(|m| m.node.clone());
+        let all = live.chain(view.gone.iter().cloned());
+        all.filter(|n| *n != self.inner.node).collect()
     }
 
     /// The bound of one read of a round: an attempt's longest, but no longer than an interval

@@ -535,3 +535,35 @@ async fn a_drain_says_the_lease_was_released_only_when_the_store_shows_it() {
     let lease = Ownership::new(store, "r").read_node_lease("b").await;
     assert_eq!(lease.unwrap().unwrap().record.expires_ms, 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_death_is_noticed_while_listing_nodes_fails() {
+    use fence_testkit::{FaultyStore, OpKind, RandomFaults};
+    let store = store();
+    let cells = cells(8);
+    // a's listings start failing once the fleet has settled (say, list permission revoked,
+    // or every listing throttled); its reads and writes still work.
+    let path = Arc::new(FaultyStore::new(store.clone(), 1));
+    let fence = fence_core::runtime::Fence::builder(path.clone(), "a")
+        .ttl(Duration::from_millis(TTL_MS))
+        .attempt_timeouts(Duration::from_millis(50), Duration::from_millis(200))
+        .clock(Clock::virtual_at(BASE_WALL))
+        .build()
+        .unwrap();
+    let (fa, _ea) = fence_fleet::Fleet::builder(fence, cells.clone())
+        .start()
+        .await
+        .unwrap();
+    let b = node(&store, "b");
+    let (fb, _eb) = b.fleet(&cells).start().await.unwrap();
+    converged(&store, &cells, &[&fa, &fb], 20_000).await;
+    let failing = RandomFaults {
+        fail_before_send: 1.0,
+        ..RandomFaults::default()
+    };
+    path.set_random(OpKind::List, failing);
+    b.kill();
+    let after = converged(&store, &cells, &[&fa], 20_000).await;
+    assert!(after.values().all(|(o, _)| o.as_deref() == Some("a")));
+    drop(fb);
+}
