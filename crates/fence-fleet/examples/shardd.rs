@@ -38,17 +38,26 @@ pub struct Args {
     #[arg(long)]
     node: String,
     /// How many shards (`shard-000` …) the processes share; the same for all of them.
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one)]
     cells: usize,
     /// Node lease TTL in milliseconds.
     #[arg(long, default_value_t = 2_000)]
     ttl_ms: u64,
     /// Milliseconds between appends to each owned shard.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
     every_ms: u64,
     /// Where the per-node state file (lease generation, lock) lives.
     #[arg(long)]
     state_dir: Option<PathBuf>,
+}
+
+/// A count of at least one: `--cells 0` would run a node with nothing to do, silently.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// The node's state file, locked for as long as this process lives.

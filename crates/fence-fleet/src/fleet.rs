@@ -209,7 +209,10 @@ pub struct Drained {
     /// Cells neither handed off nor released by the deadline: the store still names this
     /// node; they are taken over once its lease is observed gone.
     pub left: BTreeSet<String>,
-    /// Whether the node lease was released (peers may act at once).
+    /// Whether the node lease was released (peers may act at once): true only when a read
+    /// after the release shows this process's released record. False when the lease was
+    /// already lost or the store did not answer — peers then take over after the usual
+    /// observation.
     pub lease_released: bool,
 }
 

@@ -1,10 +1,17 @@
-//! Watching a cell's owner without claiming it.
+//! Watching a cell's owner without claiming it, and reading many cells' owners at once.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+use fence_core::record::CellHead;
 use fence_core::runtime::Fence;
+use fence_core::{Error, ErrorKind};
+use futures::StreamExt;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+/// Head reads in flight at once in [`owners`].
+const READS_IN_FLIGHT: usize = 32;
 
 /// A cell's owner as a reader of its head sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -13,6 +20,21 @@ pub struct Owner {
     pub node: Option<String>,
     /// The head's epoch (0 when there is no head).
     pub epoch: u64,
+}
+
+impl Owner {
+    fn of(head: Option<CellHead>) -> Owner {
+        match head {
+            Some(h) => Owner {
+                node: h.node,
+                epoch: h.epoch,
+            },
+            None => Owner {
+                node: None,
+                epoch: 0,
+            },
+        }
+    }
 }
 
 /// Follows one cell's owner: its head is read every `every`, and each change is published.
@@ -76,16 +98,7 @@ pub fn follow(fence: &Fence, cell: &str, every: Duration) -> Follow {
         loop {
             let read = tokio::time::timeout(bound, fence.ownership().read_head(&cell)).await;
             if let Ok(Ok(head)) = read {
-                let owner = match head {
-                    Some((h, _)) => Owner {
-                        node: h.node,
-                        epoch: h.epoch,
-                    },
-                    None => Owner {
-                        node: None,
-                        epoch: 0,
-                    },
-                };
+                let owner = Owner::of(head.map(|(h, _)| h));
                 tx.send_if_modified(|cur| {
                     let changed = cur.as_ref() != Some(&owner);
                     if changed {
@@ -98,4 +111,85 @@ pub fn follow(fence: &Fence, cell: &str, every: Duration) -> Follow {
         }
     });
     Follow { rx, task }
+}
+
+/// The owner of each of `cells`, from one read of each head (a few dozen in flight, each
+/// bounded by the fence's longest attempt timeout): the batch form of [`follow`]. Nothing is
+/// claimed or written. A read that failed or got no answer is that cell's error.
+///
+/// ```
+/// # fn block(f: impl std::future::Future<Output = ()>) {
+/// #     tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(f)
+/// # }
+/// # block(async {
+/// use std::sync::Arc;
+/// use fence_core::{runtime::Fence, MemoryStore};
+/// let store = Arc::new(MemoryStore::new());
+/// let a = Fence::builder(store.clone(), "a").build().unwrap().acquire().await.unwrap();
+/// let _claim = a.claim("orders").await.unwrap();
+/// let reader = Fence::builder(store, "r").build().unwrap();
+/// let found = fence_fleet::owners(&reader, ["orders", "stock"]).await;
+/// assert_eq!(found["orders"].as_ref().unwrap().node.as_deref(), Some("a"));
+/// assert_eq!(found["stock"].as_ref().unwrap().node, None);
+/// # });
+/// ```
+pub async fn owners<I, S>(fence: &Fence, cells: I) -> BTreeMap<String, Result<Owner, Error>>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    let bound = fence.config().attempt_max_ms;
+    let cells: Vec<String> = cells.into_iter().map(Into::into).collect();
+    futures::stream::iter(cells)
+        .map(|cell| async move {
+            let read = fence.ownership().read_head(&cell);
+            let owner = match fence.clock().timeout(bound, read).await {
+                Some(Ok(head)) => Ok(Owner::of(head.map(|(h, _)| h))),
+                Some(Err(e)) => Err(e),
+                None => Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!("cell {cell}: no answer to the head read within {bound} ms"),
+                )
+                .not_committed()),
+            };
+            (cell, owner)
+        })
+        .buffer_unordered(READS_IN_FLIGHT)
+        .collect()
+        .await
+}
+
+/// The cells among `cells` whose head names this fence's node as owner, sorted: what a
+/// restarting process under the same node id would resume or claim back (a
+/// [`Fleet`](crate::Fleet) does so itself at start). One read per cell, as in [`owners`];
+/// any failed read is the error, since the list would be incomplete.
+///
+/// ```
+/// # fn block(f: impl std::future::Future<Output = ()>) {
+/// #     tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(f)
+/// # }
+/// # block(async {
+/// use std::sync::Arc;
+/// use fence_core::{runtime::Fence, MemoryStore};
+/// let store = Arc::new(MemoryStore::new());
+/// let fence = Fence::builder(store, "a").build().unwrap();
+/// let lease = fence.acquire().await.unwrap();
+/// let _claim = lease.claim("orders").await.unwrap();
+/// let mine = fence_fleet::named_mine(&fence, ["orders", "stock"]).await.unwrap();
+/// assert_eq!(mine, ["orders"]);
+/// # });
+/// ```
+pub async fn named_mine<I, S>(fence: &Fence, cells: I) -> Result<Vec<String>, Error>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    let me = fence.ownership().node().to_owned();
+    let mut mine = Vec::new();
+    for (cell, owner) in owners(fence, cells).await {
+        if owner?.node.as_deref() == Some(me.as_str()) {
+            mine.push(cell);
+        }
+    }
+    Ok(mine)
 }

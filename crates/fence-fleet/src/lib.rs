@@ -12,7 +12,8 @@
 //!   resumes its own cells after a restart, drains within a deadline, and reports each
 //!   cell's [`CellEvent`]s; each held cell is a [`Shard`] with a cancellation-safe
 //!   [`gone`](Shard::gone);
-//! - [`follow()`]: a cell's owner, without claiming it;
+//! - [`follow()`]: a cell's owner, without claiming it; [`owners`]: many cells' owners at
+//!   once; [`named_mine`]: the cells the store names as this node's;
 //! - [`log`]: an append log whose writes do not grow with it.
 //!
 //! Every decision here is an input to the core's claims, hand-offs and fenced writes: the
@@ -28,7 +29,7 @@ mod run;
 mod shard;
 
 pub use fleet::{Drained, Events, Fleet, FleetBuilder, MemberFilter};
-pub use follow::{follow, Follow, Owner};
+pub use follow::{follow, named_mine, owners, Follow, Owner};
 pub use shard::{CellEvent, Shard, StopReason};
 
 /// docs/fleet.md, compiled as doctests so its examples cannot rot.

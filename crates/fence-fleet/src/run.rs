@@ -16,13 +16,13 @@ use tracing::{debug, info, warn};
 
 use crate::assign::assign;
 use crate::fleet::{acquire, lock, Command, Drained, Inner, Settings};
-use crate::membership::{read_members, Member, Members};
+use crate::membership::{judge_nodes, read_members, Member, Members};
 use crate::shard::{CellEvent, Shard, StopReason};
 
 /// A held cell as the task keeps it.
 struct Held {
     shard: Shard,
-    stop: watch::Sender<Option<StopReason>>,
+    stop: Arc<watch::Sender<Option<StopReason>>>,
     since_mono: u64,
     watcher: JoinHandle<()>,
     /// Set by whoever announced the shard's end first: its watcher (at once, when the claim
@@ -247,8 +247,15 @@ impl Run {
         let mut members = match read_members(&self.fence, bound).await {
             Ok(m) => m,
             Err(e) => {
-                debug!(node = %self.inner.node, error = %e, "membership listing failed; last view kept");
-                lock(&self.inner.members).clone()
+                // The nodes last listed are judged again by fresh reads: a view kept whole
+                // would show a node that died since live for as long as listings fail, and
+                // its cells would never be taken over.
+                debug!(node = %self.inner.node, error = %e, "membership listing failed; last listed nodes read again");
+                let last = self.last_listed();
+                match judge_nodes(&self.fence, last, bound).await {
+                    Ok(m) => m,
+                    Err(_) => lock(&self.inner.members).clone(),
+                }
             }
         };
         if let Some(f) = &self.s.filter {
@@ -274,6 +281,14 @@ impl Run {
         members
     }
 
+    /// The other nodes of the last view, live or gone.
+    fn last_listed(&self) -> Vec<String> {
+        let view = lock(&self.inner.members);
+        let live = view.live.iter().map(|m| m.node.clone());
+        let all = live.chain(view.gone.iter().cloned());
+        all.filter(|n| *n != self.inner.node).collect()
+    }
+
     /// The bound of one read of a round: an attempt's longest, but no longer than an interval
     /// (a slow store must not hold up the rounds that notice losses and deaths).
     fn bound_ms(&self) -> u64 {
@@ -281,6 +296,13 @@ impl Run {
         cfg.attempt_max_ms
             .min(self.s.interval_ms)
             .max(cfg.attempt_min_ms)
+    }
+
+    fn receivers(&self) -> Receivers {
+        Receivers {
+            fence: self.fence.clone(),
+            bound_ms: self.bound_ms(),
+        }
     }
 
     // ----- heads ---------------------------------------------------------------------------
@@ -312,17 +334,24 @@ impl Run {
             .await
     }
 
-    /// Records what a read of `cell`'s head showed; announces a new owner.
-    fn saw(&mut self, cell: &str, head: Option<&CellHead>) {
-        let seen = Seen::of(head);
+    /// Records the owner this node now knows `cell` has — from a read of its head, or from
+    /// this node's own claim, resume or hand-off — and announces it when it changed, so the
+    /// `NewOwner` events alone always name the last owner known.
+    fn learned(&mut self, cell: &str, seen: Seen) {
         let before = self.seen.insert(cell.to_owned(), seen.clone());
         if before.as_ref().map(|b| &b.owner) != Some(&seen.owner) {
             self.emit(CellEvent::NewOwner {
                 cell: cell.to_owned(),
-                owner: seen.owner.clone(),
+                owner: seen.owner,
                 epoch: seen.epoch,
             });
         }
+    }
+
+    /// Records what a read of `cell`'s head showed; announces a new owner.
+    fn saw(&mut self, cell: &str, head: Option<&CellHead>) {
+        let seen = Seen::of(head);
+        self.learned(cell, seen.clone());
         let mine = seen.owner.as_deref() == Some(self.inner.node.as_str());
         if mine && !self.held.contains_key(cell) {
             self.orphans.insert(cell.to_owned());
@@ -423,14 +452,18 @@ impl Run {
     fn install(&mut self, claim: CellClaim, resumed: bool) {
         let cell = claim.cell().to_owned();
         let (shard, stop) = Shard::new(claim);
+        let stop = Arc::new(stop);
         let announced = Arc::new(AtomicBool::new(false));
         let watcher = {
             let claim = shard.claim.clone();
             let (tx, events, announced) =
                 (self.lost_tx.clone(), self.events.clone(), announced.clone());
+            let (receivers, stop) = (self.receivers(), stop.clone());
             tokio::spawn(async move {
                 let how = claim.lost().await;
                 if let Some(reason) = StopReason::of(how) {
+                    let reason = receivers.name(claim.cell(), reason).await;
+                    stop.send_replace(Some(reason.clone()));
                     if !announced.swap(true, Ordering::SeqCst) {
                         let _ = events.send(CellEvent::Stopped {
                             cell: claim.cell().to_owned(),
@@ -444,17 +477,9 @@ impl Run {
         };
         info!(node = %self.inner.node, cell, epoch = shard.epoch(), resumed, "cell started");
         self.orphans.remove(&cell);
-        self.seen.insert(
-            cell.clone(),
-            Seen {
-                owner: Some(self.me()),
-                epoch: shard.epoch(),
-                generation: Some(self.lease.generation()),
-            },
-        );
         lock(&self.inner.shards).insert(cell.clone(), shard.clone());
         self.held.insert(
-            cell,
+            cell.clone(),
             Held {
                 shard: shard.clone(),
                 stop,
@@ -463,7 +488,18 @@ impl Run {
                 announced,
             },
         );
+        let epoch = shard.epoch();
         self.emit(CellEvent::Started { shard, resumed });
+        let generation = Some(self.lease.generation());
+        let owner = Some(self.me());
+        self.learned(
+            &cell,
+            Seen {
+                owner,
+                epoch,
+                generation,
+            },
+        );
     }
 
     /// Forgets `cell`'s shard, announcing why it stopped.
@@ -497,7 +533,9 @@ impl Run {
             .iter()
             .filter_map(|(c, h)| h.shard.stopped().map(|r| (c.clone(), r)))
             .collect();
+        let receivers = self.receivers();
         for (cell, reason) in ended {
+            let reason = receivers.name(&cell, reason).await;
             self.remove(&cell, reason);
             self.seen.remove(&cell);
         }
@@ -679,14 +717,12 @@ impl Run {
                             epoch: *epoch,
                         },
                     );
-                    self.seen.insert(
-                        cell.clone(),
-                        Seen {
-                            owner: Some(to),
-                            epoch: *epoch,
-                            generation: None,
-                        },
-                    );
+                    let seen = Seen {
+                        owner: Some(to),
+                        epoch: *epoch,
+                        generation: None,
+                    };
+                    self.learned(&cell, seen);
                 }
                 Err(e) => {
                     warn!(node = %self.inner.node, cell, to, error = %e, "hand-off failed");
@@ -728,7 +764,11 @@ impl Run {
         self.close_all(StopReason::Closed).await;
         drained.left = self.orphans.clone();
         let bound = self.bound_ms();
-        drained.lease_released = clock.timeout(bound, self.lease.release()).await.is_some();
+        let generation = self.lease.generation();
+        let returned = clock.timeout(bound, self.lease.release()).await.is_some();
+        // The keeper's release says nothing of whether its record landed (a lost lease, a
+        // store that stopped answering): only a read of the record does.
+        drained.lease_released = returned && shows_released(&self.fence, &generation, bound).await;
         drained
     }
 
@@ -749,7 +789,14 @@ impl Run {
         for (cell, r) in results {
             match r {
                 Ok(()) => {
+                    let epoch = self.held.get(&cell).map_or(0, |h| h.shard.epoch());
                     self.remove(&cell, StopReason::Released);
+                    let unowned = Seen {
+                        owner: None,
+                        epoch,
+                        generation: None,
+                    };
+                    self.learned(&cell, unowned);
                     self.orphans.remove(&cell);
                     released.insert(cell);
                 }
@@ -757,6 +804,45 @@ impl Run {
             }
         }
         released
+    }
+}
+
+/// Whether the store's lease record of this node is the released record (`expires_ms` 0) of
+/// `generation`: one read, bounded by `bound_ms`.
+async fn shows_released(fence: &Fence, generation: &str, bound_ms: u64) -> bool {
+    let own = fence.ownership();
+    let read = own.read_node_lease(own.node());
+    match fence.clock().timeout(bound_ms, read).await {
+        Some(Ok(Some(l))) => l.record.generation == generation && l.record.expires_ms == 0,
+        _ => false,
+    }
+}
+
+/// Names the receiver of a hand-off made through a shard's own claim
+/// ([`CellClaim::hand_off`]), whose status carries only the epoch: one bounded read of the
+/// head, which names the receiver at that epoch.
+struct Receivers {
+    fence: Fence,
+    bound_ms: u64,
+}
+
+impl Receivers {
+    /// `reason`, with the receiver filled in when it is a hand-off that does not name it
+    /// (left empty if the head no longer shows that epoch or cannot be read).
+    async fn name(&self, cell: &str, reason: StopReason) -> StopReason {
+        let StopReason::HandedOff { to, epoch } = reason else {
+            return reason;
+        };
+        if !to.is_empty() {
+            return StopReason::HandedOff { to, epoch };
+        }
+        let read = self.fence.ownership().read_head(cell);
+        let head = self.fence.clock().timeout(self.bound_ms, read).await;
+        let to = match head {
+            Some(Ok(Some((h, _)))) if h.epoch == epoch => h.node.unwrap_or_default(),
+            _ => String::new(),
+        };
+        StopReason::HandedOff { to, epoch }
     }
 }
 

@@ -22,7 +22,9 @@ pub enum StopReason {
     Released,
     /// Handed to `to`, which holds it at `epoch` from now on.
     HandedOff {
-        /// The receiver.
+        /// The receiver. After a hand-off through the shard's own claim
+        /// ([`CellClaim::hand_off`]) the fleet reads it back from the head (one request),
+        /// and it is empty until then, or if that read fails.
         to: String,
         /// The receiver's epoch.
         epoch: u64,
@@ -68,7 +70,10 @@ pub enum CellEvent {
         /// Why.
         reason: StopReason,
     },
-    /// A read of `cell`'s head found an owner other than the last one this node saw.
+    /// The owner this node knows `cell` has changed: a read of its head found another owner,
+    /// or this node claimed, resumed, handed off or released it (then after its own
+    /// `Started` / `Stopped`). The last `NewOwner` of a cell always names the last owner
+    /// this node knows of, this node included (`None`: released).
     NewOwner {
         /// The cell.
         cell: String,
@@ -143,17 +148,26 @@ impl Shard {
     pub async fn gone(&self) -> StopReason {
         let mut rx = self.stop.clone();
         loop {
-            if let Some(r) = self.stopped() {
+            if let Some(r) = self.stop.borrow().clone() {
+                return r;
+            }
+            let ended = StopReason::of(self.claim.status());
+            // A hand-off through the claim itself: wait for the fleet to name the receiver.
+            let unnamed = matches!(&ended, Some(StopReason::HandedOff { to, .. }) if to.is_empty());
+            if let Some(r) = ended.clone().filter(|_| !unnamed) {
                 return r;
             }
             tokio::select! {
                 changed = rx.changed() => {
                     if changed.is_err() {
                         // The fleet is gone: only the claim can still tell.
-                        return StopReason::of(self.claim.lost().await).unwrap_or(StopReason::Closed);
+                        return match ended {
+                            Some(r) => r,
+                            None => StopReason::of(self.claim.lost().await).unwrap_or(StopReason::Closed),
+                        };
                     }
                 }
-                _ = self.claim.lost() => {}
+                _ = self.claim.lost(), if ended.is_none() => {}
             }
         }
     }

@@ -335,6 +335,48 @@ async fn a_lapsed_lease_nobody_took_over_is_resumed_without_new_epochs() {
     assert_eq!((lost, resumed, acquired), (4, 4, 2));
 }
 
+type OwnerOf = std::collections::BTreeMap<String, Option<String>>;
+
+/// The owner of each cell in a snapshot of the heads.
+fn owners(heads: &std::collections::BTreeMap<String, (Option<String>, u64)>) -> OwnerOf {
+    heads
+        .iter()
+        .map(|(c, (o, _))| (c.clone(), o.clone()))
+        .collect()
+}
+
+/// The last `NewOwner` event of each cell, by cell.
+fn last_owners(log: &Log) -> OwnerOf {
+    let mut last = OwnerOf::new();
+    for (_, e) in log.lock().unwrap().iter() {
+        if let CellEvent::NewOwner { cell, owner, .. } = e {
+            last.insert(cell.clone(), owner.clone());
+        }
+    }
+    last
+}
+
+#[tokio::test(start_paused = true)]
+async fn new_owner_events_alone_name_every_cells_owner_after_a_join_and_a_drain() {
+    let store = store();
+    let cells = cells(12);
+    let (a, b, c) = (node(&store, "a"), node(&store, "b"), node(&store, "c"));
+    let (fa, ea) = a.fleet(&cells).start().await.unwrap();
+    let log = drain_events(ea);
+    let (fb, _eb) = b.fleet(&cells).start().await.unwrap();
+    converged(&store, &cells, &[&fa, &fb], 20_000).await;
+    // c joins: a hands some cells to c itself, and b hands it others, which a sees only in
+    // the store; one scan (3 TTLs here) later, a's events name every owner.
+    let (fc, _ec) = c.fleet(&cells).start().await.unwrap();
+    let joined = converged(&store, &cells, &[&fa, &fb, &fc], 20_000).await;
+    advance(4 * TTL_MS).await;
+    assert_eq!(last_owners(&log), owners(&joined), "after the join");
+    fc.drain(Duration::from_secs(5)).await;
+    let left = converged(&store, &cells, &[&fa, &fb], 20_000).await;
+    advance(4 * TTL_MS).await;
+    assert_eq!(last_owners(&log), owners(&left), "after the drain");
+}
+
 #[tokio::test(start_paused = true)]
 async fn follow_reports_each_new_owner_without_claiming() {
     let store = store();
@@ -404,4 +446,124 @@ async fn a_hand_off_on_request_goes_to_the_named_node_and_bad_requests_change_no
         epoch + 1,
         "b resumed the epoch handed to it"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hand_off_through_the_shards_own_claim_names_its_receiver() {
+    let store = store();
+    let cells = cells(2);
+    let (a, b) = (node(&store, "a"), node(&store, "b"));
+    let hold = Duration::from_secs(600);
+    let (fa, ea) = a.fleet(&cells).min_hold(hold).start().await.unwrap();
+    let log = drain_events(ea);
+    let fb = b
+        .fleet(&cells)
+        .min_hold(hold)
+        .scan(Duration::from_millis(500));
+    let (fb, _eb) = fb.start().await.unwrap();
+    converged(&store, &cells, &[&fa, &fb], 20_000).await;
+    let shard = fa.held()[0].clone();
+    let cell = shard.cell().to_owned();
+    let epoch = shard
+        .claim()
+        .hand_off("b", Some(&fb.generation()))
+        .await
+        .unwrap();
+    let to_b = StopReason::HandedOff {
+        to: "b".into(),
+        epoch,
+    };
+    assert_eq!(shard.gone().await, to_b);
+    advance(1_000).await;
+    assert_eq!(stopped(&log, &cell).map(|(_, r)| r), Some(to_b.clone()));
+    assert_eq!(shard.stopped(), Some(to_b));
+    assert!(fa.shard(&cell).is_none());
+    assert_eq!(fb.shard(&cell).map(|s| s.epoch()), Some(epoch));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restarting_process_lists_the_cells_the_store_names_as_its_own() {
+    let store = store();
+    let cells = cells(6);
+    let (a, b) = (node(&store, "a"), node(&store, "b"));
+    let (fa, _ea) = a.fleet(&cells).start().await.unwrap();
+    let (fb, _eb) = b.fleet(&cells).start().await.unwrap();
+    let placed = converged(&store, &cells, &[&fa, &fb], 20_000).await;
+    a.kill();
+    // The next process under the same id, before it acquires anything.
+    let a2 = node(&store, "a");
+    let mine = fence_fleet::named_mine(&a2.fence, &cells).await.unwrap();
+    let want: Vec<String> = placed
+        .iter()
+        .filter(|(_, (o, _))| o.as_deref() == Some("a"))
+        .map(|(c, _)| c.clone())
+        .collect();
+    assert_eq!((mine.len(), &mine), (3, &want));
+    let all = fence_fleet::owners(&a2.fence, &cells).await;
+    for (cell, (owner, epoch)) in &placed {
+        let read = all[cell].as_ref().unwrap();
+        assert_eq!((&read.node, read.epoch), (owner, *epoch), "{cell}");
+    }
+    // A list that cannot be complete is an error, not a shorter list.
+    a2.path.freeze();
+    let e = fence_fleet::named_mine(&a2.fence, &cells)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout);
+    drop(fb);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_says_the_lease_was_released_only_when_the_store_shows_it() {
+    // The store stops answering: nothing a drain writes can land.
+    let (store, _cells, a, fa, _log) = one_node(4).await;
+    a.path.freeze();
+    let drained = fa.drain(Duration::from_secs(2)).await;
+    assert!(!drained.lease_released, "{drained:?}");
+    let lease = Ownership::new(store.clone(), "r")
+        .read_node_lease("a")
+        .await;
+    assert!(
+        lease.unwrap().unwrap().record.expires_ms > 0,
+        "not released"
+    );
+    // A store that answers: the released record is there, and the drain says so.
+    let b = node(&store, "b");
+    let (fb, _eb) = b.fleet(&cells(4)).start().await.unwrap();
+    let drained = fb.drain(Duration::from_secs(2)).await;
+    assert!(drained.lease_released, "{drained:?}");
+    let lease = Ownership::new(store, "r").read_node_lease("b").await;
+    assert_eq!(lease.unwrap().unwrap().record.expires_ms, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_death_is_noticed_while_listing_nodes_fails() {
+    use fence_testkit::{FaultyStore, OpKind, RandomFaults};
+    let store = store();
+    let cells = cells(8);
+    // a's listings start failing once the fleet has settled (say, list permission revoked,
+    // or every listing throttled); its reads and writes still work.
+    let path = Arc::new(FaultyStore::new(store.clone(), 1));
+    let fence = fence_core::runtime::Fence::builder(path.clone(), "a")
+        .ttl(Duration::from_millis(TTL_MS))
+        .attempt_timeouts(Duration::from_millis(50), Duration::from_millis(200))
+        .clock(Clock::virtual_at(BASE_WALL))
+        .build()
+        .unwrap();
+    let (fa, _ea) = fence_fleet::Fleet::builder(fence, cells.clone())
+        .start()
+        .await
+        .unwrap();
+    let b = node(&store, "b");
+    let (fb, _eb) = b.fleet(&cells).start().await.unwrap();
+    converged(&store, &cells, &[&fa, &fb], 20_000).await;
+    let failing = RandomFaults {
+        fail_before_send: 1.0,
+        ..RandomFaults::default()
+    };
+    path.set_random(OpKind::List, failing);
+    b.kill();
+    let after = converged(&store, &cells, &[&fa], 20_000).await;
+    assert!(after.values().all(|(o, _)| o.as_deref() == Some("a")));
+    drop(fb);
 }

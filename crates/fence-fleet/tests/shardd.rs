@@ -179,3 +179,18 @@ fn read_logs(store: &Path) -> BTreeMap<String, (fence_fleet::log::LogHead, Vec<S
         out
     })
 }
+
+#[test]
+fn shardd_refuses_zero_shards_and_a_zero_period() {
+    use clap::Parser;
+    let with = |extra: &[&str]| {
+        let base = ["shardd", "--store", "memory://", "--node", "n1"];
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        shardd::Args::try_parse_from(args).map(|_| ())
+    };
+    assert!(with(&["--cells", "4"]).is_ok());
+    let kind = |r: Result<(), clap::Error>| r.unwrap_err().kind();
+    let invalid = clap::error::ErrorKind::ValueValidation;
+    assert_eq!(kind(with(&["--cells", "0"])), invalid);
+    assert_eq!(kind(with(&["--cells", "4", "--every-ms", "0"])), invalid);
+}

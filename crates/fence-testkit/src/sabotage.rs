@@ -226,6 +226,10 @@ pub enum Misclassification {
     /// is reported not committed: a reset after the request was sent taken for a refused
     /// connection.
     ResetNotCommitted,
+    /// A write that failed ambiguously is sent once more and the second answer reported, as
+    /// an HTTP client with its default retries does: a hidden retry of a conditional write
+    /// (after a lost success it is answered `Rejected` by the adapter's own write).
+    RetriesWrites,
 }
 
 /// An adapter wrapper that classifies write errors wrongly: over a store that never fails it
@@ -257,7 +261,7 @@ impl Misclassifying {
         match self.how {
             Misclassification::EveryErrorNotCommitted => e.not_committed(),
             Misclassification::ResetNotCommitted if connection => e.not_committed(),
-            Misclassification::ResetNotCommitted => e,
+            Misclassification::ResetNotCommitted | Misclassification::RetriesWrites => e,
         }
     }
 }
@@ -268,10 +272,13 @@ impl ConditionalStore for Misclassifying {
         self.inner.get(key).await
     }
     async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
-        self.inner
-            .put(key, body, guard)
-            .await
-            .map_err(|e| self.misclassify(e))
+        let first = self.inner.put(key, body.clone(), guard.clone()).await;
+        let retry = self.how == Misclassification::RetriesWrites;
+        let answer = match first {
+            Err(e) if retry && e.is_ambiguous() => self.inner.put(key, body, guard).await,
+            other => other,
+        };
+        answer.map_err(|e| self.misclassify(e))
     }
     async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
         self.inner.delete(key, version).await

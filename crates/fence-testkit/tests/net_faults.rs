@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use fence_core::{ConditionalStore, Entropy, Key};
 use fence_testkit::sabotage::{Misclassification, Misclassifying};
-use fence_testkit::scenarios::wire::{outcomes, runtime, RuntimeWorkload, WireReport, Workload};
+use fence_testkit::scenarios::wire::{outcomes, runtime, RuntimeWorkload, Workload};
 use fence_testkit::wire::{FaultMix, FaultProxy, Schedule, WireFault};
 use fence_testkit::CountingStore;
 
@@ -212,9 +212,10 @@ async fn net_faults_azurite() {
     net_faults("azurite", 4).await;
 }
 
-/// A deliberately mis-classifying adapter over the real one, caught over the proxy.
-async fn caught(name: &str, how: Misclassification, writes: FaultMix) -> Option<WireReport> {
-    let server = servers(name)?;
+/// A deliberately mis-classifying adapter over the real one must be caught over the proxy:
+/// some violation names every part of `says`.
+async fn assert_caught(name: &str, how: Misclassification, writes: FaultMix, says: &[&str]) {
+    let Some(server) = servers(name) else { return };
     let prefix = fresh_prefix(&format!("{name}-misclassified"));
     let proxy = proxy(&server, writes, FaultMix::none(), 9).await;
     let honest = (server.adapter)(&proxy.endpoint(), &prefix);
@@ -223,40 +224,38 @@ async fn caught(name: &str, how: Misclassification, writes: FaultMix) -> Option<
         writes: 300,
         ..Workload::default()
     };
-    Some(outcomes(liar, proxy.ledger(), &key("outcomes"), &workload).await)
+    let report = outcomes(liar, proxy.ledger(), &key("outcomes"), &workload).await;
+    println!("{report}");
+    let named = |v: &String| says.iter().all(|s| v.contains(s));
+    assert!(
+        report.violations.iter().any(named),
+        "{how:?} not caught: {report}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_adapter_calling_every_error_not_committed_is_caught_over_the_proxy() {
     let how = Misclassification::EveryErrorNotCommitted;
     let writes = FaultMix::writes(write_deadline());
-    let Some(report) = caught("seaweedfs", how, writes).await else {
-        return;
-    };
-    println!("{report}");
-    assert!(
-        report
-            .violations
-            .iter()
-            .any(|v| v.contains("said NotCommitted")),
-        "{report}"
-    );
+    assert_caught("seaweedfs", how, writes, &["said NotCommitted"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_adapter_calling_a_reset_after_sending_not_committed_is_caught_over_the_proxy() {
     let how = Misclassification::ResetNotCommitted;
     let writes = FaultMix::none().with(0.2, WireFault::ResetAfterForward);
-    let Some(report) = caught("seaweedfs", how, writes).await else {
-        return;
-    };
-    println!("{report}");
-    let reset = "said NotCommitted (Unavailable), but PUT";
-    assert!(
-        report
-            .violations
-            .iter()
-            .any(|v| v.contains(reset) && v.contains("reset after the server answered")),
-        "{report}"
-    );
+    let says = [
+        "said NotCommitted (Unavailable), but PUT",
+        "reset after the server answered",
+    ];
+    assert_caught("seaweedfs", how, writes, &says).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adapter_retrying_its_writes_is_caught_over_the_proxy() {
+    let how = Misclassification::RetriesWrites;
+    let writes = FaultMix::none()
+        .with(0.1, WireFault::DropAnswer)
+        .with(0.1, WireFault::AnswerAfter(503));
+    assert_caught("seaweedfs", how, writes, &["a hidden retry"]).await;
 }

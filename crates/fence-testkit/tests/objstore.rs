@@ -43,18 +43,28 @@ async fn the_reference_adapter_classifies_every_fault_right() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_adapter_calling_every_error_not_committed_is_caught() {
-    let faulty = Arc::new(FaultyObjectStore::over_memory(4).with_fault_rate(0.3));
+/// A mis-classifying adapter over faults below it must be caught: some violation says `says`.
+async fn assert_caught(how: Misclassification, seed: u64, says: &str) {
+    let faulty = Arc::new(FaultyObjectStore::over_memory(seed).with_fault_rate(0.3));
     let honest: Arc<dyn ConditionalStore> = Arc::new(ObjectStoreAdapter::new(faulty.clone()));
-    let how = Misclassification::EveryErrorNotCommitted;
     let liar = Arc::new(Misclassifying::new(honest, how));
     let report = outcomes(liar, faulty.ledger(), &prefix(), &workload()).await;
     println!("{report}");
+    let named = |v: &String| v.contains(says);
     assert!(
-        report.violations.iter().any(|v| v.contains("NotCommitted")),
-        "{report}"
+        report.violations.iter().any(named),
+        "{how:?} not caught: {report}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adapter_calling_every_error_not_committed_is_caught() {
+    assert_caught(Misclassification::EveryErrorNotCommitted, 4, "NotCommitted").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adapter_retrying_its_writes_is_caught() {
+    assert_caught(Misclassification::RetriesWrites, 6, "a hidden retry").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
