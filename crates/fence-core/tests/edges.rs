@@ -614,3 +614,41 @@ async fn a_record_claiming_an_endless_ttl_does_not_block_takeover_forever() {
     }
     panic!("6 h of an unchanged record, still {last:?}");
 }
+
+/// `write_if` builds only on the head it names: a head another write moved while this one was
+/// on its way (here a co-writer's `update_cell` at the same epoch lands first; an ambiguous
+/// earlier write landing late is the same to the store) answers `Conflict`, not committed,
+/// and leaves the other write in place — where a plain `write` replaces it, as documented.
+#[tokio::test(start_paused = true)]
+async fn write_if_never_lands_over_a_head_it_did_not_see() {
+    let store = Steered::new();
+    let a = fence(store.clone(), "a").acquire().await.unwrap();
+    let claim = Arc::new(a.claim("c").await.unwrap());
+    claim.write("0").await.unwrap();
+    let seen = claim.read().await.unwrap().unwrap();
+    assert_eq!(&seen.payload[..], b"0");
+    // The conditional write is slow to reach the store; the co-writer's lands meanwhile.
+    store.puts("own.json", [Step::Delay(Duration::from_millis(100))]);
+    let w = claim.clone();
+    let version = seen.version.clone();
+    let pending = tokio::spawn(async move { w.write_if(Some(&version), "0+1").await });
+    advance(10).await;
+    let own = Ownership::new(store.clone(), "a");
+    update_cell(&own, "c", claim.epoch(), Duration::from_secs(1), |_| {
+        Ok(Bytes::from_static(b"co"))
+    })
+    .await
+    .unwrap();
+    let err = pending.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+    assert_eq!(err.commit(), Commit::NotCommitted);
+    let now = claim.read().await.unwrap().unwrap();
+    assert_eq!(&now.payload[..], b"co");
+    // Built on what it sees now, it lands; so does a write expecting the current version.
+    claim.write_if(Some(&now.version), "co+1").await.unwrap();
+    assert_eq!(&claim.read().await.unwrap().unwrap().payload[..], b"co+1");
+    // `None` expects a cell without data.
+    let err = claim.write_if(None, "x").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+    assert!(claim.is_held(), "a moved head does not end the claim");
+}

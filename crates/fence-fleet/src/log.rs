@@ -40,12 +40,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use fence_core::runtime::{read_cell, CellClaim, Fence, WriteAck};
-use fence_core::{CasGuard, Error, ErrorKind, Key, Ownership, PutOutcome};
+use fence_core::{CasGuard, Error, ErrorKind, Key, Ownership, PutOutcome, Version};
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 
 /// Writes of one record object before giving up.
 const RECORD_TRIES: usize = 4;
+/// How often an append rebuilds on a head that moved under it before it gives up.
+const MOVED_TRIES: usize = 4;
 /// Record reads in flight at once.
 const READS_IN_FLIGHT: usize = 16;
 
@@ -213,6 +215,10 @@ pub struct Appended {
     pub ack: WriteAck,
 }
 
+/// A log head as read or written, with the version of the cell head that holds it (`None`:
+/// the cell held no data).
+type SeenHead = (LogHead, Option<Version>);
+
 /// Appends through one claim. Appends are serialised.
 #[derive(Debug)]
 pub struct AppendLog {
@@ -220,9 +226,10 @@ pub struct AppendLog {
     claim: Arc<CellClaim>,
     /// The bound of one record request: the fence's longest attempt timeout.
     attempt_ms: u64,
-    /// The head as this claim last wrote or read it (`None`: read it first), and the tag
-    /// this log names its records with (`None` until a create found its name taken).
-    head: tokio::sync::Mutex<(Option<LogHead>, Option<String>)>,
+    /// The head as this claim last wrote or read it, with the cell head's version (`None`:
+    /// read it first), and the tag this log names its records with (`None` until a create
+    /// found its name taken).
+    head: tokio::sync::Mutex<(Option<SeenHead>, Option<String>)>,
 }
 
 impl AppendLog {
@@ -241,7 +248,7 @@ impl AppendLog {
     pub async fn next_seq(&self) -> Result<u64, Error> {
         let mut slot = self.head.lock().await;
         let head = self.read_head().await?;
-        let next = head.next;
+        let next = head.0.next;
         slot.0 = Some(head);
         Ok(next)
     }
@@ -252,44 +259,61 @@ impl AppendLog {
     /// ambiguous one may have committed it (see [`next_seq`](Self::next_seq)).
     pub async fn append(&self, record: impl Into<Bytes>) -> Result<Appended, Error> {
         let record = record.into();
-        self.append_with(|_| record).await
+        self.append_with(|_| record.clone()).await
     }
 
     /// [`append`](Self::append) of the record `record(seq)` builds for the sequence number
-    /// it gets (a record that names its own place in the log).
-    pub async fn append_with(&self, record: impl FnOnce(u64) -> Bytes) -> Result<Appended, Error> {
+    /// it gets (a record that names its own place in the log). `record` runs again, for the
+    /// next number, only when the head moved before this append landed (an earlier
+    /// ambiguous append that landed late): the head write lands only over the head the
+    /// append was built on ([`CellClaim::write_if`]), so no record a reader saw is ever
+    /// replaced.
+    pub async fn append_with(
+        &self,
+        mut record: impl FnMut(u64) -> Bytes,
+    ) -> Result<Appended, Error> {
         let mut slot = self.head.lock().await;
-        let head = match slot.0.take() {
-            Some(h) => h,
-            None => self.read_head().await?,
-        };
-        let (seq, epoch) = (head.next, self.claim.epoch());
-        let record = record(seq);
-        if let Err(e) = self.put_record(seq, epoch, &mut slot.1, &record).await {
-            slot.0 = Some(head);
-            return Err(e);
-        }
-        let next = head.appended(seq, epoch, slot.1.as_deref());
-        match self.claim.write(next.encode()).await {
-            Ok(ack) => {
-                slot.0 = Some(next);
-                Ok(Appended { seq, epoch, ack })
+        let mut tries = 0;
+        loop {
+            let (head, version) = match slot.0.take() {
+                Some(h) => h,
+                None => self.read_head().await?,
+            };
+            let (seq, epoch) = (head.next, self.claim.epoch());
+            let body = record(seq);
+            if let Err(e) = self.put_record(seq, epoch, &mut slot.1, &body).await {
+                slot.0 = Some((head, version));
+                return Err(e);
             }
-            Err(e) => {
-                if !e.is_ambiguous() && e.kind() != ErrorKind::Fenced {
-                    slot.0 = Some(head);
+            let next = head.appended(seq, epoch, slot.1.as_deref());
+            match self.claim.write_if(version.as_ref(), next.encode()).await {
+                Ok(ack) => {
+                    slot.0 = Some((next, Some(ack.version.clone())));
+                    return Ok(Appended { seq, epoch, ack });
                 }
-                Err(e)
+                // The head moved: rebuild on the head as it is now (the record object made
+                // for `seq` is an orphan no head names).
+                Err(e) if e.kind() == ErrorKind::Conflict && tries < MOVED_TRIES => tries += 1,
+                Err(e) => {
+                    // A head this append did not change stays the one to build on; after a
+                    // moved head, an ambiguous answer or a fence, read the head first.
+                    let kept = !e.is_ambiguous()
+                        && !matches!(e.kind(), ErrorKind::Fenced | ErrorKind::Conflict);
+                    if kept {
+                        slot.0 = Some((head, version));
+                    }
+                    return Err(e);
+                }
             }
         }
     }
 
-    async fn read_head(&self) -> Result<LogHead, Error> {
+    async fn read_head(&self) -> Result<SeenHead, Error> {
         let cell = self.claim.cell();
         let key = self.own.owner_key(cell)?;
         match self.claim.read().await? {
-            Some(d) => LogHead::decode(&key, &d.payload),
-            None => Ok(LogHead::default()),
+            Some(d) => Ok((LogHead::decode(&key, &d.payload)?, Some(d.version))),
+            None => Ok((LogHead::default(), None)),
         }
     }
 

@@ -34,3 +34,32 @@ async fn a_log_head_at_the_end_of_the_sequence_is_refused_not_a_panic() {
     };
     assert_eq!(err.kind(), ErrorKind::Corrupt);
 }
+
+/// Found by audit1 after review 3: `append_with` built its head on the head it last read and
+/// wrote it with `CellClaim::write`, which lands over any head of this claim's epoch. A head
+/// that moved meanwhile — an ambiguous append landing late, or (here, deterministically)
+/// another log on the same claim — was replaced: the other log's acknowledged record 0 was
+/// gone from the log. Now the head write lands only over the head it was built on
+/// (`CellClaim::write_if`), and a moved head makes the append take the next number.
+#[tokio::test(start_paused = true)]
+async fn an_append_never_replaces_a_record_it_did_not_see() {
+    let store = store();
+    let a = node(&store, "a");
+    let lease = a.fence.acquire().await.unwrap();
+    let claim = Arc::new(lease.claim("orders").await.unwrap());
+    let slow = AppendLog::new(&a.fence, claim.clone());
+    let other = AppendLog::new(&a.fence, claim.clone());
+    assert_eq!(slow.next_seq().await.unwrap(), 0);
+    let first = other.append("theirs").await.unwrap();
+    assert_eq!(first.seq, 0);
+    let second = slow.append("mine").await.unwrap();
+    assert_eq!(
+        second.seq, 1,
+        "rebuilt on the head as it is now, not the one it had seen"
+    );
+    let log = fence_fleet::log::read_log(&a.fence, "orders", 0)
+        .await
+        .unwrap();
+    let records: Vec<(u64, &[u8])> = log.records.iter().map(|(s, b)| (*s, &b[..])).collect();
+    assert_eq!(records, [(0, &b"theirs"[..]), (1, &b"mine"[..])]);
+}

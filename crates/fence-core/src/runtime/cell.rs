@@ -27,6 +27,9 @@ pub struct CellData {
     /// `true` only for a version-1 cell whose data was written under an earlier epoch than
     /// the owner record's (its last claim has not sealed it): not current data.
     pub stale: bool,
+    /// The version of the cell head this was read from: a claim's
+    /// [`write_if`](super::CellClaim::write_if) lands only over exactly this head.
+    pub version: Version,
 }
 
 /// Reads `cell`'s data: `None` if the cell has no head or no data yet.
@@ -50,9 +53,9 @@ pub async fn read_cell(ownership: &Ownership, cell: &str) -> Result<Option<CellD
                 "the head points at a payload object that does not exist",
             ));
         }
-        last = Some(version);
+        last = Some(version.clone());
         if head.format == HeadFormat::V1 {
-            return read_legacy(ownership, cell, head).await;
+            return read_legacy(ownership, cell, head, version).await;
         }
         if head.payload == Default::default() {
             return Ok(None);
@@ -63,6 +66,7 @@ pub async fn read_cell(ownership: &Ownership, cell: &str) -> Result<Option<CellD
                 owner: head.node,
                 payload,
                 stale: false,
+                version,
             }));
         }
     }
@@ -77,6 +81,7 @@ async fn read_legacy(
     ownership: &Ownership,
     cell: &str,
     head: CellHead,
+    version: Version,
 ) -> Result<Option<CellData>, Error> {
     Ok(ownership
         .read_legacy_data(cell)
@@ -86,6 +91,7 @@ async fn read_legacy(
             owner: head.node.clone(),
             stale: data.epoch != head.epoch,
             payload: data.payload,
+            version,
         }))
 }
 

@@ -46,6 +46,14 @@ impl Known {
         }
     }
 
+    /// Whether a [`CellClaim::write_if`] expecting `want` may build on this head.
+    fn satisfies(&self, want: Option<&Version>) -> bool {
+        match want {
+            Some(v) => &self.version == v,
+            None => self.payload == CellPayload::default(),
+        }
+    }
+
     fn extra(&self) -> Extra {
         self.extra.as_deref().cloned().unwrap_or_default()
     }
@@ -94,6 +102,17 @@ pub struct CellClaim {
     /// Whether this claim still stands in the lease's register of claimed cells (an ended
     /// claim leaves it at once, so the cell can be claimed or adopted again).
     registered: std::sync::atomic::AtomicBool,
+}
+
+/// A [`CellClaim::write_if`] whose head moved: the store proved it did not land.
+fn moved_on(cell: &str) -> Error {
+    Error::new(
+        ErrorKind::Conflict,
+        format!(
+            "cell {cell}: the head moved past the version this write was made for; nothing written"
+        ),
+    )
+    .not_committed()
 }
 
 fn not_ours(cell: &str, found: u64) -> Error {
@@ -536,6 +555,49 @@ impl CellClaim {
     /// [`commit`](Error::commit) is ambiguous means the write may have landed; it is never
     /// re-sent on a newer head.
     pub async fn write(&self, payload: impl Into<Bytes>) -> Result<WriteAck, Error> {
+        self.write_checked(payload.into(), None).await
+    }
+
+    /// A [`write`](Self::write) that lands only over the head version `expected` (a
+    /// [`CellData::version`] this claim [read](Self::read)), or with `None` only while the
+    /// cell holds no data (`read` answered `None`): a read-modify-write that never builds on
+    /// a head it did not see. A head that moved — another write through this claim,
+    /// or an ambiguous earlier one landing late — answers [`ErrorKind::Conflict`] with
+    /// [`Commit::NotCommitted`](crate::Commit::NotCommitted): the store proved the write did
+    /// not land; read again and rebuild. Same costs as `write`, plus one read when the claim
+    /// does not know the head `expected` names.
+    ///
+    /// ```
+    /// # fn block(f: impl std::future::Future<Output = ()>) {
+    /// #     tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(f)
+    /// # }
+    /// # block(async {
+    /// use std::sync::Arc;
+    /// use fence_core::{ErrorKind, Fence, MemoryStore};
+    /// let fence = Fence::builder(Arc::new(MemoryStore::new()), "n1").build().unwrap();
+    /// let lease = fence.acquire().await.unwrap();
+    /// let cell = lease.claim("counter").await.unwrap();
+    /// cell.write("1").await.unwrap();
+    /// let seen = cell.read().await.unwrap().unwrap();
+    /// cell.write("2").await.unwrap(); // the head moves on
+    /// let err = cell.write_if(Some(&seen.version), "stale + 1").await.unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::Conflict);
+    /// assert!(!err.is_ambiguous());
+    /// # });
+    /// ```
+    pub async fn write_if(
+        &self,
+        expected: Option<&Version>,
+        payload: impl Into<Bytes>,
+    ) -> Result<WriteAck, Error> {
+        self.write_checked(payload.into(), Some(expected)).await
+    }
+
+    async fn write_checked(
+        &self,
+        payload: Bytes,
+        exact: Option<Option<&Version>>,
+    ) -> Result<WriteAck, Error> {
         if !self.shared.is_held() && !sabotaged!(self.shared.fence.flaws, SkipFencedCheck) {
             return Err(Error::fenced(format!(
                 "cell {}: lease not held; write refused locally",
@@ -552,7 +614,7 @@ impl CellClaim {
         let stored =
             fence
                 .ownership
-                .store_payload(&self.cell, self.epoch, payload.into(), fence.inline_max);
+                .store_payload(&self.cell, self.epoch, payload, fence.inline_max);
         // A payload object no head points at commits nothing: its failure leaves the write
         // not made.
         let stored = bounded(&fence.clock, self.shared.request_bound_ms(), stored)
@@ -562,7 +624,7 @@ impl CellClaim {
             // Not serialised: the state is copied out and the lock let go at once.
             let known = self.known.lock().await.take();
             let mut slot = known;
-            let result = self.write_on(&mut slot, stored).await;
+            let result = self.write_on(&mut slot, stored, exact).await;
             *self.known.lock().await = slot;
             return result;
         }
@@ -573,18 +635,31 @@ impl CellClaim {
             self.collect_unused(&stored);
             return Err(e);
         }
-        self.write_on(&mut known, stored).await
+        self.write_on(&mut known, stored, exact).await
     }
 
     async fn write_on(
         &self,
         slot: &mut Option<Known>,
         payload: CellPayload,
+        exact: Option<Option<&Version>>,
     ) -> Result<WriteAck, Error> {
         let fence = &self.shared.fence;
         // Taken for the write: if it is cancelled or gets no verdict, the next write reads
         // the head instead of trusting a guard the store may have moved past.
         let mut known = slot.take();
+        if let Some(want) = exact {
+            let base = match known.take() {
+                Some(k) if k.satisfies(want) => k,
+                _ => self.read_known().await?,
+            };
+            if !base.satisfies(want) {
+                self.collect_unused(&payload);
+                *slot = Some(base);
+                return Err(moved_on(&self.cell));
+            }
+            known = Some(base);
+        }
         for _ in 0..4 {
             let base = match known.take() {
                 Some(k) => k,
@@ -622,6 +697,12 @@ impl CellClaim {
                         epoch: self.epoch,
                         version,
                     });
+                }
+                Ok(Settled::Moved { head, version }) if exact.is_some() => {
+                    // Rejected, and the head is another write's: this one never lands.
+                    self.collect_unused(&payload);
+                    *slot = Some(Known::of(head, version));
+                    return Err(moved_on(&self.cell));
                 }
                 Ok(Settled::Moved { head, version }) => known = Some(Known::of(head, version)),
                 Ok(Settled::Fenced {
