@@ -231,9 +231,17 @@ async fn acquire_failure(fence: &Fence, opts: &RunOptions, e: Error) -> Failure 
     };
     match e.kind() {
         ErrorKind::Busy | ErrorKind::Fenced => match holder(fence).await {
-            Ok(Some(h)) if h.live || e.kind() == ErrorKind::Busy => Failure::new(
+            Ok(Some(h)) if h.live => Failure::new(
                 opts.conflict_exit_code,
                 format!("lease {lease} is busy{waited}: {}", h.words),
+            ),
+            Ok(Some(h)) if e.kind() == ErrorKind::Busy => Failure::new(
+                opts.conflict_exit_code,
+                format!(
+                    "lease {lease} is busy{waited}: {}; {}",
+                    h.words,
+                    unobserved_expiry(opts)
+                ),
             ),
             Ok(_) if e.kind() == ErrorKind::Busy => Failure::new(
                 opts.conflict_exit_code,
@@ -248,6 +256,18 @@ async fn acquire_failure(fence: &Fence, opts: &RunOptions, e: Error) -> Failure 
             Err(read) => Failure::from(read).prefixed(&format!("lease {lease}")),
         },
         _ => Failure::from(e).prefixed(&format!("lease {lease}")),
+    }
+}
+
+/// Why an expired lease still reads as busy, and what to do: a takeover never trusts the
+/// holder's wall clock, so it first watches the record unchanged for a whole TTL (see
+/// docs/design.md), which a run that does not wait (or whose wait ran out first) cannot do.
+fn unobserved_expiry(opts: &RunOptions) -> String {
+    let watch = "its holder may be gone, but a takeover first watches the lease record \
+                 unchanged for a whole TTL";
+    match opts.wait {
+        None => format!("{watch}: use --wait or --timeout"),
+        Some(_) => format!("{watch}: wait longer (--timeout)"),
     }
 }
 

@@ -461,3 +461,27 @@ fn gs_without_credentials_or_with_a_malformed_endpoint_says_what_to_set() {
         assert!(line.contains("FENCE_GCS_ENDPOINT"), "{line}");
     }
 }
+
+/// After `kill -9` of a holder its lease record expires by the clock, yet a run that does not
+/// wait is still refused: a takeover first watches the record unchanged for a whole TTL. The
+/// refusal must say so and what to do, not leave "busy … expired 1.5s ago" unexplained.
+#[test]
+fn a_dead_holders_expired_lease_is_busy_without_a_wait_and_says_to_wait() {
+    let store = Store::new();
+    let mut holder = Holder::start(&store, "dead", "1s");
+    kill(Pid::from_raw(holder.child.id() as i32), Signal::SIGKILL).unwrap();
+    let _ = holder.child.wait();
+    // Past the TTL by the wall clock: `status` would show it expired.
+    std::thread::sleep(Duration::from_millis(1_500));
+    let now = output(&run_args(&store, "dead", &["--ttl", "1s", "--", "true"]));
+    assert_eq!(now.status.code(), Some(75));
+    let line = one_plain_line(&now, "an unobserved expiry");
+    assert!(line.contains("expired"), "{line}");
+    assert!(line.contains("--wait"), "no way forward in {line:?}");
+    let waited = output(&run_args(
+        &store,
+        "dead",
+        &["--ttl", "1s", "--timeout", "5s", "--", "true"],
+    ));
+    assert_eq!(waited.status.code(), Some(0), "{:?}", stderr_lines(&waited));
+}
