@@ -389,11 +389,25 @@ fn run_without_a_command_holds_the_lease_until_a_signal_and_prints_its_epoch() {
 fn errors_echo_about_100_bytes_of_a_name_escaped_once() {
     let store = Store::new();
     let long = "x".repeat(5_000);
+    // A store directory below a long path (15 components of 200 bytes): missing, and present
+    // but inside the fence root `store` (refused as nested).
+    let deep: std::path::PathBuf = (0..15).map(|i| format!("{i:0>200}")).collect();
+    let (missing, nested) = (
+        format!("{}/{}/gone", store.url, deep.display()),
+        format!("{}/{}", store.url, deep.display()),
+    );
+    std::fs::create_dir_all(store.dir.path().join(&deep)).unwrap();
+    assert_eq!(
+        output(&["status", "--store", &store.url]).status.code(),
+        Some(0)
+    );
     for args in [
         vec!["run", "--store", &store.url, "--lease", &long, "--", "true"],
         vec!["status", "--store", &store.url, &long],
         vec!["get", "--store", &store.url, "--lease", "l", &long],
         vec!["status", "--store", &long],
+        vec!["run", "--store", &missing, "--lease", "l", "--", "true"],
+        vec!["status", "--store", &nested],
     ] {
         let out = output(&args);
         assert_ne!(out.status.code(), Some(0));
