@@ -29,8 +29,14 @@ struct Cli {
     command: Cmd,
 }
 
+/// A duration flag: at most [`run::FOREVER`] (a century), so that no TTL, grace period or
+/// wait overflows the millisecond arithmetic of the lease or of the supervising process.
 fn duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| e.to_string())
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if d > run::FOREVER {
+        return Err("longer than 100 years (for a wait without end, use --wait)".into());
+    }
+    Ok(d)
 }
 
 #[derive(Debug, Subcommand)]

@@ -499,3 +499,37 @@ fn a_dead_holders_expired_lease_is_busy_without_a_wait_and_says_to_wait() {
     ));
     assert_eq!(waited.status.code(), Some(0), "{:?}", stderr_lines(&waited));
 }
+
+/// Durations past any use (more than a century) are usage errors before anything touches the
+/// store: they used to overflow the lease arithmetic (a panic) or the supervising process's
+/// millisecond flags (after the lease was taken, naming a flag the user never gave).
+#[test]
+fn absurd_durations_are_usage_errors_that_touch_nothing() {
+    let store = Store::new();
+    for flag in [
+        ["--ttl", "18446744073709551615s"],
+        ["--grace", "99999999999999d"],
+        ["--timeout", "99999999999999d"],
+    ] {
+        let out = output(&run_args(
+            &store,
+            "absurd",
+            &[flag[0], flag[1], "--", "true"],
+        ));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{flag:?}: {:?}",
+            stderr_lines(&out)
+        );
+        one_plain_line(&out, flag[0]);
+        let listed = std::fs::read_dir(store.dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name != ".fence")
+            .collect::<Vec<_>>();
+        assert!(listed.is_empty(), "{flag:?} wrote to the store: {listed:?}");
+    }
+    let demo = output(&["demo", "--store", "memory://", "--ttl", "99999999999999d"]);
+    assert_eq!(demo.status.code(), Some(2), "{:?}", stderr_lines(&demo));
+}
