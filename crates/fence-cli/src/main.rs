@@ -158,12 +158,12 @@ enum Cmd {
     /// writes; exits non-zero if an invariant broke.
     #[command(after_help = "Example:\n  fence demo --nodes 3 --cells 8 --ttl 2s")]
     Demo {
-        /// Fleet size.
-        #[arg(long, default_value_t = 3)]
-        nodes: usize,
-        /// Number of cells.
-        #[arg(long, default_value_t = 8)]
-        cells: usize,
+        /// Fleet size (2 to 1000: a small fleet in one process).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(2..=1000))]
+        nodes: u16,
+        /// Number of cells (1 to 100000).
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        cells: u32,
         /// Lease TTL (e.g. 2s, 1500ms).
         #[arg(long, default_value = "2s", value_parser = duration)]
         ttl: Duration,
@@ -387,7 +387,7 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
             cells,
             ttl,
             store,
-        } => run_demo(nodes, cells, ttl, store.as_deref()).await,
+        } => run_demo(nodes.into(), cells as usize, ttl, store.as_deref()).await,
         Cmd::Reaper { .. } | Cmd::Exec { .. } => Err(Failure::usage("internal subcommand")),
     }
 }

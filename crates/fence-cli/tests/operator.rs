@@ -533,3 +533,22 @@ fn absurd_durations_are_usage_errors_that_touch_nothing() {
     let demo = output(&["demo", "--store", "memory://", "--ttl", "99999999999999d"]);
     assert_eq!(demo.status.code(), Some(2), "{:?}", stderr_lines(&demo));
 }
+
+/// A demo fleet too large for one process is a usage error, not an allocation abort or
+/// a hundred million tasks.
+#[test]
+fn a_demo_fleet_too_large_for_one_process_is_a_usage_error() {
+    for size in [["--cells", "4000000000"], ["--nodes", "100000000"]] {
+        let out = fence(&["demo", "--store", "memory://", size[0], size[1]])
+            .stdout(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{size:?}: {:?}",
+            stderr_lines(&out)
+        );
+        one_plain_line(&out, size[0]);
+    }
+}
