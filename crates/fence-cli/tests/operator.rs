@@ -516,13 +516,7 @@ fn absurd_durations_are_usage_errors_that_touch_nothing() {
             "absurd",
             &[flag[0], flag[1], "--", "true"],
         ));
-        assert_eq!(
-            out.status.code(),
-            Some(2),
-            "{flag:?}: {:?}",
-            stderr_lines(&out)
-        );
-        one_plain_line(&out, flag[0]);
+        usage_error(&out, flag[0]);
         let listed = std::fs::read_dir(store.dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -531,7 +525,7 @@ fn absurd_durations_are_usage_errors_that_touch_nothing() {
         assert!(listed.is_empty(), "{flag:?} wrote to the store: {listed:?}");
     }
     let demo = output(&["demo", "--store", "memory://", "--ttl", "99999999999999d"]);
-    assert_eq!(demo.status.code(), Some(2), "{:?}", stderr_lines(&demo));
+    usage_error(&demo, "demo --ttl");
 }
 
 /// A demo fleet too large for one process is a usage error, not an allocation abort or
@@ -543,12 +537,17 @@ fn a_demo_fleet_too_large_for_one_process_is_a_usage_error() {
             .stdout(Stdio::null())
             .output()
             .unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(2),
-            "{size:?}: {:?}",
-            stderr_lines(&out)
-        );
-        one_plain_line(&out, size[0]);
+        usage_error(&out, size[0]);
     }
+}
+
+/// `out` is exit 2 with one plain line about `what`.
+fn usage_error(out: &Output, what: &str) {
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{what}: {:?}",
+        stderr_lines(out)
+    );
+    one_plain_line(out, what);
 }
