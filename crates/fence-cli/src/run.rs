@@ -23,7 +23,7 @@ use nix::sys::signal::Signal;
 use crate::exit::{describe, lease_lost, shown, Failure, CANNOT_EXECUTE, OK, STORE};
 use crate::names::{check_lease, node_of};
 use crate::procs;
-use crate::signals::{stop_self, terminates, Signals};
+use crate::signals::{stop_self, terminates, Caught, Signals};
 use crate::stores::OpenedStore;
 use crate::tree::{CommandTree, TreeSpec};
 
@@ -109,7 +109,7 @@ pub async fn run(opts: RunOptions) -> Result<u8, Failure> {
     let keeper = tokio::select! {
         k = acquire(&fence, &opts) => k?,
         s = until_terminating(&mut signals) => {
-            let code = 128u8.saturating_add(s as i32 as u8);
+            let code = 128u8.saturating_add(s.0 as u8);
             return Err(Failure::new(code, format!("{s} while waiting for lease {}", opts.lease_shown())));
         }
     };
@@ -139,10 +139,10 @@ fn holder_addr() -> String {
 
 /// Signals before there is a command: TSTP stops us, WINCH, URG and CONT are nothing to us,
 /// every other one ends `fence`.
-async fn until_terminating(signals: &mut Signals) -> Signal {
+async fn until_terminating(signals: &mut Signals) -> Caught {
     loop {
         let s = signals.recv().await;
-        if s == Signal::SIGTSTP {
+        if s.is(Signal::SIGTSTP) {
             stop_self();
         } else if terminates(s) {
             return s;
@@ -432,17 +432,17 @@ fn on_signal(
     tree: &mut CommandTree,
     keeper: &LeaseKeeper,
     lost: &mut Option<String>,
-    s: Signal,
+    s: Caught,
     opts: &RunOptions,
 ) {
     if lost.is_none() && !keeper.is_held() {
         lose(tree, lost, AUTHORITY_RAN_OUT.to_owned(), opts);
     }
-    if s == Signal::SIGCONT && lost.is_some() {
+    if s.is(Signal::SIGCONT) && lost.is_some() {
         return;
     }
     tree.forward(s);
-    if s == Signal::SIGTSTP && lost.is_none() {
+    if s.is(Signal::SIGTSTP) && lost.is_none() {
         stop_self();
     }
 }

@@ -247,6 +247,59 @@ fn catchable_signals_reach_the_command_group_and_fence_keeps_running() {
     assert_eq!(status.code(), Some(0));
 }
 
+/// The catchable signals that only Linux has, real-time ones included, by number: each
+/// used to end `fence run` by its default action (the lease stayed held until it expired).
+#[cfg(target_os = "linux")]
+#[test]
+fn linux_only_and_realtime_signals_reach_the_command_and_fence_keeps_running() {
+    let store = Store::new();
+    let log = store.path("log");
+    let done = store.path("done");
+    let (rtmin, rtmax) = (nix::libc::SIGRTMIN(), nix::libc::SIGRTMAX());
+    let numbers = [
+        Signal::SIGSTKFLT as i32,
+        Signal::SIGIO as i32,
+        Signal::SIGPWR as i32,
+        rtmin,
+        rtmin + 5,
+        rtmax,
+    ];
+    let traps: String = numbers
+        .iter()
+        .map(|n| format!("trap 'echo cmd {n}. >> {}' {n}; ", log.display()))
+        .collect();
+    let script = format!(
+        "{traps} echo ready >> {log}; while [ ! -f {done} ]; do sleep 0.05; done",
+        log = log.display(),
+        done = done.display()
+    );
+    let mut run = fence(&run_args(&store, "rt", &["--", "sh", "-c", &script]))
+        .spawn()
+        .expect("spawn");
+    assert!(wait_for_line(&log, "ready", Duration::from_secs(10)));
+    std::thread::sleep(Duration::from_millis(100));
+    for n in numbers {
+        let sent = Command::new("kill")
+            .args([format!("-{n}"), run.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        assert!(
+            wait_for_line(&log, &format!("cmd {n}."), Duration::from_secs(5)),
+            "signal {n} did not reach the command"
+        );
+        assert!(
+            run.try_wait().unwrap().is_none(),
+            "fence died of signal {n}"
+        );
+    }
+    std::fs::write(&done, "").unwrap();
+    let status = wait_bounded(&mut run, Duration::from_secs(10), "fence run");
+    assert_eq!(status.code(), Some(0));
+    let again = output(&run_args(&store, "rt", &["--", "true"]));
+    assert_eq!(again.status.code(), Some(0), "the lease was not released");
+}
+
 #[test]
 fn the_command_starts_with_sigpipe_at_its_default_and_no_signal_blocked() {
     let store = Store::new();
