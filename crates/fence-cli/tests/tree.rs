@@ -6,7 +6,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{
@@ -223,11 +223,7 @@ fn catchable_signals_reach_the_command_group_and_fence_keeps_running() {
         log = log.display(),
         done = done.display()
     );
-    let mut run = fence(&run_args(&store, "sig", &["--", "sh", "-c", &script]))
-        .spawn()
-        .expect("spawn");
-    assert!(wait_for_line(&log, "ready", Duration::from_secs(10)));
-    std::thread::sleep(Duration::from_millis(100));
+    let mut run = start_ready(&store, "sig", &script, &log);
     let pid = Pid::from_raw(run.id() as i32);
     for name in signals {
         let signal: Signal = format!("SIG{name}").parse().unwrap();
@@ -245,6 +241,17 @@ fn catchable_signals_reach_the_command_group_and_fence_keeps_running() {
     std::fs::write(&done, "").unwrap();
     let status = wait_bounded(&mut run, Duration::from_secs(10), "fence run");
     assert_eq!(status.code(), Some(0));
+}
+
+/// `fence run` of `lease` running `sh -c script`, once the script logged `ready` to `log`
+/// (and its traps are set).
+fn start_ready(store: &Store, lease: &str, script: &str, log: &std::path::Path) -> Child {
+    let run = fence(&run_args(store, lease, &["--", "sh", "-c", script]))
+        .spawn()
+        .expect("spawn");
+    assert!(wait_for_line(log, "ready", Duration::from_secs(10)));
+    std::thread::sleep(Duration::from_millis(100));
+    run
 }
 
 /// The catchable signals that only Linux has, real-time ones included, by number: each
@@ -273,11 +280,7 @@ fn linux_only_and_realtime_signals_reach_the_command_and_fence_keeps_running() {
         log = log.display(),
         done = done.display()
     );
-    let mut run = fence(&run_args(&store, "rt", &["--", "sh", "-c", &script]))
-        .spawn()
-        .expect("spawn");
-    assert!(wait_for_line(&log, "ready", Duration::from_secs(10)));
-    std::thread::sleep(Duration::from_millis(100));
+    let mut run = start_ready(&store, "rt", &script, &log);
     for n in numbers {
         let sent = Command::new("kill")
             .args([format!("-{n}"), run.id().to_string()])
