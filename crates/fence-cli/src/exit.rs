@@ -68,6 +68,34 @@ impl Failure {
         }
     }
 
+    /// The same failure with every whole repetition of the user-supplied `name` longer than
+    /// about 100 bytes cut short: store errors name the keys and URLs they failed on, and
+    /// a lease name is part of its keys, so a 196-byte name would otherwise come back two
+    /// or three times.
+    ///
+    /// ```
+    /// use fence_cli::exit::{Failure, STORE};
+    /// let name = "n".repeat(196);
+    /// let f = Failure::new(STORE, format!("at cells/{name}/own.json: gone")).eliding(&name);
+    /// assert!(!f.message.contains(&name));
+    /// assert!(f.message.ends_with("…/own.json: gone"));
+    /// ```
+    #[must_use]
+    pub fn eliding(self, name: &str) -> Self {
+        if name.len() <= SHOWN_BYTES {
+            return self;
+        }
+        let mut end = SHOWN_BYTES / 2;
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        let cut = format!("{}…", &name[..end]);
+        Failure {
+            code: self.code,
+            message: self.message.replace(name, &cut),
+        }
+    }
+
     /// The same failure, its message preceded by `context: `.
     #[must_use]
     pub fn prefixed(self, context: &str) -> Self {

@@ -215,6 +215,15 @@ impl Cmd {
             Cmd::Reaper { .. } | Cmd::Exec { .. } => "run",
         }
     }
+
+    /// The lease name the user gave, if the command has one.
+    fn lease_name(&self) -> Option<&str> {
+        match self {
+            Cmd::Run { lease, .. } | Cmd::Put { lease, .. } | Cmd::Get { lease, .. } => Some(lease),
+            Cmd::Status { name, .. } => name.as_deref(),
+            _ => None,
+        }
+    }
 }
 
 /// Parses the arguments. A usage error is one line on stderr (clap's own text without its
@@ -281,6 +290,7 @@ fn serve(command: Cmd) -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let name = command.name();
+    let lease = command.lease_name().map(str::to_owned);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build();
@@ -294,6 +304,10 @@ fn serve(command: Cmd) -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
+            let f = match &lease {
+                Some(lease) => f.eliding(lease),
+                None => f,
+            };
             if !f.message.is_empty() {
                 eprintln!("fence {name}: {f}");
             }

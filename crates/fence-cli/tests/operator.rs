@@ -414,6 +414,24 @@ fn errors_echo_about_100_bytes_of_a_name_escaped_once() {
         let line = one_plain_line(&out, &args[0..2].join(" "));
         assert!(line.len() < 400, "{} bytes: {line}", line.len());
     }
+    // The longest valid name (196 bytes), in a store error that names its key: said once.
+    let longest = "y".repeat(196);
+    std::fs::create_dir_all(store.path(&format!("cells/{longest}/own.json.fence"))).unwrap();
+    for args in [
+        vec!["get", "--store", &store.url, "--lease", &longest, "k"],
+        vec![
+            "put", "--store", &store.url, "--lease", &longest, "--epoch", "1", "k",
+        ],
+        vec![
+            "run", "--store", &store.url, "--lease", &longest, "--", "true",
+        ],
+    ] {
+        let out = fence(&args).stdin(Stdio::null()).output().unwrap();
+        assert_eq!(out.status.code(), Some(69), "{:?}", stderr_lines(&out));
+        let line = one_plain_line(&out, args[0]);
+        assert!(!line.contains(&longest), "the whole name repeated: {line}");
+        assert!(line.len() < 400, "{} bytes: {line}", line.len());
+    }
     let odd = output(&run_args(&store, "a\"b\\c", &["--", "true"]));
     assert_eq!(odd.status.code(), Some(2));
     let line = one_plain_line(&odd, "odd name");
