@@ -7,7 +7,7 @@
 //! | 2 | usage: bad arguments, bad store URL, missing store directory |
 //! | 3 | `get`: no such key in the cell; `status NAME`: no such lease |
 //! | 69 | the store failed: unreachable, denied, timed out, corrupt record (`status`: some record is bad; `probe`: could not tell) |
-//! | 75 | busy: the lease is held by another live process (`run` without a wait, or its wait ran out; `--conflict-exit-code` changes it) |
+//! | 75 | busy: the lease is held by another process not yet seen dead (`run` without a wait, or its wait ran out; `--conflict-exit-code` changes it) |
 //! | 76 | fenced: `put` with an epoch that is no longer current; `run` lost its lease while the command ran (the command was terminated; `--fenced-exit-code` changes it) |
 //! | 126, 127 | `run`: the command could not be executed / was not found |
 //!
@@ -28,7 +28,7 @@ pub const USAGE: u8 = 2;
 pub const NOT_FOUND: u8 = 3;
 /// The store failed or could not be reached.
 pub const STORE: u8 = 69;
-/// The lease is held by another live process.
+/// The lease is held by another process not yet seen dead.
 pub const BUSY: u8 = 75;
 /// Our authority is gone: a stale epoch, or a lease lost while the command ran.
 pub const FENCED: u8 = 76;
@@ -65,6 +65,34 @@ impl Failure {
         Failure {
             code,
             message: String::new(),
+        }
+    }
+
+    /// The same failure with every whole repetition of the user-supplied `name` longer than
+    /// about 100 bytes cut short: store errors name the keys and URLs they failed on, and
+    /// a lease name is part of its keys, so a 196-byte name would otherwise come back two
+    /// or three times.
+    ///
+    /// ```
+    /// use fence_cli::exit::{Failure, STORE};
+    /// let name = "n".repeat(196);
+    /// let f = Failure::new(STORE, format!("at cells/{name}/own.json: gone")).eliding(&name);
+    /// assert!(!f.message.contains(&name));
+    /// assert!(f.message.ends_with("…/own.json: gone"));
+    /// ```
+    #[must_use]
+    pub fn eliding(self, name: &str) -> Self {
+        if name.len() <= SHOWN_BYTES {
+            return self;
+        }
+        let mut end = SHOWN_BYTES / 2;
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        let cut = format!("{}…", &name[..end]);
+        Failure {
+            code: self.code,
+            message: self.message.replace(name, &cut),
         }
     }
 

@@ -29,8 +29,14 @@ struct Cli {
     command: Cmd,
 }
 
+/// A duration flag: at most [`run::FOREVER`] (a century), so that no TTL, grace period or
+/// wait overflows the millisecond arithmetic of the lease or of the supervising process.
 fn duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| e.to_string())
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if d > run::FOREVER {
+        return Err("longer than 100 years (for a wait without end, use --wait)".into());
+    }
+    Ok(d)
 }
 
 #[derive(Debug, Subcommand)]
@@ -152,12 +158,12 @@ enum Cmd {
     /// writes; exits non-zero if an invariant broke.
     #[command(after_help = "Example:\n  fence demo --nodes 3 --cells 8 --ttl 2s")]
     Demo {
-        /// Fleet size.
-        #[arg(long, default_value_t = 3)]
-        nodes: usize,
-        /// Number of cells.
-        #[arg(long, default_value_t = 8)]
-        cells: usize,
+        /// Fleet size (2 to 1000: a small fleet in one process).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(2..=1000))]
+        nodes: u16,
+        /// Number of cells (1 to 100000).
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        cells: u32,
         /// Lease TTL (e.g. 2s, 1500ms).
         #[arg(long, default_value = "2s", value_parser = duration)]
         ttl: Duration,
@@ -207,6 +213,15 @@ impl Cmd {
             Cmd::Probe { .. } => "probe",
             Cmd::Demo { .. } => "demo",
             Cmd::Reaper { .. } | Cmd::Exec { .. } => "run",
+        }
+    }
+
+    /// The lease name the user gave, if the command has one.
+    fn lease_name(&self) -> Option<&str> {
+        match self {
+            Cmd::Run { lease, .. } | Cmd::Put { lease, .. } | Cmd::Get { lease, .. } => Some(lease),
+            Cmd::Status { name, .. } => name.as_deref(),
+            _ => None,
         }
     }
 }
@@ -275,6 +290,7 @@ fn serve(command: Cmd) -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let name = command.name();
+    let lease = command.lease_name().map(str::to_owned);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build();
@@ -288,6 +304,10 @@ fn serve(command: Cmd) -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
+            let f = match &lease {
+                Some(lease) => f.eliding(lease),
+                None => f,
+            };
             if !f.message.is_empty() {
                 eprintln!("fence {name}: {f}");
             }
@@ -392,7 +412,7 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
             cells,
             ttl,
             store,
-        } => run_demo(nodes, cells, ttl, store.as_deref()).await,
+        } => run_demo(nodes.into(), cells as usize, ttl, store.as_deref()).await,
         Cmd::Reaper { .. } | Cmd::Exec { .. } => Err(Failure::usage("internal subcommand")),
     }
 }

@@ -154,6 +154,29 @@ pub fn reap(pid: Pid) -> bool {
     }
 }
 
+/// Sends signal number `signo` to process `pid`, or with `group` to every process of group
+/// `pid`. A real-time signal has no `nix` name, so it goes through the C library directly.
+pub fn send_number(pid: Pid, signo: i32, group: bool) {
+    match Signal::try_from(signo) {
+        Ok(named) if group => drop(killpg(pid, named)),
+        Ok(named) => drop(kill(pid, named)),
+        Err(_) => send_raw(pid.as_raw(), signo, group),
+    }
+}
+
+#[allow(unsafe_code)]
+fn send_raw(pid: i32, signo: i32, group: bool) {
+    // SAFETY: kill(2) and killpg(2) take plain integers and touch no memory of this process;
+    // a bad number or pid is an error return, which (as for every forwarded signal) is ignored.
+    unsafe {
+        if group {
+            nix::libc::killpg(pid, signo);
+        } else {
+            nix::libc::kill(pid, signo);
+        }
+    }
+}
+
 /// Sends `signal` to every process of group `pgid`; returns whether the group has members.
 pub fn signal_group(pgid: Pid, signal: Option<Signal>) -> bool {
     !matches!(killpg(pgid, signal), Err(Errno::ESRCH))

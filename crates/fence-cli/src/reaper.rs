@@ -37,13 +37,13 @@ use nix::unistd::{getpgid, getppid, Pid};
 use tokio::sync::mpsc;
 
 use crate::procs::{self, ChildProc, LeaderState};
-use crate::signals::Signals;
+use crate::signals::{Caught, Signals};
 
 /// The exit code when the command stage cannot start at all.
 pub const CANNOT_START: u8 = 126;
 
-/// The reaper's parent-death signal (Linux). It is not forwarded, so receiving it means one
-/// thing only: look whether `fence run` is still there.
+/// The reaper's parent-death signal (Linux). `fence run` forwards it like any other signal;
+/// the reaper tells the two apart by whether `fence run` is still its parent.
 #[cfg(target_os = "linux")]
 const PARENT_DEATH: &[Signal] = &[Signal::SIGPWR];
 #[cfg(not(target_os = "linux"))]
@@ -267,20 +267,20 @@ impl Reaper {
         getppid().as_raw() == self.args.supervisor
     }
 
-    fn on_signal(&mut self, s: Signal) {
+    /// A signal: `fence run` gone (its death is what the parent-death signal says) ends the
+    /// tree; otherwise the signal is forwarded to the command's group — the parent-death
+    /// signal too, which then came from `fence run` forwarding it.
+    fn on_signal(&mut self, s: Caught) {
         if !self.supervisor_alive() {
             return self.end(self.args.orphan_grace);
         }
-        if PARENT_DEATH.contains(&s) {
-            return;
-        }
-        if s == Signal::SIGCONT {
+        if s.is(Signal::SIGCONT) {
             self.frozen = false;
             if self.args.foreground && self.phase == Phase::Running {
                 self.reclaim_terminal();
             }
         }
-        procs::signal_group(self.leader, Some(s));
+        procs::send_number(self.leader, s.0, true);
     }
 
     fn on_beat(&mut self) {

@@ -23,7 +23,7 @@ use nix::sys::signal::Signal;
 use crate::exit::{describe, lease_lost, shown, Failure, CANNOT_EXECUTE, OK, STORE};
 use crate::names::{check_lease, node_of};
 use crate::procs;
-use crate::signals::{stop_self, terminates, Signals};
+use crate::signals::{stop_self, terminates, Caught, Signals};
 use crate::stores::OpenedStore;
 use crate::tree::{CommandTree, TreeSpec};
 
@@ -109,7 +109,7 @@ pub async fn run(opts: RunOptions) -> Result<u8, Failure> {
     let keeper = tokio::select! {
         k = acquire(&fence, &opts) => k?,
         s = until_terminating(&mut signals) => {
-            let code = 128u8.saturating_add(s as i32 as u8);
+            let code = 128u8.saturating_add(s.0 as u8);
             return Err(Failure::new(code, format!("{s} while waiting for lease {}", opts.lease_shown())));
         }
     };
@@ -139,10 +139,10 @@ fn holder_addr() -> String {
 
 /// Signals before there is a command: TSTP stops us, WINCH, URG and CONT are nothing to us,
 /// every other one ends `fence`.
-async fn until_terminating(signals: &mut Signals) -> Signal {
+async fn until_terminating(signals: &mut Signals) -> Caught {
     loop {
         let s = signals.recv().await;
-        if s == Signal::SIGTSTP {
+        if s.is(Signal::SIGTSTP) {
             stop_self();
         } else if terminates(s) {
             return s;
@@ -231,9 +231,17 @@ async fn acquire_failure(fence: &Fence, opts: &RunOptions, e: Error) -> Failure 
     };
     match e.kind() {
         ErrorKind::Busy | ErrorKind::Fenced => match holder(fence).await {
-            Ok(Some(h)) if h.live || e.kind() == ErrorKind::Busy => Failure::new(
+            Ok(Some(h)) if h.live => Failure::new(
                 opts.conflict_exit_code,
                 format!("lease {lease} is busy{waited}: {}", h.words),
+            ),
+            Ok(Some(h)) if e.kind() == ErrorKind::Busy => Failure::new(
+                opts.conflict_exit_code,
+                format!(
+                    "lease {lease} is busy{waited}: {}; {}",
+                    h.words,
+                    unobserved_expiry(opts)
+                ),
             ),
             Ok(_) if e.kind() == ErrorKind::Busy => Failure::new(
                 opts.conflict_exit_code,
@@ -248,6 +256,18 @@ async fn acquire_failure(fence: &Fence, opts: &RunOptions, e: Error) -> Failure 
             Err(read) => Failure::from(read).prefixed(&format!("lease {lease}")),
         },
         _ => Failure::from(e).prefixed(&format!("lease {lease}")),
+    }
+}
+
+/// Why an expired lease still reads as busy, and what to do: a takeover never trusts the
+/// holder's wall clock, so it first watches the record unchanged for a whole TTL (see
+/// docs/design.md), which a run that does not wait (or whose wait ran out first) cannot do.
+fn unobserved_expiry(opts: &RunOptions) -> String {
+    let watch = "its holder may be gone, but a takeover first watches the lease record \
+                 unchanged for a whole TTL";
+    match opts.wait {
+        None => format!("{watch}: use --wait or --timeout"),
+        Some(_) => format!("{watch}: wait longer (--timeout)"),
     }
 }
 
@@ -412,17 +432,17 @@ fn on_signal(
     tree: &mut CommandTree,
     keeper: &LeaseKeeper,
     lost: &mut Option<String>,
-    s: Signal,
+    s: Caught,
     opts: &RunOptions,
 ) {
     if lost.is_none() && !keeper.is_held() {
         lose(tree, lost, AUTHORITY_RAN_OUT.to_owned(), opts);
     }
-    if s == Signal::SIGCONT && lost.is_some() {
+    if s.is(Signal::SIGCONT) && lost.is_some() {
         return;
     }
     tree.forward(s);
-    if s == Signal::SIGTSTP && lost.is_none() {
+    if s.is(Signal::SIGTSTP) && lost.is_none() {
         stop_self();
     }
 }

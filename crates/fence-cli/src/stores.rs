@@ -132,13 +132,13 @@ fn open_dir(path: &Path) -> Result<OpenedStore, Failure> {
     if !path.is_dir() {
         return Err(Failure::usage(format!(
             "store directory {} does not exist or is not a directory (create it first: mkdir -p)",
-            path.display()
+            shown(&path.display().to_string())
         )));
     }
     let abs = std::fs::canonicalize(path).map_err(|e| {
         Failure::usage(format!(
             "cannot resolve store directory {}: {e}",
-            path.display()
+            shown(&path.display().to_string())
         ))
     })?;
     let store = FsStore::open(&abs)?;

@@ -10,13 +10,14 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
-use nix::sys::signal::{kill, Signal};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 
 use crate::procs;
 use crate::reaper::{self_exe, self_name};
+use crate::signals::Caught;
 
 /// How the command is started.
 #[derive(Debug, Clone)]
@@ -44,7 +45,7 @@ pub struct CommandTree {
     /// The command's process group, once the reaper reported it.
     group: Option<Pid>,
     /// Signals that came before the reaper was ready for them.
-    pending: Vec<Signal>,
+    pending: Vec<Caught>,
     /// Whether the terminal was handed to the command (and must be taken back).
     foreground: bool,
 }
@@ -108,12 +109,12 @@ impl CommandTree {
     }
 
     /// Passes `signal` to the command's process group (through the supervising process).
-    pub fn forward(&mut self, signal: Signal) {
+    pub fn forward(&mut self, signal: Caught) {
         if self.group.is_none() {
             self.pending.push(signal);
             return;
         }
-        let _ = kill(self.pid, signal);
+        procs::send_number(self.pid, signal.0, false);
     }
 
     /// Asks for the command's end: SIGTERM to the whole tree, SIGKILL after the grace period.
@@ -153,7 +154,7 @@ impl CommandTree {
             .and_then(|g| g.parse::<i32>().ok());
         self.group = Some(Pid::from_raw(group.unwrap_or(0)));
         for s in std::mem::take(&mut self.pending) {
-            let _ = kill(self.pid, s);
+            procs::send_number(self.pid, s.0, false);
         }
     }
 

@@ -389,15 +389,47 @@ fn run_without_a_command_holds_the_lease_until_a_signal_and_prints_its_epoch() {
 fn errors_echo_about_100_bytes_of_a_name_escaped_once() {
     let store = Store::new();
     let long = "x".repeat(5_000);
+    // A store directory below a long path (15 components of 200 bytes): missing, and present
+    // but inside the fence root `store` (refused as nested).
+    let deep: std::path::PathBuf = (0..15).map(|i| format!("{i:0>200}")).collect();
+    let (missing, nested) = (
+        format!("{}/{}/gone", store.url, deep.display()),
+        format!("{}/{}", store.url, deep.display()),
+    );
+    std::fs::create_dir_all(store.dir.path().join(&deep)).unwrap();
+    assert_eq!(
+        output(&["status", "--store", &store.url]).status.code(),
+        Some(0)
+    );
     for args in [
         vec!["run", "--store", &store.url, "--lease", &long, "--", "true"],
         vec!["status", "--store", &store.url, &long],
         vec!["get", "--store", &store.url, "--lease", "l", &long],
         vec!["status", "--store", &long],
+        vec!["run", "--store", &missing, "--lease", "l", "--", "true"],
+        vec!["status", "--store", &nested],
     ] {
         let out = output(&args);
         assert_ne!(out.status.code(), Some(0));
         let line = one_plain_line(&out, &args[0..2].join(" "));
+        assert!(line.len() < 400, "{} bytes: {line}", line.len());
+    }
+    // The longest valid name (196 bytes), in a store error that names its key: said once.
+    let longest = "y".repeat(196);
+    std::fs::create_dir_all(store.path(&format!("cells/{longest}/own.json.fence"))).unwrap();
+    for args in [
+        vec!["get", "--store", &store.url, "--lease", &longest, "k"],
+        vec![
+            "put", "--store", &store.url, "--lease", &longest, "--epoch", "1", "k",
+        ],
+        vec![
+            "run", "--store", &store.url, "--lease", &longest, "--", "true",
+        ],
+    ] {
+        let out = fence(&args).stdin(Stdio::null()).output().unwrap();
+        assert_eq!(out.status.code(), Some(69), "{:?}", stderr_lines(&out));
+        let line = one_plain_line(&out, args[0]);
+        assert!(!line.contains(&longest), "the whole name repeated: {line}");
         assert!(line.len() < 400, "{} bytes: {line}", line.len());
     }
     let odd = output(&run_args(&store, "a\"b\\c", &["--", "true"]));
@@ -460,4 +492,80 @@ fn gs_without_credentials_or_with_a_malformed_endpoint_says_what_to_set() {
         let line = one_plain_line(&out, endpoint);
         assert!(line.contains("FENCE_GCS_ENDPOINT"), "{line}");
     }
+}
+
+/// After `kill -9` of a holder its lease record expires by the clock, yet a run that does not
+/// wait is still refused: a takeover first watches the record unchanged for a whole TTL. The
+/// refusal must say so and what to do, not leave "busy … expired 1.5s ago" unexplained.
+#[test]
+fn a_dead_holders_expired_lease_is_busy_without_a_wait_and_says_to_wait() {
+    let store = Store::new();
+    let mut holder = Holder::start(&store, "dead", "1s");
+    kill(Pid::from_raw(holder.child.id() as i32), Signal::SIGKILL).unwrap();
+    let _ = holder.child.wait();
+    // Past the TTL by the wall clock: `status` would show it expired.
+    std::thread::sleep(Duration::from_millis(1_500));
+    let now = output(&run_args(&store, "dead", &["--ttl", "1s", "--", "true"]));
+    assert_eq!(now.status.code(), Some(75));
+    let line = one_plain_line(&now, "an unobserved expiry");
+    assert!(line.contains("expired"), "{line}");
+    assert!(line.contains("--wait"), "no way forward in {line:?}");
+    let waited = output(&run_args(
+        &store,
+        "dead",
+        &["--ttl", "1s", "--timeout", "5s", "--", "true"],
+    ));
+    assert_eq!(waited.status.code(), Some(0), "{:?}", stderr_lines(&waited));
+}
+
+/// Durations past any use (more than a century) are usage errors before anything touches the
+/// store: they used to overflow the lease arithmetic (a panic) or the supervising process's
+/// millisecond flags (after the lease was taken, naming a flag the user never gave).
+#[test]
+fn absurd_durations_are_usage_errors_that_touch_nothing() {
+    let store = Store::new();
+    for flag in [
+        ["--ttl", "18446744073709551615s"],
+        ["--grace", "99999999999999d"],
+        ["--timeout", "99999999999999d"],
+    ] {
+        let out = output(&run_args(
+            &store,
+            "absurd",
+            &[flag[0], flag[1], "--", "true"],
+        ));
+        usage_error(&out, flag[0]);
+        let listed = std::fs::read_dir(store.dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name != ".fence")
+            .collect::<Vec<_>>();
+        assert!(listed.is_empty(), "{flag:?} wrote to the store: {listed:?}");
+    }
+    let demo = output(&["demo", "--store", "memory://", "--ttl", "99999999999999d"]);
+    usage_error(&demo, "demo --ttl");
+}
+
+/// A demo fleet too large for one process is a usage error, not an allocation abort or
+/// a hundred million tasks.
+#[test]
+fn a_demo_fleet_too_large_for_one_process_is_a_usage_error() {
+    for size in [["--cells", "4000000000"], ["--nodes", "100000000"]] {
+        let out = fence(&["demo", "--store", "memory://", size[0], size[1]])
+            .stdout(Stdio::null())
+            .output()
+            .unwrap();
+        usage_error(&out, size[0]);
+    }
+}
+
+/// `out` is exit 2 with one plain line about `what`.
+fn usage_error(out: &Output, what: &str) {
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{what}: {:?}",
+        stderr_lines(out)
+    );
+    one_plain_line(out, what);
 }

@@ -6,7 +6,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{
@@ -223,11 +223,7 @@ fn catchable_signals_reach_the_command_group_and_fence_keeps_running() {
         log = log.display(),
         done = done.display()
     );
-    let mut run = fence(&run_args(&store, "sig", &["--", "sh", "-c", &script]))
-        .spawn()
-        .expect("spawn");
-    assert!(wait_for_line(&log, "ready", Duration::from_secs(10)));
-    std::thread::sleep(Duration::from_millis(100));
+    let mut run = start_ready(&store, "sig", &script, &log);
     let pid = Pid::from_raw(run.id() as i32);
     for name in signals {
         let signal: Signal = format!("SIG{name}").parse().unwrap();
@@ -245,6 +241,66 @@ fn catchable_signals_reach_the_command_group_and_fence_keeps_running() {
     std::fs::write(&done, "").unwrap();
     let status = wait_bounded(&mut run, Duration::from_secs(10), "fence run");
     assert_eq!(status.code(), Some(0));
+}
+
+/// `fence run` of `lease` running `sh -c script`, once the script logged `ready` to `log`
+/// (and its traps are set).
+fn start_ready(store: &Store, lease: &str, script: &str, log: &std::path::Path) -> Child {
+    let run = fence(&run_args(store, lease, &["--", "sh", "-c", script]))
+        .spawn()
+        .expect("spawn");
+    assert!(wait_for_line(log, "ready", Duration::from_secs(10)));
+    std::thread::sleep(Duration::from_millis(100));
+    run
+}
+
+/// The catchable signals that only Linux has, real-time ones included, by number: each
+/// used to end `fence run` by its default action (the lease stayed held until it expired).
+#[cfg(target_os = "linux")]
+#[test]
+fn linux_only_and_realtime_signals_reach_the_command_and_fence_keeps_running() {
+    let store = Store::new();
+    let log = store.path("log");
+    let done = store.path("done");
+    let (rtmin, rtmax) = (nix::libc::SIGRTMIN(), nix::libc::SIGRTMAX());
+    let numbers = [
+        Signal::SIGSTKFLT as i32,
+        Signal::SIGIO as i32,
+        Signal::SIGPWR as i32,
+        rtmin,
+        rtmin + 5,
+        rtmax,
+    ];
+    let traps: String = numbers
+        .iter()
+        .map(|n| format!("trap 'echo cmd {n}. >> {}' {n}; ", log.display()))
+        .collect();
+    let script = format!(
+        "{traps} echo ready >> {log}; while [ ! -f {done} ]; do sleep 0.05; done",
+        log = log.display(),
+        done = done.display()
+    );
+    let mut run = start_ready(&store, "rt", &script, &log);
+    for n in numbers {
+        let sent = Command::new("kill")
+            .args([format!("-{n}"), run.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        assert!(
+            wait_for_line(&log, &format!("cmd {n}."), Duration::from_secs(5)),
+            "signal {n} did not reach the command"
+        );
+        assert!(
+            run.try_wait().unwrap().is_none(),
+            "fence died of signal {n}"
+        );
+    }
+    std::fs::write(&done, "").unwrap();
+    let status = wait_bounded(&mut run, Duration::from_secs(10), "fence run");
+    assert_eq!(status.code(), Some(0));
+    let again = output(&run_args(&store, "rt", &["--", "true"]));
+    assert_eq!(again.status.code(), Some(0), "the lease was not released");
 }
 
 #[test]

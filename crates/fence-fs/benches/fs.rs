@@ -2,10 +2,13 @@
 //! fsync) and object_store's `LocalFileSystem` with `PutMode::Create`, in one run, printed as
 //! ratios. Not a test: it asserts nothing about speed.
 //!
-//! The headline ratio pairs the contenders **op by op**: one plain write, one fence-fs CAS,
-//! alternating which goes first, so that the disk's drift (other processes' I/O on a shared
-//! machine swings fsync latency several-fold within seconds) hits both alike. The other
-//! contenders run in interleaved rounds.
+//! The headline ratio pairs the contenders **op by op**: one plain write, the same plain
+//! write run on Tokio's blocking pool and awaited (as fence-fs runs its file work), one
+//! fence-fs CAS, in a rotating order, so that the disk's drift (other processes' I/O on a
+//! shared machine swings fsync latency several-fold within seconds) hits all alike. The
+//! middle contender splits fence-fs's cost into the thread hop and its own file work; the
+//! median, p90 and p99 of each show whether a gap is in the typical op or in the tail. The
+//! other contenders run in interleaved rounds.
 //!
 //! `cargo bench -p fence-fs` (`FENCE_BENCH_OPS` sets the pairs, `FENCE_BENCH_DIR` the
 //! directory; default: the system's temp directory).
@@ -13,6 +16,7 @@
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -107,6 +111,9 @@ fn rate(ops: usize, d: Duration) -> f64 {
 #[derive(Default)]
 struct Paired {
     plain: Vec<Duration>,
+    /// The same plain write, run on Tokio's blocking pool and awaited, as fence-fs runs its
+    /// file work: the cost of the thread hop alone.
+    hop: Vec<Duration>,
     fence: Vec<Duration>,
 }
 
@@ -116,30 +123,60 @@ impl Paired {
     }
 
     fn median(d: &[Duration]) -> Duration {
+        Paired::quantile(d, 0.5)
+    }
+
+    fn quantile(d: &[Duration], q: f64) -> Duration {
         let mut sorted = d.to_vec();
         sorted.sort();
-        sorted[sorted.len() / 2]
+        sorted[((sorted.len() - 1) as f64 * q) as usize]
     }
 }
 
-/// The paired run: `pairs` plain writes and `pairs` chain links, alternating, all on the
-/// thread that drives the runtime (as a program awaiting its store calls would).
-async fn paired(plain: &PlainWriter, store: &FsStore, key: &Key, pairs: usize) -> Paired {
+/// One plain write on the blocking pool, awaited.
+async fn hopped(plain: &Arc<PlainWriter>, i: usize) -> Duration {
+    let plain = Arc::clone(plain);
+    let start = clock();
+    tokio::task::spawn_blocking(move || plain.write(i))
+        .await
+        .unwrap();
+    since(start)
+}
+
+/// The paired run: `pairs` rounds of one plain write, one plain write through the blocking
+/// pool and one chain link, in a rotating order, all driven by the thread that drives the
+/// runtime (as a program awaiting its store calls would).
+async fn paired(plain: &Arc<PlainWriter>, store: &FsStore, key: &Key, pairs: usize) -> Paired {
     let mut guard = CasGuard::Absent;
     let mut out = Paired::default();
     for i in 0..pairs {
-        let plain_first = i % 2 == 0;
-        if plain_first {
-            out.plain.push(timed(|| plain.write(i)));
-        }
-        let start = clock();
-        chain_link(store, key, &mut guard, i).await;
-        out.fence.push(since(start));
-        if !plain_first {
-            out.plain.push(timed(|| plain.write(i)));
+        for turn in 0..3 {
+            match (i + turn) % 3 {
+                0 => out.plain.push(timed(|| plain.write(i))),
+                1 => out.hop.push(hopped(plain, i).await),
+                _ => {
+                    let start = clock();
+                    chain_link(store, key, &mut guard, i).await;
+                    out.fence.push(since(start));
+                }
+            }
         }
     }
     out
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// Median, p90 and p99 of `d`, in microseconds.
+fn spread(d: &[Duration]) -> String {
+    format!(
+        "median {:>6.0} us, p90 {:>6.0} us, p99 {:>6.0} us",
+        us(Paired::median(d)),
+        us(Paired::quantile(d, 0.9)),
+        us(Paired::quantile(d, 0.99))
+    )
 }
 
 fn main() {
@@ -164,7 +201,7 @@ fn main() {
     }
     let store = FsStore::open(&fs_dir).unwrap();
     let local = LocalFileSystem::new_with_prefix(&os_dir).unwrap();
-    let plain = PlainWriter::new(&plain_dir);
+    let plain = Arc::new(PlainWriter::new(&plain_dir));
     let (chain_key, rmw_key) = (
         Key::new("cells/c1/own.json").unwrap(),
         Key::new("cells/c2/own.json").unwrap(),
@@ -178,8 +215,9 @@ fn main() {
         t_rmw += timed(|| runtime.block_on(fence_read_modify_cas(&store, &rmw_key, ROUND_OPS)));
         t_os += timed(|| runtime.block_on(object_store_creates(&local, round, ROUND_OPS)));
     }
-    let (plain_rate, chain) = (
+    let (plain_rate, hop_rate, chain) = (
         rate(pairs, Paired::total(&pair.plain)),
+        rate(pairs, Paired::total(&pair.hop)),
         rate(pairs, Paired::total(&pair.fence)),
     );
     let (plain_median, fence_median) = (Paired::median(&pair.plain), Paired::median(&pair.fence));
@@ -191,10 +229,11 @@ fn main() {
     );
     println!(
         "fence-fs bench: 256-byte bodies, dir {}\n\
-         paired, op by op ({pairs} pairs):",
+         paired, op by op ({pairs} rounds of one op each, rotating order):",
         base.path().display()
     );
     println!("  plain durable loop (tmp+fsync+rename+dir fsync): {plain_rate:>9.0} ops/s");
+    println!("  plain durable loop on the blocking pool:         {hop_rate:>9.0} ops/s");
     println!("  fence-fs CAS, Match chain:                       {chain:>9.0} ops/s");
     println!(
         "  ratio fence-fs chain / plain durable loop: {:.3}x (goal >= 0.95x)",
@@ -206,6 +245,17 @@ fn main() {
         fence_median.as_secs_f64() * 1e6,
         plain_median.as_secs_f64() / fence_median.as_secs_f64()
     );
+    println!(
+        "  ratio plain on the blocking pool / plain: {:.3}x (the thread hop alone)",
+        hop_rate / plain_rate
+    );
+    println!(
+        "  ratio fence-fs chain / plain on the blocking pool: {:.3}x (fence-fs's own work)",
+        chain / hop_rate
+    );
+    println!("  plain:        {}", spread(&pair.plain));
+    println!("  blocking pool:{}", spread(&pair.hop));
+    println!("  fence-fs:     {}", spread(&pair.fence));
     println!("interleaved rounds ({ROUNDS} x {ROUND_OPS} ops):");
     println!("  plain durable loop:                              {plain_rounds:>9.0} ops/s");
     println!("  fence-fs CAS, read-modify-CAS:                   {rmw:>9.0} ops/s");

@@ -111,8 +111,26 @@ pub fn fs_error(key: &Key, what: &str, errno: Errno) -> Error {
         .not_committed()
 }
 
+/// Longest part of a path that an error message repeats.
+const SHOWN_PATH_BYTES: usize = 100;
+
+/// `path` for an error message: whole up to [`SHOWN_PATH_BYTES`], else its last that many
+/// bytes (the end names the directory), saying how long the whole path was. Paths come from
+/// users and can be up to 4 KiB long.
+pub fn path_shown(path: &Path) -> String {
+    let text = path.display().to_string();
+    if text.len() <= SHOWN_PATH_BYTES {
+        return text;
+    }
+    let mut start = text.len() - SHOWN_PATH_BYTES;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("…{} ({} bytes)", &text[start..], text.len())
+}
+
 fn root_error(root: &Path, what: &str, kind: ErrorKind, source: Option<std::io::Error>) -> Error {
-    let e = Error::new(kind, format!("fence-fs root {}: {what}", root.display())).not_committed();
+    let e = Error::new(kind, format!("fence-fs root {}: {what}", path_shown(root))).not_committed();
     match source {
         Some(s) => e.with_source(s),
         None => e,
@@ -173,7 +191,7 @@ fn refuse_nested(root: &Path) -> Result<(), Error> {
         if marked(ROOT_MARKER, false) || marked(OLD_LOCKS, true) {
             let what = format!(
                 "lies inside the fence-fs root {}: open that root instead",
-                outer.display()
+                path_shown(outer)
             );
             return Err(root_error(root, &what, ErrorKind::InvalidInput, None));
         }
@@ -622,5 +640,19 @@ fn visit(
             }
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_paths_are_cut_to_their_end_in_messages() {
+        assert_eq!(path_shown(Path::new("/tmp/locks")), "/tmp/locks");
+        let long = format!("/{}/é{}", "a".repeat(3000), "z".repeat(98));
+        let shown = path_shown(Path::new(&long));
+        assert!(shown.len() < 130, "{shown}");
+        assert!(shown.ends_with(&format!("{} ({} bytes)", "z".repeat(98), long.len())));
     }
 }
