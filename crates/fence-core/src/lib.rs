@@ -30,15 +30,15 @@ pub mod stats;
 pub mod store;
 
 pub use clock::{now_ms, Clock, Entropy, Stop, Suspension};
-pub use decide::{FenceReason, LeaseConfig, LeaseStatus};
+pub use decide::{FenceReason, LeaseConfig, LeaseStatus, Liveness, Observation};
 pub use error::{Commit, Error, ErrorKind, Result};
 pub use key::{Key, MAX_KEY_LEN};
 pub use memory::MemoryStore;
 pub use ownership::{CasOutcome, LeaseCasError, LeaseCasOutcome, Ownership};
-pub use record::{NodeLease, NodeLeaseRecord, OwnerRecord};
+pub use record::{CellHead, NodeLease, NodeLeaseRecord, OwnerRecord};
 pub use runtime::{
     read_cell, update_cell, CellClaim, CellData, ClaimStatus, Fence, FenceBuilder, LeaseKeeper,
-    WriteAck,
+    Observer, WriteAck,
 };
 pub use store::{
     Capabilities, CasGuard, ConditionalStore, DeleteOutcome, PutOutcome, Stored, Version,

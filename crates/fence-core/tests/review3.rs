@@ -212,3 +212,29 @@ async fn update_cell_leaves_no_payload_object_behind() {
     let data = read_cell(&own, "c").await.unwrap().unwrap();
     assert_eq!(data.payload, big('c'));
 }
+
+/// Found by audit2: `LeaseConfig::with_ttl_ms` computed `30 * ttl_ms` unchecked — a TTL near
+/// `u64::MAX` ms panicked in a debug build (wrapped in a release one). Absurd settings are
+/// now `InvalidInput` from `build`, and the config arithmetic saturates.
+#[test]
+fn absurd_durations_are_invalid_input_not_a_panic() {
+    let config = LeaseConfig::with_ttl_ms(u64::MAX);
+    assert_eq!(config.stale_after_ms, u64::MAX);
+    let century = Duration::from_secs(100 * 365 * 24 * 3600);
+    let build = |b: FenceBuilder| b.build().map(|_| ()).unwrap_err().kind();
+    let store = || Arc::new(MemoryStore::new());
+    assert_eq!(
+        build(Fence::builder(store(), "n").ttl(Duration::MAX)),
+        ErrorKind::InvalidInput
+    );
+    assert_eq!(
+        build(Fence::builder(store(), "n").stale_after(Duration::MAX)),
+        ErrorKind::InvalidInput
+    );
+    assert_eq!(
+        build(Fence::builder(store(), "n").skew_margin(century * 2)),
+        ErrorKind::InvalidInput
+    );
+    // A century itself is still a TTL (a lease meant never to lapse).
+    assert!(Fence::builder(store(), "n").ttl(century).build().is_ok());
+}

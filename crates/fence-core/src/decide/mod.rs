@@ -65,7 +65,7 @@ impl LeaseConfig {
         LeaseConfig {
             ttl_ms,
             skew_margin_ms: (ttl_ms / 10).min(1_000),
-            stale_after_ms: (30 * ttl_ms).max(600_000),
+            stale_after_ms: ttl_ms.saturating_mul(30).max(600_000),
             max_attempts: 4,
             attempt_min_ms: 250,
             attempt_max_ms: 2_500,

@@ -66,6 +66,10 @@ pub struct FenceBuilder {
     flaws: Flaws,
 }
 
+/// The longest TTL, skew margin or stale-after a fence accepts: a century. Longer ones are
+/// certainly a unit mistake, and lease arithmetic near `u64::MAX` ms only saturates.
+const MAX_SETTING_MS: u64 = 100 * 365 * 24 * 3_600_000;
+
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -178,6 +182,19 @@ impl FenceBuilder {
         }
         if let Some(s) = self.stale_after {
             cfg.stale_after_ms = ms(s);
+        }
+        for (what, value) in [
+            ("lease TTL", Some(cfg.ttl_ms)),
+            ("skew margin", self.skew_margin.map(ms)),
+            ("stale-after", self.stale_after.map(ms)),
+        ] {
+            if let Some(value) = value.filter(|v| *v > MAX_SETTING_MS) {
+                return Err(Error::new(
+                    ErrorKind::InvalidInput,
+                    format!("{what} of {value} ms is longer than a century"),
+                )
+                .not_committed());
+            }
         }
         let entropy = self.entropy.unwrap_or_default();
         let metered: Arc<dyn ConditionalStore> = Arc::new(crate::stats::Metered::new(self.store));
