@@ -563,7 +563,7 @@ impl CellClaim {
     /// cell holds no data (`read` answered `None`): a read-modify-write that never builds on
     /// a head it did not see. A head that moved — another write through this claim,
     /// or an ambiguous earlier one landing late — answers [`ErrorKind::Conflict`] with
-    /// [`Commit::NotCommitted`](crate::Commit::NotCommitted): the store proved the write did
+    /// [`Commit::NotCommitted`]: the store proved the write did
     /// not land; read again and rebuild. Same costs as `write`, plus one read when the claim
     /// does not know the head `expected` names.
     ///
