@@ -85,11 +85,7 @@ impl Failure {
         if name.len() <= SHOWN_BYTES {
             return self;
         }
-        let mut end = SHOWN_BYTES / 2;
-        while !name.is_char_boundary(end) {
-            end -= 1;
-        }
-        let cut = format!("{}…", &name[..end]);
+        let cut = format!("{}…", head(name, SHOWN_BYTES / 2));
         Failure {
             code: self.code,
             message: self.message.replace(name, &cut),
@@ -140,11 +136,16 @@ pub fn shown(name: &str) -> String {
     if name.len() <= SHOWN_BYTES {
         return format!("{name:?}");
     }
-    let mut end = SHOWN_BYTES;
-    while !name.is_char_boundary(end) {
+    format!("{:?}… ({} bytes)", head(name, SHOWN_BYTES), name.len())
+}
+
+/// The longest start of `text` that is at most `max` bytes and ends on a character boundary.
+fn head(text: &str, max: usize) -> &str {
+    let mut end = max.min(text.len());
+    while !text.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{:?}… ({} bytes)", &name[..end], name.len())
+    &text[..end]
 }
 
 /// Longest part of one cause that a message repeats (HTTP bodies can be long).

@@ -138,23 +138,38 @@ where
     I: IntoIterator<Item = S>,
     S: Into<String>,
 {
+    let cells = cells.into_iter().map(Into::into).collect();
     let bound = fence.config().attempt_max_ms;
-    let cells: Vec<String> = cells.into_iter().map(Into::into).collect();
+    read_heads(fence, cells, bound, READS_IN_FLIGHT)
+        .await
+        .into_iter()
+        .map(|(cell, head)| (cell, head.map(Owner::of)))
+        .collect()
+}
+
+/// One read of each of `cells`' heads, `in_flight` at once, each bounded by `bound_ms`
+/// ([`ErrorKind::Timeout`], not committed, when no answer came).
+pub(crate) async fn read_heads(
+    fence: &Fence,
+    cells: Vec<String>,
+    bound_ms: u64,
+    in_flight: usize,
+) -> Vec<(String, Result<Option<CellHead>, Error>)> {
     futures::stream::iter(cells)
         .map(|cell| async move {
             let read = fence.ownership().read_head(&cell);
-            let owner = match fence.clock().timeout(bound, read).await {
-                Some(Ok(head)) => Ok(Owner::of(head.map(|(h, _)| h))),
+            let head = match fence.clock().timeout(bound_ms, read).await {
+                Some(Ok(head)) => Ok(head.map(|(h, _)| h)),
                 Some(Err(e)) => Err(e),
                 None => Err(Error::new(
                     ErrorKind::Timeout,
-                    format!("cell {cell}: no answer to the head read within {bound} ms"),
+                    format!("cell {cell}: no answer to the head read within {bound_ms} ms"),
                 )
                 .not_committed()),
             };
-            (cell, owner)
+            (cell, head)
         })
-        .buffer_unordered(READS_IN_FLIGHT)
+        .buffer_unordered(in_flight.max(1))
         .collect()
         .await
 }

@@ -16,6 +16,7 @@ use tracing::{debug, info, warn};
 
 use crate::assign::assign;
 use crate::fleet::{acquire, lock, Command, Drained, Inner, Settings};
+use crate::follow::read_heads;
 use crate::membership::{judge_nodes, read_members, Member, Members};
 use crate::shard::{CellEvent, Shard, StopReason};
 
@@ -309,29 +310,15 @@ impl Run {
 
     /// Reads the heads of `cells`; failed reads are left out.
     async fn read_heads(&self, cells: Vec<String>) -> Vec<(String, Option<CellHead>)> {
-        let own = self.fence.ownership().clone();
-        let bound = self.bound_ms();
-        let clock = self.fence.clock().clone();
-        futures::stream::iter(cells)
-            .map(|cell| {
-                let own = own.clone();
-                let clock = clock.clone();
-                async move {
-                    let read = clock.timeout(bound, own.read_head(&cell)).await;
-                    match read {
-                        Some(Ok(h)) => Some((cell, h.map(|(h, _)| h))),
-                        Some(Err(e)) => {
-                            debug!(cell, error = %e, "head read failed");
-                            None
-                        }
-                        None => None,
-                    }
-                }
-            })
-            .buffer_unordered(self.s.concurrency)
-            .filter_map(|x| async move { x })
-            .collect()
-            .await
+        let heads = read_heads(&self.fence, cells, self.bound_ms(), self.s.concurrency).await;
+        let read = heads.into_iter().filter_map(|(cell, head)| match head {
+            Ok(h) => Some((cell, h)),
+            Err(e) => {
+                debug!(cell, error = %e, "head read failed");
+                None
+            }
+        });
+        read.collect()
     }
 
     /// Records the owner this node now knows `cell` has — from a read of its head, or from
