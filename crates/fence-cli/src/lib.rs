@@ -5,7 +5,8 @@
 //! without spawning the binary.
 //!
 //! - [`run`]: hold a lease while a command runs (`fence run`), with [`tree`], [`reaper`],
-//!   [`signals`] and [`procs`] keeping the command's process tree together;
+//!   [`contain`], [`members`], [`signals`] and [`procs`] keeping every process of the
+//!   command together;
 //! - [`kv`]: fenced writes and reads of named values in a cell (`fence put`, `fence get`);
 //! - [`status`]: leases and cells (`fence status`);
 //! - [`probe`]: the contract probe (`fence probe`);
@@ -29,10 +30,12 @@ macro_rules! outln {
     }};
 }
 
+pub mod contain;
 pub mod demo;
 pub mod exit;
 pub mod kv;
 mod link;
+pub mod members;
 pub mod names;
 pub mod probe;
 pub mod procs;

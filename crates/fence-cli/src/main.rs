@@ -80,6 +80,16 @@ enum Cmd {
         /// running (off by default).
         #[arg(long, value_name = "ADDR")]
         metrics: Option<std::net::SocketAddr>,
+        /// How the command's processes are held: auto (in a PID namespace of their own where
+        /// the kernel allows one, else tracked, with a warning), required (a namespace or
+        /// exit 126), fallback (tracked: no namespace).
+        #[arg(
+            long,
+            env = "FENCE_CONTAINMENT",
+            default_value = "auto",
+            value_name = "MODE"
+        )]
+        containment: fence_cli::contain::Containment,
         /// The command and its arguments, after `--` (none: hold the lease until a signal).
         #[arg(last = true, num_args = 0.., value_parser = clap::value_parser!(OsString))]
         command: Vec<OsString>,
@@ -175,6 +185,8 @@ enum Cmd {
     #[command(name = "__reaper", hide = true)]
     Reaper {
         #[arg(long)]
+        role: reaper::Role,
+        #[arg(long)]
         supervisor: i32,
         #[arg(long)]
         control_fd: i32,
@@ -259,6 +271,7 @@ fn main() -> ExitCode {
             command,
         } => ExitCode::from(reaper::exec_main(parent, foreground, &command)),
         Cmd::Reaper {
+            role,
             supervisor,
             control_fd,
             report_fd,
@@ -268,6 +281,7 @@ fn main() -> ExitCode {
             foreground,
             command,
         } => ExitCode::from(reaper::reaper_main(reaper::ReaperArgs {
+            role,
             supervisor,
             control_fd,
             report_fd,
@@ -352,6 +366,7 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
             conflict_exit_code,
             fenced_exit_code,
             metrics,
+            containment,
             command,
         } => {
             names::check_lease(&lease)?;
@@ -370,6 +385,7 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
                 quiet,
                 conflict_exit_code,
                 fenced_exit_code,
+                containment,
                 command,
             })
             .await

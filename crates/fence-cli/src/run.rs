@@ -20,12 +20,13 @@ use std::time::Duration;
 use fence_core::{CellClaim, Clock, Error, ErrorKind, Fence, LeaseKeeper};
 use nix::sys::signal::Signal;
 
+use crate::contain::Containment;
 use crate::exit::{describe, lease_lost, shown, Failure, CANNOT_EXECUTE, OK, STORE};
 use crate::names::{check_lease, node_of};
 use crate::procs;
 use crate::signals::{stop_self, terminates, Caught, Signals};
 use crate::stores::OpenedStore;
-use crate::tree::{CommandTree, TreeSpec};
+use crate::tree::{CommandTree, StartError, TreeSpec};
 
 /// A wait without end (`--wait` without `--timeout`): a century.
 pub const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
@@ -49,6 +50,8 @@ pub struct RunOptions {
     pub conflict_exit_code: u8,
     /// The exit code when the lease is lost while the command runs (76 by default).
     pub fenced_exit_code: u8,
+    /// How the command's processes are held (`--containment`).
+    pub containment: Containment,
     /// The command and its arguments; empty: hold the lease until a signal.
     pub command: Vec<OsString>,
 }
@@ -326,14 +329,11 @@ async fn hold(held: Held, mut signals: Signals, opts: &RunOptions) -> Result<u8,
 
 /// Runs the command's tree to its end; releases the lease only once the tree is gone.
 async fn supervise(held: Held, mut signals: Signals, opts: &RunOptions) -> Result<u8, Failure> {
-    let mut tree = match CommandTree::spawn(&tree_spec(&held, opts)) {
+    let mut tree = match CommandTree::start(&tree_spec(&held, opts)).await {
         Ok(t) => t,
         Err(e) => {
             held.release().await;
-            return Err(Failure::new(
-                CANNOT_EXECUTE,
-                format!("cannot start the command: {e}"),
-            ));
+            return Err(cannot_start(e));
         }
     };
     let (status, lost) = watch(&mut tree, &held, &mut signals, opts).await;
@@ -348,6 +348,16 @@ async fn supervise(held: Held, mut signals: Signals, opts: &RunOptions) -> Resul
     Ok(code)
 }
 
+fn cannot_start(e: StartError) -> Failure {
+    match e {
+        StartError::Uncontained(why) => Failure::new(
+            CANNOT_EXECUTE,
+            format!("--containment=required, and no PID namespace can be made here: {why}"),
+        ),
+        StartError::Io(e) => Failure::new(CANNOT_EXECUTE, format!("cannot start the command: {e}")),
+    }
+}
+
 fn tree_spec(held: &Held, opts: &RunOptions) -> TreeSpec {
     TreeSpec {
         command: opts.command.clone(),
@@ -360,6 +370,7 @@ fn tree_spec(held: &Held, opts: &RunOptions) -> TreeSpec {
         grace: opts.grace,
         orphan_grace: opts.orphan_grace(),
         silence: opts.ttl / 3,
+        containment: opts.containment,
     }
 }
 
@@ -394,19 +405,20 @@ async fn watch(
     }
 }
 
-/// The command's exit code from the supervising process's status. If that process itself
-/// was killed, what is left of the tree is ended here first.
+/// The command's exit code from the supervising process's status, once no process of the
+/// command is left: if the supervising process itself was killed, what is left is ended
+/// here first (and in every case `fence run`'s own orphans are swept).
 async fn exit_code(tree: &mut CommandTree, status: std::io::Result<ExitStatus>) -> u8 {
     match status {
-        Ok(status) => match status.signal() {
-            None => status.code().unwrap_or(0) as u8,
-            Some(signal) => {
-                tree.kill_remains().await;
-                128u8.saturating_add(signal as u8)
+        Ok(status) => {
+            tree.sweep(status.signal().is_some()).await;
+            match status.signal() {
+                None => status.code().unwrap_or(0) as u8,
+                Some(signal) => 128u8.saturating_add(signal as u8),
             }
-        },
+        }
         Err(e) => {
-            tree.kill_remains().await;
+            tree.sweep(true).await;
             eprintln!("fence run: lost track of the command: {e}");
             STORE
         }
