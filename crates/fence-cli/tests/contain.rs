@@ -379,9 +379,26 @@ fn the_command_sees_its_own_pid_namespace() {
 
 #[test]
 fn an_unprivileged_user_gets_a_namespace_too() {
-    let setpriv = Command::new("setpriv").arg("--version").output().is_ok();
-    if !nix::unistd::geteuid().is_root() || !setpriv || !namespaces("unprivileged") {
-        eprintln!("SKIPPED an_unprivileged_user_gets_a_namespace_too: needs root and setpriv to become nobody");
+    // As nobody: needs root to become it, `setpriv`, and a fence binary nobody may run.
+    let as_nobody = || {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            fence_bin(),
+        ]);
+        c
+    };
+    let runs = nix::unistd::geteuid().is_root()
+        && as_nobody()
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !runs || !namespaces("unprivileged") {
+        eprintln!(
+            "SKIPPED an_unprivileged_user_gets_a_namespace_too: needs root, setpriv and a fence binary that nobody may run"
+        );
         return;
     }
     let store = Store::new();
@@ -405,6 +422,29 @@ fn an_unprivileged_user_gets_a_namespace_too() {
         .expect("setpriv");
     assert_eq!(status.code(), Some(0));
     assert_eq!(std::fs::read_to_string(&out).unwrap().trim(), "2 65534");
+}
+
+#[test]
+fn the_containment_flag_takes_auto_required_or_fallback() {
+    let store = Store::new();
+    for mode in ["auto", "fallback"] {
+        let out = fence(&run_args(
+            &store,
+            "flag",
+            &["--containment", mode, "--", "true"],
+        ))
+        .output()
+        .expect("fence run");
+        assert_eq!(out.status.code(), Some(0), "{mode}");
+    }
+    let bad = fence(&run_args(
+        &store,
+        "flag",
+        &["--containment", "maybe", "--", "true"],
+    ))
+    .output()
+    .expect("fence run");
+    assert_eq!(bad.status.code(), Some(2), "a usage error");
 }
 
 /// `fence run ARGS` in a user namespace of its own whose PID namespaces are used up, so no
