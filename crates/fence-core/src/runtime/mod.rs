@@ -26,13 +26,15 @@
 //! - [`observer`]: judging other nodes' leases, one read shared by all cells of a node;
 //! - [`claim`]: claims and the fenced writes of a claimed cell;
 //! - `head`: the write protocol every head write goes through (evidence, never guesses);
-//! - [`cell`]: reading a cell, and writing one without a keeper (`update_cell`).
+//! - [`cell`]: reading a cell, and writing one without a keeper (`update_cell`);
+//! - `wait`: waiting for a cell ([`LeaseKeeper::claim_wait`]).
 
 pub mod cell;
 pub mod claim;
 mod head;
 pub mod keeper;
 pub mod observer;
+mod wait;
 
 use std::future::Future;
 use std::sync::Arc;
