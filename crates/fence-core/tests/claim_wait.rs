@@ -177,7 +177,7 @@ async fn nothing_is_claimed_once_the_waiters_lease_is_lost() {
     assert_eq!(owner(store, "c").await, (Some("a".into()), 1));
 }
 
-/// Bad input is refused at once, as `claim` refuses it.
+/// Bad input is refused at once, as `claim` refuses it; an endless timeout is not bad input.
 #[tokio::test(start_paused = true)]
 async fn bad_input_is_refused_at_once() {
     let store: Arc<dyn ConditionalStore> = Arc::new(MemoryStore::new());
@@ -200,4 +200,7 @@ async fn bad_input_is_refused_at_once() {
         "already claimed by this lease"
     );
     assert_eq!(b.clock().mono_ms(), start);
+    // An endless wait is fine: no deadline arithmetic overflows.
+    let free = lease_b.claim_wait("d", Duration::MAX).await.unwrap();
+    assert_eq!(free.epoch(), 1);
 }
