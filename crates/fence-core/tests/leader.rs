@@ -502,3 +502,31 @@ async fn a_suspended_leaders_term_ends_when_its_wall_clock_says_so() {
         "the term ended {ended} ms into the suspension, {left} ms were left"
     );
 }
+
+/// A follower that looks rarely (a retry period of a minute) still looks at the instant the
+/// leader's lease could be judged dead: a crashed leader is replaced within two TTLs of its
+/// crash, not a minute later — and only after its authority ended.
+#[tokio::test(start_paused = true)]
+async fn a_slow_follower_replaces_a_dead_leader_within_two_ttls() {
+    let store: Arc<dyn ConditionalStore> = Arc::new(MemoryStore::new());
+    let path = Arc::new(PausableStore::new(store.clone()));
+    let clock = clock();
+    let mut a = Recorder::new(start(path.clone(), "a"), clock.clone());
+    let (_, term_a) = a.started().await;
+    let slow = Election::builder(fence(store.clone(), "b"), "sched")
+        .retry_period(Duration::from_secs(60))
+        .start()
+        .unwrap();
+    let mut b = Recorder::new(slow, clock.clone());
+    advance(3 * TTL_MS / 2).await;
+    path.kill();
+    let killed = clock.mono_ms();
+    let (led, term_b) = b.started().await;
+    assert!(
+        led - killed <= 2 * TTL_MS,
+        "replaced {} ms after the crash",
+        led - killed
+    );
+    assert!(!term_a.is_leader());
+    assert_eq!(term_b.epoch(), 2);
+}

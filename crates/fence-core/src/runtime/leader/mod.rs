@@ -49,9 +49,10 @@
 //! ```
 //!
 //! **Costs.** Every candidate holds its node lease (one write per TTL/3). A follower reads
-//! the cell head and, while the leader's lease is being watched, that lease — two reads
-//! every [`retry_period`](ElectionBuilder::retry_period) (default
-//! [`poll_ms`](crate::decide::LeaseConfig::poll_ms) = min(TTL/10, 250 ms)). A leader reads
+//! the cell head and the leader's lease every
+//! [`retry_period`](ElectionBuilder::retry_period) (default
+//! [`poll_ms`](crate::decide::LeaseConfig::poll_ms) = min(TTL/10, 250 ms); at most a TTL
+//! apart). A leader reads
 //! the head every [`check_period`](ElectionBuilder::check_period) (default TTL/3). A
 //! failover takes at most TTL + retry period after the leader's last renewal landed, plus
 //! three requests; a released resource (the leader stopped) is taken within one retry
@@ -178,10 +179,12 @@ fn ms(d: Duration) -> u64 {
 
 impl ElectionBuilder {
     /// How often a follower looks at the cell and its leader's lease (default the fence's
-    /// [`poll_ms`](crate::decide::LeaseConfig::poll_ms)). A follower also looks at the
-    /// instant the leader's lease could first be judged dead, so this bounds the failover
-    /// delay beyond the TTL and the cost of following (two reads per period): raise it to
-    /// follow more cheaply.
+    /// [`poll_ms`](crate::decide::LeaseConfig::poll_ms)): two reads per look. A follower
+    /// also looks at the instant the leader's lease could first be judged dead — once a TTL
+    /// while the leader renews — so a dead leader is replaced a TTL after the follower's
+    /// first look at its last renewal whatever this says, and a period above the TTL acts as
+    /// the TTL. It bounds how late a follower sees a release (a stopped leader) or a lease
+    /// renewed just after a look: raise it to follow more cheaply.
     pub fn retry_period(mut self, period: Duration) -> Self {
         self.retry = Some(period);
         self
