@@ -76,7 +76,7 @@ fn backoff_ms(failures: u32, poll_ms: u64) -> u64 {
 impl Wait<'_> {
     /// Waits for the cell. `seen` is told every head a look read (`None`: no head);
     /// `stop` ends the wait between attempts (a claim in flight is finished first, so a
-    /// claim that landed is returned, never dropped).
+    /// claim that landed is returned, never dropped; none is started once it fired).
     pub(crate) async fn run(
         &self,
         seen: &mut (dyn FnMut(Option<&CellHead>) + Send),
@@ -90,6 +90,10 @@ impl Wait<'_> {
         let mut failures = 0u32;
         let mut look = self.look_first;
         loop {
+            // Stopped meanwhile (or before the first attempt): no new attempt starts.
+            if futures::FutureExt::now_or_never(stop.as_mut()).is_some() {
+                return Ok(Waited::Stopped);
+            }
             if !self.shared.is_held() {
                 return Err(self.lease_lost());
             }

@@ -54,8 +54,8 @@
 //! [`poll_ms`](crate::decide::LeaseConfig::poll_ms) = min(TTL/10, 250 ms); at most a TTL
 //! apart). A leader reads
 //! the head every [`check_period`](ElectionBuilder::check_period) (default TTL/3). A
-//! failover takes at most TTL + retry period after the leader's last renewal landed, plus
-//! three requests; a released resource (the leader stopped) is taken within one retry
+//! failover takes at most TTL + min(retry period, TTL) after the leader's last renewal
+//! landed, plus three requests; a released resource (the leader stopped) is taken within one retry
 //! period.
 
 mod queue;

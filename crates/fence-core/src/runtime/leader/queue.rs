@@ -13,6 +13,12 @@ use std::task::{Context, Poll, Waker};
 
 use super::LeaderEvent;
 
+/// The most unread events there can be: of the one term the reader saw start, a warning
+/// and its `Stopped`; of the term in progress, unseen, its `Started` and a warning; and a
+/// `NewLeader` between and around each of those four (runs of them merge).
+#[cfg(test)]
+const MOST_UNREAD: usize = 9;
+
 /// Unread events, coalesced.
 #[derive(Debug, Default)]
 pub(super) struct Queue {
@@ -112,7 +118,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::super::{Leader, LeaderEvent, Leadership, StepDown};
-    use super::Queue;
+    use super::{Queue, MOST_UNREAD};
     use crate::{Fence, MemoryStore};
 
     /// What the campaign can do next.
@@ -184,12 +190,12 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(64))]
+        #![proptest_config(ProptestConfig::with_cases(256))]
 
         /// Whatever the campaign does and whenever the reader reads: the queue stays short,
         /// terms are seen as pairs, and after draining the reader knows the last leader.
         #[test]
-        fn coalesced_events_stay_few_paired_and_current(steps in prop::collection::vec(step(), 0..120)) {
+        fn coalesced_events_stay_few_paired_and_current(steps in prop::collection::vec(step(), 0..60)) {
             let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
             let terms = rt.block_on(terms(steps.len() as u64 + 1));
             let mut q = Queue::default();
@@ -222,7 +228,7 @@ mod tests {
                     Step::Read => if let Some(e) = read(&mut q) { reader.take(e) },
                     Step::Start => {}
                 }
-                prop_assert!(q.len() <= 8, "queue grew to {}", q.len());
+                prop_assert!(q.len() <= MOST_UNREAD, "queue grew to {}", q.len());
             }
             while let Some(e) = read(&mut q) {
                 reader.take(e);
@@ -232,6 +238,56 @@ mod tests {
             }
             prop_assert_eq!(reader.leading, open.map(|t| terms[t].epoch()));
         }
+    }
+
+    /// The worst case the property test found: nine unread events, none of them redundant.
+    #[test]
+    fn the_most_unread_events_are_nine() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let terms = rt.block_on(terms(2));
+        let seen = |l: u8| {
+            LeaderEvent::NewLeader(Some(Leader {
+                node: format!("n{l}"),
+                epoch: 1,
+            }))
+        };
+        let warn = |t: &Leadership| LeaderEvent::SafeTimeLow {
+            epoch: t.epoch(),
+            remaining: std::time::Duration::ZERO,
+            safe_until: rt.block_on(async { t.safe_until() }),
+        };
+        let mut q = Queue::default();
+        q.push(LeaderEvent::Started(terms[0].clone()));
+        assert!(read(&mut q).is_some());
+        q.push(seen(1));
+        q.push(warn(&terms[0]));
+        q.push(seen(2));
+        q.push(LeaderEvent::Stopped {
+            epoch: terms[0].epoch(),
+            reason: StepDown::Resigned,
+        });
+        q.push(seen(3));
+        q.push(LeaderEvent::Started(terms[1].clone()));
+        q.push(seen(4));
+        q.push(warn(&terms[1]));
+        q.push(seen(5));
+        assert_eq!(q.len(), MOST_UNREAD);
+        // One more of any kind does not grow it.
+        q.push(seen(6));
+        q.push(warn(&terms[1]));
+        assert_eq!(q.len(), MOST_UNREAD);
+        q.push(LeaderEvent::Stopped {
+            epoch: terms[1].epoch(),
+            reason: StepDown::Resigned,
+        });
+        assert_eq!(
+            q.len(),
+            5,
+            "the unseen term went as a pair, its neighbours merged"
+        );
     }
 
     #[test]
