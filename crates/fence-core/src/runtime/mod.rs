@@ -26,13 +26,17 @@
 //! - [`observer`]: judging other nodes' leases, one read shared by all cells of a node;
 //! - [`claim`]: claims and the fenced writes of a claimed cell;
 //! - `head`: the write protocol every head write goes through (evidence, never guesses);
-//! - [`cell`]: reading a cell, and writing one without a keeper (`update_cell`).
+//! - [`cell`]: reading a cell, and writing one without a keeper (`update_cell`);
+//! - `wait`: waiting for a cell ([`LeaseKeeper::claim_wait`], and an election's campaign);
+//! - [`leader`]: leader election for one resource ([`Election`]).
 
 pub mod cell;
 pub mod claim;
 mod head;
 pub mod keeper;
+pub mod leader;
 pub mod observer;
+mod wait;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -48,6 +52,7 @@ use crate::store::ConditionalStore;
 pub use cell::{read_cell, update_cell, CellData};
 pub use claim::{CellClaim, ClaimStatus, WriteAck};
 pub use keeper::LeaseKeeper;
+pub use leader::{Election, ElectionBuilder, Leader, LeaderEvent, Leadership, StepDown};
 pub use observer::Observer;
 
 /// Builds a [`Fence`].
