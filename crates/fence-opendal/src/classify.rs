@@ -170,8 +170,9 @@ fn by_status(guard: Guard, kind: Dal, status: u16) -> Verdict {
         // 409 too: Azure answers a failed create-if-absent 409 BlobAlreadyExists, which
         // OpenDAL reads as our condition failing.
         (304 | 409 | 412, Dal::ConditionNotMatch) => Verdict::Rejected,
-        // AWS answers If-Match on a missing key 404 NoSuchKey: the condition is false.
-        (404, Dal::NotFound) if guard == Guard::Match => Verdict::Rejected,
+        // AWS (and moto) answer If-Match on a missing key 404 NoSuchKey: the condition is
+        // false. OpenDAL reports it as NotFound or, following its spec, ConditionNotMatch.
+        (404, Dal::NotFound | Dal::ConditionNotMatch) if guard == Guard::Match => Verdict::Rejected,
         (409, Dal::Conflict) => fail(
             ErrorKind::Conflict,
             NotCommitted,
@@ -264,8 +265,10 @@ mod tests {
                 assert_eq!(got, Verdict::Rejected, "{status}");
             }
         }
-        let missing = write(Guard::Match, Dal::NotFound, &[put(Outcome::Answer(404))]);
-        assert_eq!(missing, Verdict::Rejected, "AWS: If-Match on a missing key");
+        for kind in [Dal::NotFound, Dal::ConditionNotMatch] {
+            let missing = write(Guard::Match, kind, &[put(Outcome::Answer(404))]);
+            assert_eq!(missing, Verdict::Rejected, "AWS: If-Match on a missing key");
+        }
         // A GCS resumable session refused at its start: nothing was uploaded.
         let session = write(
             Guard::Absent,
