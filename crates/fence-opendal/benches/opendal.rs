@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use fence_core::{CasGuard, ConditionalStore, Entropy, Key, PutOutcome, Version};
-use fence_opendal::emulator::{self, S3Server};
+use fence_opendal::emulator;
 use fence_opendal::OpendalStore;
 use opendal::{HttpTransporter, OperationContext, Operator};
 use opendal_http_transport_reqwest::ReqwestTransport;
@@ -21,32 +21,11 @@ fn var(name: &str) -> Option<String> {
 }
 
 /// (name, operator factory for a root) of every server in the environment.
-fn targets() -> Vec<(&'static str, Box<dyn Fn(&str) -> Operator>)> {
-    let mut out: Vec<(&'static str, Box<dyn Fn(&str) -> Operator>)> = Vec::new();
-    for (name, endpoint) in [
-        ("seaweedfs", "FENCE_S3_SEAWEED_ENDPOINT"),
-        ("moto", "FENCE_S3_MOTO_ENDPOINT"),
-    ] {
-        let server = (|| {
-            Some(S3Server {
-                endpoint: var(endpoint)?,
-                bucket: var("FENCE_S3_BUCKET")?,
-                region: var("FENCE_S3_REGION").unwrap_or_else(|| "us-east-1".into()),
-                access_key_id: var("FENCE_S3_ACCESS_KEY_ID")?,
-                secret_access_key: var("FENCE_S3_SECRET_ACCESS_KEY")?,
-            })
-        })();
-        if let Some(s) = server {
-            out.push((name, Box::new(move |root| emulator::s3(&s, root).unwrap())));
-        }
-    }
-    if let (Some(e), Some(c)) = (var("FENCE_AZURE_ENDPOINT"), var("FENCE_AZURE_CONTAINER")) {
-        out.push((
-            "azurite",
-            Box::new(move |root| emulator::azurite(&e, &c, root).unwrap()),
-        ));
-    }
-    out
+fn targets() -> Vec<(&'static str, emulator::Open)> {
+    ["seaweedfs", "moto", "azurite"]
+        .into_iter()
+        .filter_map(|name| Some((name, emulator::from_test_env(name)?)))
+        .collect()
 }
 
 fn main() {
@@ -75,13 +54,13 @@ fn raw(op: Operator) -> Operator {
     op.with_context(OperationContext::new().with_http_transport(transport))
 }
 
-async fn bench_target(name: &str, open: &dyn Fn(&str) -> Operator, ops: usize) {
+async fn bench_target(name: &str, open: &emulator::Open, ops: usize) {
     let root = format!(
         "/fence-opendal-bench/{:016x}",
         Entropy::from_os().next_u64()
     );
-    let fence = OpendalStore::new(open(&root)).expect("store");
-    let raw = raw(open(&root));
+    let fence = OpendalStore::new(open(&root).expect("operator")).expect("store");
+    let raw = raw(open(&root).expect("operator"));
     let key = Key::new("fence").expect("key");
     let mut version = fence_put(&fence, &key, 0, CasGuard::Absent).await.1;
     let mut etag = raw_put(&raw, 0, None).await.1;

@@ -94,3 +94,42 @@ pub fn gcs(endpoint: &str, bucket: &str, root: &str) -> opendal::Result<Operator
             .disable_config_load(),
     )
 }
+
+/// Builds an operator for a root (`/prefix`).
+pub type Open = Box<dyn Fn(&str) -> opendal::Result<Operator> + Send + Sync>;
+
+/// The test server `name` (`seaweedfs`, `moto`, `azurite`, `fake-gcs-server`) from the
+/// variables `scripts/servers/*.sh` write (`FENCE_S3_*`, `FENCE_AZURE_*`, `FENCE_GCS_*`), or
+/// `None` when they are not set. Used by this workspace's tests and benchmarks.
+///
+/// ```
+/// assert!(fence_opendal::emulator::from_test_env("no-such-server").is_none());
+/// ```
+pub fn from_test_env(name: &str) -> Option<Open> {
+    let var = |v: &str| std::env::var(v).ok().filter(|x| !x.is_empty());
+    match name {
+        "seaweedfs" | "moto" => {
+            let endpoint = match name {
+                "seaweedfs" => var("FENCE_S3_SEAWEED_ENDPOINT")?,
+                _ => var("FENCE_S3_MOTO_ENDPOINT")?,
+            };
+            let server = S3Server {
+                endpoint,
+                bucket: var("FENCE_S3_BUCKET")?,
+                region: var("FENCE_S3_REGION").unwrap_or_else(|| "us-east-1".into()),
+                access_key_id: var("FENCE_S3_ACCESS_KEY_ID")?,
+                secret_access_key: var("FENCE_S3_SECRET_ACCESS_KEY")?,
+            };
+            Some(Box::new(move |root| s3(&server, root)))
+        }
+        "azurite" => {
+            let (e, c) = (var("FENCE_AZURE_ENDPOINT")?, var("FENCE_AZURE_CONTAINER")?);
+            Some(Box::new(move |root| azurite(&e, &c, root)))
+        }
+        "fake-gcs-server" => {
+            let (e, b) = (var("FENCE_GCS_ENDPOINT")?, var("FENCE_GCS_BUCKET")?);
+            Some(Box::new(move |root| gcs(&e, &b, root)))
+        }
+        _ => None,
+    }
+}

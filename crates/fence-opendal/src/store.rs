@@ -38,7 +38,7 @@ const MAX_OBJECT_NAME: usize = 1024;
 /// request on S3 and Azure; a resumable session of one chunk on GCS), never retried.
 ///
 /// ```
-/// # fn demo() -> Result<(), fence_core::Error> {
+/// use fence_core::ConditionalStore;
 /// use opendal::services::S3;
 /// let op = opendal::Operator::new(
 ///     S3::default()
@@ -51,12 +51,10 @@ const MAX_OBJECT_NAME: usize = 1024;
 ///         .disable_config_load()
 ///         .disable_ec2_metadata(),
 /// )
-/// .map_err(|e| fence_core::Error::new(fence_core::ErrorKind::InvalidInput, e.to_string()))?;
-/// let store = fence_opendal::OpendalStore::new(op)?;
+/// .unwrap();
+/// let store = fence_opendal::OpendalStore::new(op).unwrap();
 /// assert_eq!(store.dialect().scheme, "s3");
 /// assert!(store.capabilities().content_versions, "S3 ETags are content hashes");
-/// # Ok(()) }
-/// # demo().unwrap();
 /// ```
 pub struct OpendalStore {
     op: Operator,

@@ -21,30 +21,16 @@ fn var(name: &str) -> Option<String> {
 }
 
 /// The server `name` as an operator factory (root → operator), or `None` with a notice.
-fn server(test: &str, name: &str) -> Option<Box<dyn Fn(&str) -> Operator>> {
-    let found: Option<Box<dyn Fn(&str) -> Operator>> = match name {
-        "seaweedfs" | "moto" => s3_server(name).map(|s| {
-            Box::new(move |root: &str| emulator::s3(&s, root).unwrap())
-                as Box<dyn Fn(&str) -> Operator>
-        }),
-        "azurite" => (|| Some((var("FENCE_AZURE_ENDPOINT")?, var("FENCE_AZURE_CONTAINER")?)))()
-            .map(|(e, c)| {
-                Box::new(move |root: &str| emulator::azurite(&e, &c, root).unwrap()) as Box<_>
-            }),
-        "fake-gcs-server" => (|| Some((var("FENCE_GCS_ENDPOINT")?, var("FENCE_GCS_BUCKET")?)))()
-            .map(|(e, b)| {
-                Box::new(move |root: &str| emulator::gcs(&e, &b, root).unwrap()) as Box<_>
-            }),
-        _ => None,
-    };
-    if found.is_none() {
+fn server(test: &str, name: &str) -> Option<impl Fn(&str) -> Operator> {
+    let Some(open) = emulator::from_test_env(name) else {
         assert!(
             var("FENCE_REQUIRE_SERVERS").as_deref() != Some("1"),
             "{test}: {name} is not in the environment but FENCE_REQUIRE_SERVERS=1"
         );
         eprintln!("SKIPPED {test}: no {name} (run scripts/servers/*.sh start)");
-    }
-    found
+        return None;
+    };
+    Some(move |root: &str| open(root).expect("valid OpenDAL configuration"))
 }
 
 fn s3_server(name: &str) -> Option<S3Server> {
