@@ -1,5 +1,5 @@
 //! Stores named by URL: `file:///path`, `memory://`, `s3://bucket/prefix`, `gs://bucket/prefix`,
-//! `az://container/prefix` (or `azure://`).
+//! `az://container/prefix` (or `azure://`), `opendal+<service>://name/prefix`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -108,8 +108,11 @@ pub fn open(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Failu
     if url.starts_with("az://") || url.starts_with("azure://") {
         return open_azure(url, lease_ttl);
     }
+    if url.starts_with("opendal+") {
+        return open_opendal(url, lease_ttl);
+    }
     Err(Failure::usage(format!(
-        "unsupported store URL {}: use file:///path, memory://, s3://bucket/prefix, gs://bucket/prefix or az://container/prefix",
+        "unsupported store URL {}: use file:///path, memory://, s3://bucket/prefix, gs://bucket/prefix, az://container/prefix or opendal+s3://bucket/prefix",
         shown(url)
     )))
 }
@@ -299,6 +302,131 @@ fn open_azure(_url: &str, _lease_ttl: Option<Duration>) -> Result<OpenedStore, F
     Err(Failure::usage(
         "az:// stores are not built into this fence binary (rebuild with the `azure` feature)",
     ))
+}
+
+/// `opendal+<service>://<bucket or container>/<prefix>` through fence-opendal: OpenDAL's s3,
+/// azblob or gcs service, configured from `OPENDAL_<SERVICE>_<KEY>` variables (OpenDAL's
+/// config keys, e.g. `OPENDAL_S3_ENDPOINT`, `OPENDAL_AZBLOB_ACCOUNT_KEY`) and whatever the
+/// service's own builder reads (the S3 service: `AWS_*`).
+#[cfg(feature = "opendal")]
+fn open_opendal(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Failure> {
+    let malformed = || {
+        Failure::usage(format!(
+            "malformed OpenDAL store URL {}: use opendal+s3://bucket/prefix, \
+             opendal+azblob://container/prefix or opendal+gcs://bucket/prefix",
+            shown(url)
+        ))
+    };
+    let (scheme, rest) = url["opendal+".len()..]
+        .split_once("://")
+        .ok_or_else(malformed)?;
+    let (name, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if name.is_empty() || name.contains(['?', '#', '@']) {
+        return Err(malformed());
+    }
+    let mut config = opendal_config(scheme);
+    check_opendal_credentials(scheme, &config)?;
+    config.push(("root".into(), format!("/{prefix}")));
+    let op = opendal_operator(scheme, name, config)?;
+    let mut builder = fence_opendal::OpendalStore::builder(op);
+    if let Some(ttl) = lease_ttl {
+        builder = builder.with_lease_ttl(ttl);
+    }
+    let store = builder.build()?;
+    Ok(OpenedStore {
+        store: Arc::new(store),
+        url: url.to_owned(),
+        root: None,
+    })
+}
+
+#[cfg(not(feature = "opendal"))]
+fn open_opendal(_url: &str, _lease_ttl: Option<Duration>) -> Result<OpenedStore, Failure> {
+    Err(Failure::usage(
+        "opendal+ stores are not built into this fence binary (rebuild with the `opendal` feature)",
+    ))
+}
+
+/// The `OPENDAL_<SCHEME>_<KEY>` variables as OpenDAL config pairs (`key` lower-cased); the
+/// URL names the bucket (container) and the root.
+#[cfg(feature = "opendal")]
+fn opendal_config(scheme: &str) -> Vec<(String, String)> {
+    let prefix = format!("OPENDAL_{}_", scheme.to_ascii_uppercase());
+    std::env::vars()
+        .filter_map(|(k, v)| Some((k.strip_prefix(&prefix)?.to_ascii_lowercase(), v)))
+        .filter(|(k, _)| !matches!(k.as_str(), "root" | "bucket" | "container"))
+        .collect()
+}
+
+/// Without explicit credentials OpenDAL's builders fall back to a cloud metadata service
+/// (EC2 IMDS, the GCE metadata server, Azure's managed identity), which serves only that
+/// cloud: refused up front for a custom endpoint, with what to set.
+#[cfg(feature = "opendal")]
+fn check_opendal_credentials(scheme: &str, config: &[(String, String)]) -> Result<(), Failure> {
+    let has = |k: &str| config.iter().any(|(key, v)| key == k && !v.is_empty());
+    let env = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty());
+    let unsigned = config
+        .iter()
+        .any(|(k, v)| k == "skip_signature" && (v == "true" || v == "1"));
+    let (custom_endpoint, credentials, what) = match scheme {
+        "s3" => (
+            has("endpoint") || env("AWS_ENDPOINT_URL") || env("AWS_ENDPOINT"),
+            has("access_key_id") || env("AWS_ACCESS_KEY_ID") || env("AWS_WEB_IDENTITY_TOKEN_FILE"),
+            "OPENDAL_S3_ACCESS_KEY_ID and OPENDAL_S3_SECRET_ACCESS_KEY (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)",
+        ),
+        "gcs" => (
+            has("endpoint"),
+            has("credential") || has("credential_path") || has("token"),
+            "OPENDAL_GCS_CREDENTIAL_PATH (or OPENDAL_GCS_TOKEN)",
+        ),
+        _ => (
+            true,
+            has("account_key") || has("sas_token"),
+            "OPENDAL_AZBLOB_ACCOUNT_NAME and OPENDAL_AZBLOB_ACCOUNT_KEY (or OPENDAL_AZBLOB_SAS_TOKEN)",
+        ),
+    };
+    if custom_endpoint && !credentials && !unsigned {
+        return Err(Failure::usage(format!(
+            "opendal+{scheme}:// needs explicit credentials here: set {what}, or \
+             OPENDAL_{}_SKIP_SIGNATURE=true for a store that checks none",
+            scheme.to_ascii_uppercase()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(feature = "opendal")]
+fn opendal_operator(
+    scheme: &str,
+    name: &str,
+    config: Vec<(String, String)>,
+) -> Result<opendal::Operator, Failure> {
+    use opendal::services::{Azblob, Gcs, S3};
+    use opendal::Operator;
+    let named = |key: &str, mut config: Vec<(String, String)>| {
+        config.push((key.to_string(), name.to_string()));
+        config
+    };
+    let op = match scheme {
+        "s3" => Operator::from_iter::<S3>(named("bucket", config)),
+        "gcs" => Operator::from_iter::<Gcs>(named("bucket", config)),
+        "azblob" => Operator::from_iter::<Azblob>(named("container", config)),
+        other => {
+            return Err(Failure::usage(format!(
+                "OpenDAL service {} is not a fence store in this binary: opendal+s3, \
+                 opendal+azblob and opendal+gcs are (services without compare-and-swap, such \
+                 as fs, memory, oss, cos, webdav, cannot fence anything)",
+                shown(other)
+            )))
+        }
+    };
+    op.map_err(|e| {
+        Failure::usage(format!(
+            "OpenDAL refused the opendal+{scheme}:// configuration ({}): {}",
+            e.kind(),
+            shown(e.message())
+        ))
+    })
 }
 
 /// Opens the demo's store: the given URL, or local files in a fresh directory
