@@ -390,7 +390,7 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
             if let Some(addr) = metrics {
                 serve_metrics(addr)?;
             }
-            let store = stores::open(&store, Some(ttl))?;
+            let store = stores::open_shared(&store, Some(ttl))?;
             run::run(run::RunOptions {
                 store,
                 lease,
@@ -416,7 +416,7 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
             value,
         } => {
             names::check_lease(&lease)?;
-            let store = stores::open(&store, None)?;
+            let store = stores::open_shared(&store, None)?;
             let value = read_value(file.as_deref(), value)?;
             let node = node.unwrap_or_else(|| format!("put-{}", std::process::id()));
             kv::put(&store.store, &node, &lease, epoch, &key, &value).await?;
@@ -424,7 +424,7 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
         }
         Cmd::Get { store, lease, key } => {
             names::check_lease(&lease)?;
-            let store = stores::open(&store, None)?;
+            let store = stores::open_shared(&store, None)?;
             let value = kv::get(&store.store, &lease, &key)
                 .await
                 .map_err(|f| match f.code {
@@ -505,7 +505,7 @@ async fn show_status(
     if let Some(name) = name {
         names::check_lease(name)?;
     }
-    let store = stores::open(url, None)?;
+    let store = stores::open_shared(url, None)?;
     let status = status::read(&store.store, &store.url, name).await?;
     if json {
         outln!("{}", terminal::json(&status));

@@ -22,6 +22,24 @@ pub struct OpenedStore {
     pub root: Option<PathBuf>,
 }
 
+/// Opens the store named by `url` for a command that shares it with other processes (`run`,
+/// `put`, `get`, `status`): as [`open`], but `memory://`, which lives and dies inside one
+/// process, is refused (exit 2): a lease there would exclude nothing.
+///
+/// ```
+/// assert_eq!(fence_cli::stores::open_shared("memory://", None).unwrap_err().code, 2);
+/// ```
+pub fn open_shared(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Failure> {
+    if url == "memory://" {
+        return Err(Failure::usage(
+            "memory:// lives inside one process, so a lease there excludes nothing across \
+             processes (only probe and demo take it): use file:///path on one machine, or an \
+             object store",
+        ));
+    }
+    open(url, lease_ttl)
+}
+
 /// Removes `dir` if nothing but fence-fs's own `.fence` folder (lock and temp files of
 /// objects that are gone) is left in it. Only for directories this process wrote alone.
 fn remove_if_empty(dir: &Path) -> std::io::Result<()> {

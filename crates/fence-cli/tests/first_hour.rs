@@ -117,3 +117,68 @@ fn hostname() -> String {
         .take(64)
         .collect()
 }
+
+/// The entries of the store directory besides fence-fs's own `.fence`.
+fn written(store: &Store) -> Vec<String> {
+    std::fs::read_dir(store.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != ".fence")
+        .collect()
+}
+
+/// `--lease .fence` used to write the node lease `run..fence` and only then fail on the cell.
+#[test]
+fn a_lease_name_some_store_cannot_hold_is_refused_before_anything_is_written() {
+    let store = Store::new();
+    for name in [".fence", "backup.fence"] {
+        usage_line(&output(&run_args(&store, name, &["--", "true"])));
+        assert_eq!(written(&store), Vec::<String>::new(), "{name}");
+    }
+}
+
+/// NFC and NFD spellings of one name would be two locks that look alike: the NFD one is
+/// refused, saying the NFC spelling.
+#[test]
+fn a_decomposed_lease_name_is_refused_and_its_composed_spelling_works() {
+    let store = Store::new();
+    let nfd = "cafe\u{301}";
+    let line = usage_line(&output(&run_args(&store, nfd, &["--", "true"])));
+    assert!(line.contains("caf\u{e9}"), "says the NFC spelling: {line}");
+    assert_eq!(written(&store), Vec::<String>::new());
+    let nfc = output(&run_args(&store, "caf\u{e9}", &["--", "true"]));
+    assert_eq!(nfc.status.code(), Some(0), "{}", stderr(&nfc));
+}
+
+/// `memory://` is one process's store: `fence run` on it would exclude nothing.
+#[test]
+fn run_refuses_a_memory_store_without_running_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let touch = format!("touch {}", marker.display());
+    let out = output(&[
+        "run",
+        "--store",
+        "memory://",
+        "--lease",
+        "m",
+        "--",
+        "sh",
+        "-c",
+        &touch,
+    ]);
+    usage_line(&out);
+    assert!(!marker.exists(), "the command ran");
+    for args in [
+        vec!["status", "--store", "memory://"],
+        vec!["get", "--store", "memory://", "--lease", "m", "k"],
+    ] {
+        usage_line(&output(&args));
+    }
+    assert_eq!(
+        output(&["probe", "memory://", "--rounds", "1"])
+            .status
+            .code(),
+        Some(0)
+    );
+}

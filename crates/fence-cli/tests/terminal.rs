@@ -136,6 +136,10 @@ fn get_escapes_a_value_for_a_terminal_and_not_for_a_pipe() {
     }
     // The terminal turns each line break into CR LF (its ONLCR mode).
     let shown = String::from_utf8_lossy(&shown).replace("\r\n", "\n");
-    assert_eq!(raw_controls(shown.as_bytes()), Vec::<char>::new(), "{shown:?}");
+    assert_eq!(
+        raw_controls(shown.as_bytes()),
+        Vec::<char>::new(),
+        "{shown:?}"
+    );
     assert!(shown.contains(r"\u001b]0;x"), "{shown:?}");
 }
