@@ -189,6 +189,7 @@ impl AzureStoreBuilder {
         }
         let container = self.container_name()?;
         let names = ObjectNames::new(self.prefix.as_deref())?;
+        self.check_account()?;
         let base = self.resolved().with_container_name(&container);
         let timeouts = self.cas_timeouts();
         let cas = build_client(cas_client(base.clone(), timeouts), &container)?;
@@ -251,6 +252,28 @@ impl AzureStoreBuilder {
             || get(AzureConfigKey::ClientId).is_some()
             || flag(AzureConfigKey::UseAzureCli);
         get(AzureConfigKey::SasKey).is_none() || other_credential
+    }
+
+    /// An account, or the emulator: object_store would say only "Account must be specified".
+    fn check_account(&self) -> Result<(), Error> {
+        let get = |key| self.azure.get_config_value(&key).filter(|v| !v.is_empty());
+        let emulator = self.emulator.is_some()
+            || get(AzureConfigKey::UseEmulator).is_some_and(|v| {
+                matches!(
+                    v.to_ascii_lowercase().as_str(),
+                    "true" | "1" | "yes" | "on" | "y"
+                )
+            });
+        if emulator || get(AzureConfigKey::AccountName).is_some() {
+            return Ok(());
+        }
+        Err(invalid(
+            "no Azure storage account: set AZURE_STORAGE_ACCOUNT_NAME and one credential \
+             (AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_KEY, AZURE_STORAGE_TOKEN, or \
+             AZURE_CLIENT_ID with AZURE_CLIENT_SECRET and AZURE_TENANT_ID), or \
+             AZURE_STORAGE_USE_EMULATOR=true for Azurite (in code: with_account, with_emulator)"
+                .to_owned(),
+        ))
     }
 
     fn container_name(&self) -> Result<String, Error> {
@@ -386,6 +409,20 @@ impl fmt::Debug for AzureStoreBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_account_is_invalid_input_naming_the_variables() {
+        let e = AzureStoreBuilder::new()
+            .with_container("fence-test")
+            .build()
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("AZURE_STORAGE_ACCOUNT_NAME"), "{e}");
+        let emulator = AzureStoreBuilder::new()
+            .with_container("fence-test")
+            .with_emulator("http://127.0.0.1:10000");
+        assert!(emulator.build().is_ok());
+    }
 
     #[test]
     fn container_names_follow_azure_rules() {

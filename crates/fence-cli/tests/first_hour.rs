@@ -182,3 +182,133 @@ fn run_refuses_a_memory_store_without_running_the_command() {
         Some(0)
     );
 }
+
+/// `fence ARGS` with no AWS or Azure variable but those given, and HOME elsewhere.
+fn clean_env(args: &[&str], vars: &[(&str, &str)]) -> Output {
+    let mut cmd = fence(args);
+    for (k, _) in std::env::vars_os().filter(|(k, _)| {
+        let k = k.to_string_lossy();
+        k.starts_with("AWS_") || k.starts_with("AZURE") || k == "HOME"
+    }) {
+        cmd.env_remove(k);
+    }
+    cmd.envs(vars.iter().copied()).output().unwrap()
+}
+
+/// With no credential source, the instance metadata service is the last one tried, at the
+/// configured endpoint (a canned server here, never 169.254.169.254); when it gives none, the
+/// error names every source tried instead of "access denied".
+#[cfg(feature = "s3")]
+#[test]
+fn s3_without_credentials_names_the_sources_tried_and_asks_only_the_configured_imds() {
+    let imds = common::Canned::answering("404 Not Found", "");
+    let status = ["status", "--store", "s3://bucket/p"];
+    let out = clean_env(&status, &[("AWS_METADATA_ENDPOINT", imds.url.as_str())]);
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    let line = stderr(&out);
+    assert_eq!(line.lines().count(), 1, "{line}");
+    for source in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "~/.aws",
+        &imds.url,
+    ] {
+        assert!(line.contains(source), "{source} not named: {line}");
+    }
+    let asked = imds.requests();
+    assert!(
+        !asked.is_empty(),
+        "the configured metadata endpoint was asked"
+    );
+    assert!(asked
+        .iter()
+        .all(|r| r.contains("/latest/api/token") || r.contains("/latest/meta-data")));
+
+    // IMDS turned off (the AWS SDKs' switch): a usage error before any I/O.
+    let off = clean_env(
+        &status,
+        &[
+            ("AWS_METADATA_ENDPOINT", imds.url.as_str()),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ],
+    );
+    let line = usage_line(&off);
+    assert!(line.contains("AWS_ACCESS_KEY_ID") && line.contains("AWS_EC2_METADATA_DISABLED"));
+    assert_eq!(imds.requests().len(), asked.len(), "asked although off");
+}
+
+type Vars<'a> = Vec<(&'a str, &'a str)>;
+
+/// Errors about the configuration are usage errors that say what to fix, before any request
+/// (to the endpoint or to a metadata service).
+#[cfg(feature = "s3")]
+#[test]
+fn s3_configuration_mistakes_are_usage_errors_before_any_request() {
+    let server = common::Canned::answering("200 OK", "");
+    let endpoint = server.url.as_str();
+    let cases: [(&str, Vars, &str); 3] = [
+        (
+            "s3://bucket with space/x",
+            vec![("AWS_ACCESS_KEY_ID", "k"), ("AWS_SECRET_ACCESS_KEY", "s")],
+            "bucket names",
+        ),
+        (
+            "s3://bucket/x",
+            vec![
+                ("AWS_ENDPOINT", endpoint),
+                ("AWS_ACCESS_KEY_ID", "k"),
+                ("AWS_SECRET_ACCESS_KEY", "s"),
+            ],
+            "AWS_ALLOW_HTTP=true",
+        ),
+        (
+            "s3://bucket/x",
+            vec![("AWS_ENDPOINT", endpoint), ("AWS_ALLOW_HTTP", "true")],
+            "AWS_ACCESS_KEY_ID",
+        ),
+    ];
+    for (url, mut vars, says) in cases {
+        vars.push(("AWS_METADATA_ENDPOINT", endpoint));
+        let line = usage_line(&clean_env(&["status", "--store", url], &vars));
+        assert!(line.contains(says), "{url} {vars:?}: {line}");
+    }
+    assert_eq!(
+        server.requests(),
+        Vec::<String>::new(),
+        "a request was sent"
+    );
+}
+
+#[cfg(feature = "azure")]
+#[test]
+fn az_without_an_account_names_the_variables_to_set() {
+    let line = usage_line(&clean_env(&["status", "--store", "az://container/p"], &[]));
+    assert!(line.contains("AZURE_STORAGE_ACCOUNT_NAME"), "{line}");
+    assert!(line.contains("AZURE_STORAGE_USE_EMULATOR"), "{line}");
+}
+
+/// A store's error answer is its status, code and message, not the client's internals cut
+/// in the middle of the XML.
+#[cfg(feature = "s3")]
+#[test]
+fn a_store_error_shows_code_and_message_without_xml() {
+    let body = "<Error><Code>SignatureDoesNotMatch</Code><Message>The request signature we \
+        calculated does not match the signature you provided. Check your key and signing \
+        method. This message is long enough that a cut after 300 characters of the client's \
+        error text would land in the middle of it, as it did before.</Message></Error>";
+    let server = common::Canned::answering("403 Forbidden", body);
+    let out = clean_env(
+        &["status", "--store", "s3://bucket/p"],
+        &[
+            ("AWS_ENDPOINT", server.url.as_str()),
+            ("AWS_ALLOW_HTTP", "true"),
+            ("AWS_ACCESS_KEY_ID", "k"),
+            ("AWS_SECRET_ACCESS_KEY", "s"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    let line = stderr(&out);
+    assert!(!line.contains('<'), "markup: {line}");
+    assert!(line.contains("SignatureDoesNotMatch"), "{line}");
+    assert!(line.trim_end().ends_with("as it did before."), "{line}");
+}
