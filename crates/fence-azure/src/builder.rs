@@ -152,7 +152,7 @@ impl AzureStoreBuilder {
     }
 
     /// Any other object_store Azure option (credentials, proxy, …), as in its
-    /// [`AzureConfigKey`].
+    /// [`AzureConfigKey`](https://docs.rs/object_store/0.14/object_store/azure/enum.AzureConfigKey.html).
     pub fn with_config(mut self, key: AzureConfigKey, value: impl Into<String>) -> Self {
         self.azure = self.azure.with_config(key, value);
         self

@@ -190,7 +190,7 @@ pub(crate) fn with_causes(
 
 /// A cause as an operator reads it: an HTTP error answer as its status, error code and message
 /// (`HTTP 403 Forbidden: SignatureDoesNotMatch: The request signature …`), a transport failure
-/// as what failed, without the client's request line and timing; at most [`CAUSE_CHARS`]
+/// as what failed, without the client's request line and timing; at most 300
 /// characters, cut at a character boundary and marked `…`.
 ///
 /// ```
