@@ -190,27 +190,34 @@ pub(crate) fn with_causes(
 
 /// A cause as an operator reads it: an HTTP error answer as its status, error code and message
 /// (`HTTP 403 Forbidden: SignatureDoesNotMatch: The request signature …`), a transport failure
-/// as what failed, without the client's request line and timing; at most 300
-/// characters, cut at a character boundary and marked `…`.
+/// as the server asked (scheme, host and port) and what failed, without the client's request
+/// line and timing; at most 300 characters, cut at a character boundary and marked `…`.
 ///
 /// ```
 /// use fence_cli::exit::plain_cause;
-/// let text = "Generic S3 error: Error performing GET http://h/b?list-type=2 in 10ms - Server ///     returned non-2xx status code: 403 Forbidden: <Error><Code>SignatureDoesNotMatch</Code>\
+/// let text = "Generic S3 error: Error performing GET http://h/b?list-type=2 in 10ms - Server \
+///     returned non-2xx status code: 403 Forbidden: <Error><Code>SignatureDoesNotMatch</Code>\
 ///     <Message>The request signature &amp; more</Message></Error>";
-/// assert_eq!(plain_cause(text), "HTTP 403 Forbidden: SignatureDoesNotMatch: The request signature & more");
-/// let text = "Generic S3 error: Error performing GET http://h/b in 51µs - HTTP error: error sending request";
-/// assert_eq!(plain_cause(text), "HTTP error: error sending request");
+/// assert_eq!(
+///     plain_cause(text),
+///     "HTTP 403 Forbidden: SignatureDoesNotMatch: The request signature & more"
+/// );
+/// let text = "Generic S3 error: Error performing GET http://127.0.0.1:9/b?x=1 in 51µs - HTTP \
+///     error: error sending request";
+/// assert_eq!(plain_cause(text), "http://127.0.0.1:9: HTTP error: error sending request");
 /// ```
 pub fn plain_cause(text: &str) -> String {
     const STATUS: &str = "Server returned non-2xx status code: ";
     let plain = if let Some(at) = text.find(STATUS) {
         http_answer(&text[at + STATUS.len()..])
-    } else if let Some(rest) = text
+    } else if let Some((request, failure)) = text
         .find("Error performing ")
         .and_then(|at| text[at..].split_once(" - "))
-        .map(|(_, rest)| rest)
     {
-        rest.to_owned()
+        match origin(request) {
+            Some(server) => format!("{server}: {failure}"),
+            None => failure.to_owned(),
+        }
     } else {
         text.to_owned()
     };
@@ -219,6 +226,14 @@ pub fn plain_cause(text: &str) -> String {
     }
     let cut: String = plain.chars().take(CAUSE_CHARS).collect();
     format!("{cut}…")
+}
+
+/// `scheme://host[:port]` of the URL in `Error performing GET <url> in …`, if there is one.
+fn origin(request: &str) -> Option<&str> {
+    let url = request.split_whitespace().find(|w| w.contains("://"))?;
+    let (scheme, rest) = url.split_once("://")?;
+    let host = rest.split(['/', '?']).next()?;
+    Some(&url[..scheme.len() + 3 + host.len()])
 }
 
 /// `403 Forbidden: <Error><Code>C</Code><Message>M</Message></Error>` → `HTTP 403 Forbidden:

@@ -49,7 +49,7 @@ enum Cmd {
         after_help = "Example:\n  fence run --store file:///tmp/locks --lease nightly --ttl 10s --timeout 5m -- sh -c 'echo epoch $FENCE_EPOCH; ./job.sh'\n  fence run --store file:///tmp/locks --lease maintenance &   # hold it; kill %1 to let go"
     )]
     Run {
-        /// Store URL: file:///path, s3://bucket/prefix, gs://bucket/prefix (or memory://).
+        /// Store URL: file:///path, s3://bucket/prefix, gs://bucket/prefix, az://container/prefix.
         #[arg(long, env = "FENCE_STORE")]
         store: String,
         /// The lease (cell) name.

@@ -19,9 +19,9 @@
 //! ```
 //!
 //! `holder` is `null` for a released cell; `holder_addr` is the address its holder's node
-//! lease advertises (`null` without a lease record); `live` says whether the holder's node lease is
-//! unexpired by this machine's clock; `data` is `null` before the first claim and `keys` is
-//! `null` when the data is not a fence key map. `bad` lists the records that could not be read
+//! lease advertises (`null` without a lease record); `live` says whether the holder's node
+//! lease is unexpired by this machine's clock; `data` is `null` before the first claim and
+//! `keys` is `null` when the data is not a fence key map. `bad` lists the records that could not be read
 //! (corrupt, a directory or a symlink where a record belongs, unreadable), each with its
 //! `key` and `error`; every other record is still listed, and `fence status` exits 69.
 
@@ -340,7 +340,7 @@ pub fn table(status: &Status, rows: Rows) -> String {
         );
     }
     out += &bad_section(status);
-    out += &hidden_line(status, &cells, &leases, rows);
+    out += &hidden_line(status, cells.len(), rows);
     out
 }
 
@@ -363,7 +363,7 @@ fn cell_fields(status: &Status, c: &CellRow) -> Vec<String> {
         c.name.clone(),
         c.epoch.to_string(),
         c.holder.clone().unwrap_or_else(|| "(released)".into()),
-        lease.map_or("-".into(), |l| or_dash(&l.addr)),
+        or_dash(c.holder_addr.as_deref().unwrap_or_default()),
         exp,
         keys,
     ]
@@ -402,22 +402,22 @@ fn bad_section(status: &Status) -> String {
     out
 }
 
-/// "N released cells and M released node leases not shown (fence status --all)".
-fn hidden_line(status: &Status, cells: &[&CellRow], leases: &[&LeaseRow], rows: Rows) -> String {
+/// "N released cell(s) and M released node lease(s) not shown (fence status --all)".
+fn hidden_line(status: &Status, shown_cells: usize, rows: Rows) -> String {
     if rows == Rows::All {
         return String::new();
     }
-    let hidden_cells = status.cells.len() - cells.len();
+    let hidden_cells = status.cells.len() - shown_cells;
+    let holds_a_cell = |l: &LeaseRow| {
+        status
+            .cells
+            .iter()
+            .any(|c| c.holder.as_ref() == Some(&l.node))
+    };
     let hidden_leases = status
         .leases
         .iter()
-        .filter(|l| l.released && !leases.iter().any(|s| s.node == l.node))
-        .filter(|l| {
-            !status
-                .cells
-                .iter()
-                .any(|c| c.holder.as_deref() == Some(&l.node))
-        })
+        .filter(|l| l.released && !holds_a_cell(l))
         .count();
     if hidden_cells + hidden_leases == 0 {
         return String::new();
