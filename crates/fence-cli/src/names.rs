@@ -3,8 +3,9 @@
 //! A lease name is checked before anything is sent, so a name that some store cannot hold
 //! never leaves half a lock behind (the node lease written, the cell refused):
 //!
-//! - one path segment of 1 to [`MAX_LEASE_BYTES`] bytes: no `/`, `\` or control characters,
-//!   not `.` or `..`;
+//! - one path segment of 1 to [`MAX_LEASE_BYTES`] bytes: no `/`, `\`, control characters or
+//!   invisible formatting characters (bidi controls, zero-width spaces: a name that prints
+//!   like another would be another lock that looks the same), not `.` or `..`;
 //! - valid on every store fence ships: its keys (`nodes/run.NAME.json`,
 //!   `cells/NAME/own.json`) are valid keys, also for local files, which reserve segments
 //!   ending in `.fence`;
@@ -30,6 +31,7 @@ pub const MAX_LEASE_BYTES: usize = 196;
 /// assert!(check_lease("nightly-backup").is_ok());
 /// assert!(check_lease("caf\u{e9}").is_ok());
 /// assert_eq!(check_lease("cafe\u{301}").unwrap_err().code, 2); // NFD
+/// assert_eq!(check_lease("night\u{200b}ly").unwrap_err().code, 2); // a zero-width space
 /// assert_eq!(check_lease("a/b").unwrap_err().code, 2);
 /// assert_eq!(check_lease(".fence").unwrap_err().code, 2);
 /// assert_eq!(check_lease(&"x".repeat(300)).unwrap_err().code, 2);
@@ -41,11 +43,12 @@ pub fn check_lease(name: &str) -> Result<(), Failure> {
         || name == ".."
         || name
             .chars()
-            .any(|c| c == '/' || c == '\\' || c.is_control());
+            .any(|c| c == '/' || c == '\\' || crate::terminal::is_unsafe(c));
     if bad {
         return Err(Failure::usage(format!(
-            "lease name {}: must be 1 to {MAX_LEASE_BYTES} bytes without '/', '\\' or control \
-             characters, and not \".\" or \"..\"",
+            "lease name {}: must be 1 to {MAX_LEASE_BYTES} bytes without '/', '\\', control \
+             or invisible formatting characters (bidi controls, zero-width spaces), and not \
+             \".\" or \"..\"",
             shown(name)
         )));
     }

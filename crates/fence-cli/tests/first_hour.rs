@@ -138,13 +138,17 @@ fn a_lease_name_some_store_cannot_hold_is_refused_before_anything_is_written() {
 }
 
 /// NFC and NFD spellings of one name would be two locks that look alike: the NFD one is
-/// refused, saying the NFC spelling.
+/// refused, saying the NFC spelling; so are names with invisible characters.
 #[test]
 fn a_decomposed_lease_name_is_refused_and_its_composed_spelling_works() {
     let store = Store::new();
     let nfd = "cafe\u{301}";
     let line = usage_line(&output(&run_args(&store, nfd, &["--", "true"])));
     assert!(line.contains("caf\u{e9}"), "says the NFC spelling: {line}");
+    assert_eq!(written(&store), Vec::<String>::new());
+    for lookalike in ["night\u{200b}ly", "a\u{202e}b"] {
+        usage_line(&output(&run_args(&store, lookalike, &["--", "true"])));
+    }
     assert_eq!(written(&store), Vec::<String>::new());
     let nfc = output(&run_args(&store, "caf\u{e9}", &["--", "true"]));
     assert_eq!(nfc.status.code(), Some(0), "{}", stderr(&nfc));
