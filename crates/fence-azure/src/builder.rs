@@ -1,6 +1,7 @@
 //! [`AzureStoreBuilder`]: configuration of an [`AzureStore`], in object_store's builder style.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::{Error, ErrorKind};
@@ -9,6 +10,7 @@ use object_store::azure::{AzureConfigKey, MicrosoftAzure, MicrosoftAzureBuilder}
 use object_store::client::HttpClient;
 use object_store::{BackoffConfig, ClientConfigKey, ClientOptions, RetryConfig};
 
+use crate::credentials::{managed_identity_endpoint, ManagedIdentity};
 use crate::observe::{fence_http_client, Exchange, ObservingConnector};
 use crate::store::{AzureStore, Clients};
 use fence_wire::client::Timeouts;
@@ -190,7 +192,7 @@ impl AzureStoreBuilder {
         let container = self.container_name()?;
         let names = ObjectNames::new(self.prefix.as_deref())?;
         self.check_account()?;
-        let base = self.resolved().with_container_name(&container);
+        let base = self.credentials(self.resolved().with_container_name(&container), &container)?;
         let timeouts = self.cas_timeouts();
         let cas = build_client(cas_client(base.clone(), timeouts), &container)?;
         let untagged = Exchange::default();
@@ -252,6 +254,23 @@ impl AzureStoreBuilder {
             || get(AzureConfigKey::ClientId).is_some()
             || flag(AzureConfigKey::UseAzureCli);
         get(AzureConfigKey::SasKey).is_none() || other_credential
+    }
+
+    /// `base` with a managed identity asked on object_store's own client, naming what was
+    /// tried when it gives no token (see [`crate::credentials`]); unchanged when another
+    /// credential (or the emulator) is configured.
+    fn credentials(
+        &self,
+        base: MicrosoftAzureBuilder,
+        container: &str,
+    ) -> Result<MicrosoftAzureBuilder, Error> {
+        let endpoint = match managed_identity_endpoint(&base) {
+            Some(endpoint) if self.emulator.is_none() => endpoint,
+            _ => return Ok(base),
+        };
+        let provider =
+            ManagedIdentity::new(&base, endpoint).map_err(|e| configuration_error(e, container))?;
+        Ok(base.with_credentials(Arc::new(provider)))
     }
 
     /// An account, or the emulator: object_store would say only "Account must be specified".

@@ -201,7 +201,7 @@ fn is_aws(endpoint: &str) -> bool {
 
 /// The failure for an error caused by missing credentials, if `e` was: it names every source
 /// tried and what to set (exit 2 when there was none to try, 69 when a service asked for
-/// them gave none).
+/// them, the instance metadata or managed identity endpoint, gave none).
 pub fn credential_failure(e: &fence_core::Error) -> Option<Failure> {
     #[cfg(feature = "s3")]
     {
@@ -220,6 +220,21 @@ pub fn credential_failure(e: &fence_core::Error) -> Option<Failure> {
                 };
                 let line = with_causes(missing.to_string(), std::error::Error::source(missing));
                 return Some(Failure::new(code, format!("{line}{advice}")));
+            }
+            cause = c.source();
+        }
+    }
+    #[cfg(feature = "azure")]
+    {
+        use crate::exit::with_causes;
+        let mut cause = std::error::Error::source(e);
+        while let Some(c) = cause {
+            if let Some(missing) = c.downcast_ref::<fence_azure::CredentialsUnavailable>() {
+                let line = with_causes(missing.to_string(), std::error::Error::source(missing));
+                return Some(Failure::new(
+                    STORE,
+                    format!("{line}; set AZURE_STORAGE_ACCOUNT_KEY (or another credential above)"),
+                ));
             }
             cause = c.source();
         }

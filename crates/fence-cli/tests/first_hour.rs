@@ -316,3 +316,31 @@ fn a_store_error_shows_code_and_message_without_xml() {
     assert!(line.contains("SignatureDoesNotMatch"), "{line}");
     assert!(line.trim_end().ends_with("as it did before."), "{line}");
 }
+
+/// An account without a credential: the managed identity endpoint is asked (the configured
+/// one, a canned server here) and, when it gives no token, the error says what was tried
+/// instead of "permission denied" by the container; the store itself is never asked.
+#[cfg(feature = "azure")]
+#[test]
+fn az_without_a_credential_names_what_was_tried() {
+    let msi = common::Canned::answering("400 Bad Request", "");
+    let blob = common::Canned::answering("200 OK", "");
+    let out = clean_env(
+        &["status", "--store", "az://container/p"],
+        &[
+            ("AZURE_STORAGE_ACCOUNT_NAME", "acct"),
+            ("AZURE_ENDPOINT", blob.url.as_str()),
+            ("AZURE_ALLOW_HTTP", "true"),
+            ("AZURE_MSI_ENDPOINT", msi.url.as_str()),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    let line = stderr(&out);
+    assert!(line.contains("AZURE_STORAGE_ACCOUNT_KEY"), "{line}");
+    assert!(line.contains(&msi.url), "{line}");
+    assert!(
+        !msi.requests().is_empty(),
+        "the configured endpoint was asked"
+    );
+    assert_eq!(blob.requests(), Vec::<String>::new(), "the store was asked");
+}
