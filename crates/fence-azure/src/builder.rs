@@ -1,6 +1,7 @@
 //! [`AzureStoreBuilder`]: configuration of an [`AzureStore`], in object_store's builder style.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::{Error, ErrorKind};
@@ -9,6 +10,7 @@ use object_store::azure::{AzureConfigKey, MicrosoftAzure, MicrosoftAzureBuilder}
 use object_store::client::HttpClient;
 use object_store::{BackoffConfig, ClientConfigKey, ClientOptions, RetryConfig};
 
+use crate::credentials::{managed_identity_endpoint, ManagedIdentity};
 use crate::observe::{fence_http_client, Exchange, ObservingConnector};
 use crate::store::{AzureStore, Clients};
 use fence_wire::client::Timeouts;
@@ -152,7 +154,7 @@ impl AzureStoreBuilder {
     }
 
     /// Any other object_store Azure option (credentials, proxy, …), as in its
-    /// [`AzureConfigKey`].
+    /// [`AzureConfigKey`](https://docs.rs/object_store/0.14/object_store/azure/enum.AzureConfigKey.html).
     pub fn with_config(mut self, key: AzureConfigKey, value: impl Into<String>) -> Self {
         self.azure = self.azure.with_config(key, value);
         self
@@ -189,7 +191,8 @@ impl AzureStoreBuilder {
         }
         let container = self.container_name()?;
         let names = ObjectNames::new(self.prefix.as_deref())?;
-        let base = self.resolved().with_container_name(&container);
+        self.check_account()?;
+        let base = self.credentials(self.resolved().with_container_name(&container), &container)?;
         let timeouts = self.cas_timeouts();
         let cas = build_client(cas_client(base.clone(), timeouts), &container)?;
         let untagged = Exchange::default();
@@ -251,6 +254,45 @@ impl AzureStoreBuilder {
             || get(AzureConfigKey::ClientId).is_some()
             || flag(AzureConfigKey::UseAzureCli);
         get(AzureConfigKey::SasKey).is_none() || other_credential
+    }
+
+    /// `base` with a managed identity asked on object_store's own client, naming what was
+    /// tried when it gives no token (see [`crate::credentials`]); unchanged when another
+    /// credential (or the emulator) is configured.
+    fn credentials(
+        &self,
+        base: MicrosoftAzureBuilder,
+        container: &str,
+    ) -> Result<MicrosoftAzureBuilder, Error> {
+        let endpoint = match managed_identity_endpoint(&base) {
+            Some(endpoint) if self.emulator.is_none() => endpoint,
+            _ => return Ok(base),
+        };
+        let provider =
+            ManagedIdentity::new(&base, endpoint).map_err(|e| configuration_error(e, container))?;
+        Ok(base.with_credentials(Arc::new(provider)))
+    }
+
+    /// An account, or the emulator: object_store would say only "Account must be specified".
+    fn check_account(&self) -> Result<(), Error> {
+        let get = |key| self.azure.get_config_value(&key).filter(|v| !v.is_empty());
+        let emulator = self.emulator.is_some()
+            || get(AzureConfigKey::UseEmulator).is_some_and(|v| {
+                matches!(
+                    v.to_ascii_lowercase().as_str(),
+                    "true" | "1" | "yes" | "on" | "y"
+                )
+            });
+        if emulator || get(AzureConfigKey::AccountName).is_some() {
+            return Ok(());
+        }
+        Err(invalid(
+            "no Azure storage account: set AZURE_STORAGE_ACCOUNT_NAME and one credential \
+             (AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_KEY, AZURE_STORAGE_TOKEN, or \
+             AZURE_CLIENT_ID with AZURE_CLIENT_SECRET and AZURE_TENANT_ID), or \
+             AZURE_STORAGE_USE_EMULATOR=true for Azurite (in code: with_account, with_emulator)"
+                .to_owned(),
+        ))
     }
 
     fn container_name(&self) -> Result<String, Error> {
@@ -386,6 +428,20 @@ impl fmt::Debug for AzureStoreBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_account_is_invalid_input_naming_the_variables() {
+        let e = AzureStoreBuilder::new()
+            .with_container("fence-test")
+            .build()
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("AZURE_STORAGE_ACCOUNT_NAME"), "{e}");
+        let emulator = AzureStoreBuilder::new()
+            .with_container("fence-test")
+            .with_emulator("http://127.0.0.1:10000");
+        assert!(emulator.build().is_ok());
+    }
 
     #[test]
     fn container_names_follow_azure_rules() {

@@ -27,8 +27,10 @@
 
 mod builder;
 mod classify;
+pub mod credentials;
 mod observe;
 mod store;
 
 pub use builder::{AzureStoreBuilder, DEFAULT_LEASE_TTL, EMULATOR_ACCOUNT};
+pub use credentials::CredentialsUnavailable;
 pub use store::AzureStore;

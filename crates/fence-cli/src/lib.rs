@@ -11,7 +11,8 @@
 //! - [`status`]: leases and cells (`fence status`);
 //! - [`probe`]: the contract probe (`fence probe`);
 //! - [`demo`]: the fleet demo (`fence demo`);
-//! - [`stores`]: stores named by URL; [`names`]: lease names; [`exit`]: exit codes.
+//! - [`stores`]: stores named by URL; [`names`]: lease names; [`exit`]: exit codes;
+//!   [`terminal`]: what may reach the operator's terminal.
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -30,6 +31,14 @@ macro_rules! outln {
     }};
 }
 
+/// `eprintln!` through [`terminal::escape`]: one line on stderr that no text from a store or
+/// a server can turn into terminal control.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        eprintln!("{}", $crate::terminal::escape(&format!($($arg)*)));
+    }};
+}
+
 pub mod contain;
 pub mod demo;
 pub mod exit;
@@ -44,4 +53,5 @@ pub mod run;
 pub mod signals;
 pub mod status;
 pub mod stores;
+pub mod terminal;
 pub mod tree;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use fence_cli::exit::{shown, Failure, BUSY, CHECK_FAILED, FENCED, OK, STORE, USAGE};
-use fence_cli::{demo, kv, names, probe, reaper, run, status, stores};
+use fence_cli::{demo, kv, names, probe, reaper, run, status, stores, terminal};
 
 /// `println!` that ignores a closed stdout.
 macro_rules! outln {
@@ -49,7 +49,7 @@ enum Cmd {
         after_help = "Example:\n  fence run --store file:///tmp/locks --lease nightly --ttl 10s --timeout 5m -- sh -c 'echo epoch $FENCE_EPOCH; ./job.sh'\n  fence run --store file:///tmp/locks --lease maintenance &   # hold it; kill %1 to let go"
     )]
     Run {
-        /// Store URL: file:///path, s3://bucket/prefix, gs://bucket/prefix (or memory://).
+        /// Store URL: file:///path, s3://bucket/prefix, gs://bucket/prefix, az://container/prefix.
         #[arg(long, env = "FENCE_STORE")]
         store: String,
         /// The lease (cell) name.
@@ -135,9 +135,10 @@ enum Cmd {
         /// The key.
         key: String,
     },
-    /// Shows node leases and cells: holder, epoch, expiry, version.
+    /// Shows who holds which lease: cells with their holder (node, address), epoch and expiry,
+    /// then node leases holding no cell. Released ones only with --all (or NAME).
     #[command(
-        after_help = "Example:\n  fence status --store file:///tmp/locks\n  fence status --store file:///tmp/locks nightly --json"
+        after_help = "Example:\n  fence status --store file:///tmp/locks\n  fence status --store file:///tmp/locks --all\n  fence status --store file:///tmp/locks nightly --json"
     )]
     Status {
         /// Store URL.
@@ -145,9 +146,12 @@ enum Cmd {
         store: String,
         /// Only this lease (cell).
         name: Option<String>,
-        /// Stable JSON instead of a table (shape: docs/cli.md).
+        /// Stable JSON instead of a table (shape: docs/cli.md); always every record.
         #[arg(long)]
         json: bool,
+        /// Also released cells and node leases (the table hides them by default).
+        #[arg(long)]
+        all: bool,
     },
     /// Checks that a store honours conditional writes: exit 0 only if it is honest, 1 if it
     /// violates the contract, 69 if the probe could not tell.
@@ -238,8 +242,9 @@ impl Cmd {
     }
 }
 
-/// Parses the arguments. A usage error is one line on stderr (clap's own text without its
-/// usage block; a user-supplied value in it is cut short) and exit 2.
+/// Parses the arguments. A usage error is one line on stderr: clap's reason and its tips
+/// ("a similar argument exists: '--ttl'", "to pass 'x' as a value, use '-- x'") without its
+/// usage block, a user-supplied value in it cut short; exit 2.
 fn parse() -> Result<Cli, ExitCode> {
     use clap::error::ErrorKind as Clap;
     match Cli::try_parse() {
@@ -247,15 +252,42 @@ fn parse() -> Result<Cli, ExitCode> {
         Err(e) if matches!(e.kind(), Clap::DisplayHelp | Clap::DisplayVersion) => e.exit(),
         Err(e) if e.kind() == Clap::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
         Err(e) => {
-            let text = e.render().to_string();
-            let reason = text.split("\n\n").next().unwrap_or_default();
-            let reason = reason.trim().trim_start_matches("error:");
-            let line: String = reason.split_whitespace().collect::<Vec<_>>().join(" ");
-            let line: String = line.chars().take(300).collect();
-            eprintln!("fence: {line} (see fence --help)");
+            let mut line = usage_line(&e.render().to_string());
+            if let Some(tip) = command_tip(&e) {
+                line = format!("{line}; {tip}");
+            }
+            eprintln!("fence: {} (see fence --help)", terminal::escape(&line));
             Err(ExitCode::from(USAGE))
         }
     }
+}
+
+/// `fence run --lease x true`: clap sees an unexpected `true` (the command belongs after
+/// `--`) and gives no tip for it.
+fn command_tip(e: &clap::Error) -> Option<&'static str> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind as Clap};
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let run = std::env::args().nth(1).is_some_and(|a| a == "run");
+    (e.kind() == Clap::UnknownArgument && run && !arg.starts_with('-')).then_some(
+        "tip: the command to run goes after `--`: fence run --store URL --lease NAME -- CMD ARGS",
+    )
+}
+
+/// clap's rendered error as one line: its first paragraph (the reason) and every `tip:` line.
+fn usage_line(rendered: &str) -> String {
+    let reason = rendered.split("\n\n").next().unwrap_or_default();
+    let reason = reason.trim().trim_start_matches("error:");
+    let tips = rendered
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("tip:"));
+    let parts: Vec<String> = std::iter::once(reason)
+        .chain(tips)
+        .map(|p| p.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    parts.join("; ").chars().take(400).collect()
 }
 
 fn main() -> ExitCode {
@@ -323,7 +355,7 @@ fn serve(command: Cmd) -> ExitCode {
                 None => f,
             };
             if !f.message.is_empty() {
-                eprintln!("fence {name}: {f}");
+                eprintln!("fence {name}: {}", terminal::escape(&f.message));
             }
             ExitCode::from(f.code)
         }
@@ -373,7 +405,7 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
             if let Some(addr) = metrics {
                 serve_metrics(addr)?;
             }
-            let store = stores::open(&store, Some(ttl))?;
+            let store = stores::open_shared(&store, Some(ttl))?;
             run::run(run::RunOptions {
                 store,
                 lease,
@@ -400,7 +432,7 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
             value,
         } => {
             names::check_lease(&lease)?;
-            let store = stores::open(&store, None)?;
+            let store = stores::open_shared(&store, None)?;
             let value = read_value(file.as_deref(), value)?;
             let node = node.unwrap_or_else(|| format!("put-{}", std::process::id()));
             kv::put(&store.store, &node, &lease, epoch, &key, &value).await?;
@@ -408,7 +440,7 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
         }
         Cmd::Get { store, lease, key } => {
             names::check_lease(&lease)?;
-            let store = stores::open(&store, None)?;
+            let store = stores::open_shared(&store, None)?;
             let value = kv::get(&store.store, &lease, &key)
                 .await
                 .map_err(|f| match f.code {
@@ -421,7 +453,20 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
             write_stdout(&value)?;
             Ok(OK)
         }
-        Cmd::Status { store, name, json } => show_status(&store, name.as_deref(), json).await,
+        Cmd::Status {
+            store,
+            name,
+            json,
+            all,
+        } => {
+            // A named cell is shown whatever its state.
+            let rows = if all || name.is_some() {
+                status::Rows::All
+            } else {
+                status::Rows::Current
+            };
+            show_status(&store, name.as_deref(), json, rows).await
+        }
         Cmd::Probe { url, rounds, json } => run_probe(&url, rounds.into(), json).await,
         Cmd::Demo {
             nodes,
@@ -450,25 +495,41 @@ fn read_value(file: Option<&str>, value: Option<String>) -> Result<Vec<u8>, Fail
     }
 }
 
+/// Writes a value: its bytes unchanged to a file or a pipe, escaped for a terminal
+/// ([`terminal::printable`]) when stdout is one.
 fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
+    use std::io::IsTerminal;
     let mut out = std::io::stdout().lock();
+    let shown;
+    let bytes = if out.is_terminal() {
+        shown = terminal::printable(bytes);
+        shown.as_bytes()
+    } else {
+        bytes
+    };
     out.write_all(bytes)
         .and_then(|()| out.flush())
         .map_err(|e| Failure::new(USAGE, format!("cannot write stdout: {e}")))
 }
 
-async fn show_status(url: &str, name: Option<&str>, json: bool) -> Result<u8, Failure> {
+async fn show_status(
+    url: &str,
+    name: Option<&str>,
+    json: bool,
+    rows: status::Rows,
+) -> Result<u8, Failure> {
     if let Some(name) = name {
         names::check_lease(name)?;
     }
-    let store = stores::open(url, None)?;
+    let store = stores::open_shared(url, None)?;
     let status = status::read(&store.store, &store.url, name).await?;
     if json {
-        let text = serde_json::to_string_pretty(&status)
-            .map_err(|e| Failure::new(CHECK_FAILED, e.to_string()))?;
-        outln!("{text}");
+        outln!("{}", terminal::json(&status));
     } else {
-        outln!("{}", status::table(&status).trim_end());
+        outln!(
+            "{}",
+            terminal::escape_lines(status::table(&status, rows).trim_end())
+        );
     }
     match status.bad.len() {
         0 => Ok(OK),
@@ -488,18 +549,19 @@ async fn run_probe(url: &str, rounds: usize, json: bool) -> Result<u8, Failure> 
         let mut value = serde_json::to_value(probe::ProbeJson::from(&report))
             .map_err(|e| Failure::new(CHECK_FAILED, e.to_string()))?;
         value["left_dirs"] = serde_json::json!(left_dirs);
-        let text = serde_json::to_string_pretty(&value)
-            .map_err(|e| Failure::new(CHECK_FAILED, e.to_string()))?;
-        outln!("{text}");
+        outln!("{}", terminal::json(&value));
     } else {
-        outln!("{report}");
+        outln!("{}", terminal::escape_lines(&report.to_string()));
         for dir in &left_dirs {
-            outln!("  left behind: directory {dir}");
+            outln!("  left behind: directory {}", terminal::escape(dir));
         }
     }
     let code = probe::exit_code(&report.verdict);
     if code != OK {
-        eprintln!("fence probe: {}", report.verdict);
+        eprintln!(
+            "fence probe: {}",
+            terminal::escape(&report.verdict.to_string())
+        );
     }
     Ok(code)
 }

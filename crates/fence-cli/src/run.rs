@@ -82,7 +82,7 @@ impl Held {
     async fn release(self) {
         let cell = self.claim.cell().to_owned();
         if let Err(e) = self.claim.release().await {
-            eprintln!(
+            errln!(
                 "fence run: warning: could not release lease {}: {}",
                 shown(&cell),
                 describe(&e)
@@ -219,7 +219,7 @@ async fn announce(fence: &Fence, opts: &RunOptions, limit: Duration) {
     } else {
         format!(" (at most {})", humantime::format_duration(limit))
     };
-    eprintln!(
+    errln!(
         "fence run: waiting for lease {}{most}: {whom}",
         opts.lease_shown()
     );

@@ -22,6 +22,24 @@ pub struct OpenedStore {
     pub root: Option<PathBuf>,
 }
 
+/// Opens the store named by `url` for a command that shares it with other processes (`run`,
+/// `put`, `get`, `status`): as [`open`], but `memory://`, which lives and dies inside one
+/// process, is refused (exit 2): a lease there would exclude nothing.
+///
+/// ```
+/// assert_eq!(fence_cli::stores::open_shared("memory://", None).unwrap_err().code, 2);
+/// ```
+pub fn open_shared(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Failure> {
+    if url == "memory://" {
+        return Err(Failure::usage(
+            "memory:// lives inside one process, so a lease there excludes nothing across \
+             processes (only probe and demo take it): use file:///path on one machine, or an \
+             object store",
+        ));
+    }
+    open(url, lease_ttl)
+}
+
 /// Removes `dir` if nothing but fence-fs's own `.fence` folder (lock and temp files of
 /// objects that are gone) is left in it. Only for directories this process wrote alone.
 fn remove_if_empty(dir: &Path) -> std::io::Result<()> {
@@ -152,35 +170,86 @@ fn open_dir(path: &Path) -> Result<OpenedStore, Failure> {
     })
 }
 
-/// A custom `AWS_ENDPOINT` (SeaweedFS, MinIO, moto, …) without credentials in the
-/// environment would make object_store ask an EC2 instance metadata service, which serves
-/// only AWS: refuse that up front and say what to set.
+/// Without a credential source, object_store asks the instance metadata service, whose
+/// credentials sign only for AWS: for another endpoint (SeaweedFS, MinIO, moto, …) refuse
+/// that up front, naming the sources and what to set.
 #[cfg(feature = "s3")]
-fn check_s3_credentials() -> Result<(), Failure> {
-    let set = |v: &str| std::env::var_os(v).is_some_and(|x| !x.is_empty());
-    let endpoint = set("AWS_ENDPOINT") || set("AWS_ENDPOINT_URL");
-    let credentials = [
-        "AWS_ACCESS_KEY_ID",
-        "AWS_WEB_IDENTITY_TOKEN_FILE",
-        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-    ]
-    .iter()
-    .any(|v| set(v));
-    let unsigned = std::env::var("AWS_SKIP_SIGNATURE").is_ok_and(|v| v == "true" || v == "1");
-    if endpoint && !credentials && !unsigned {
-        return Err(Failure::usage(
-            "s3:// with a custom AWS_ENDPOINT needs credentials: set AWS_ACCESS_KEY_ID and \
-             AWS_SECRET_ACCESS_KEY (or AWS_SKIP_SIGNATURE=true for a store that checks none)",
-        ));
+fn check_s3_credentials(builder: &fence_s3::S3StoreBuilder) -> Result<(), Failure> {
+    use fence_s3::CredentialSource;
+    let source = builder.credential_source();
+    let CredentialSource::InstanceMetadata { .. } = source else {
+        return Ok(());
+    };
+    let Some(endpoint) = builder.endpoint().filter(|e| !is_aws(e)) else {
+        return Ok(());
+    };
+    Err(Failure::usage(format!(
+        "no AWS credentials for the endpoint {}: none in the environment (AWS_ACCESS_KEY_ID with \
+         AWS_SECRET_ACCESS_KEY, AWS_WEB_IDENTITY_TOKEN_FILE, AWS_CONTAINER_CREDENTIALS_*), and \
+         the instance metadata service is not asked, since its credentials sign only for AWS: \
+         set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_SKIP_SIGNATURE=true for a \
+         store that checks no signatures)",
+        shown(&endpoint)
+    )))
+}
+
+/// Whether `endpoint`'s host is AWS's.
+#[cfg(feature = "s3")]
+fn is_aws(endpoint: &str) -> bool {
+    let rest = endpoint.split_once("://").map_or(endpoint, |(_, r)| r);
+    let host = rest.split(['/', ':']).next().unwrap_or_default();
+    let host = host.to_ascii_lowercase();
+    host.ends_with(".amazonaws.com") || host.ends_with(".amazonaws.com.cn")
+}
+
+/// The failure for an error caused by missing credentials, if `e` was: it names every source
+/// tried and what to set (exit 2 when there was none to try, 69 when a service asked for
+/// them, the instance metadata or managed identity endpoint, gave none).
+pub fn credential_failure(e: &fence_core::Error) -> Option<Failure> {
+    #[cfg(feature = "s3")]
+    {
+        use crate::exit::{with_causes, USAGE};
+        use fence_s3::{CredentialSource, CredentialsUnavailable};
+        let mut cause = std::error::Error::source(e);
+        while let Some(c) = cause {
+            if let Some(missing) = c.downcast_ref::<CredentialsUnavailable>() {
+                let (code, advice) = match missing.source_tried() {
+                    CredentialSource::InstanceMetadata { disabled, .. } => (
+                        if *disabled { USAGE } else { STORE },
+                        "; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (from an AWS CLI \
+                         profile: eval \"$(aws configure export-credentials --format env)\")",
+                    ),
+                    _ => (STORE, ""),
+                };
+                let line = with_causes(missing.to_string(), std::error::Error::source(missing));
+                return Some(Failure::new(code, format!("{line}{advice}")));
+            }
+            cause = c.source();
+        }
     }
-    Ok(())
+    #[cfg(feature = "azure")]
+    {
+        use crate::exit::with_causes;
+        let mut cause = std::error::Error::source(e);
+        while let Some(c) = cause {
+            if let Some(missing) = c.downcast_ref::<fence_azure::CredentialsUnavailable>() {
+                let line = with_causes(missing.to_string(), std::error::Error::source(missing));
+                return Some(Failure::new(
+                    STORE,
+                    format!("{line}; set AZURE_STORAGE_ACCOUNT_KEY (or another credential above)"),
+                ));
+            }
+            cause = c.source();
+        }
+    }
+    let _ = e;
+    None
 }
 
 #[cfg(feature = "s3")]
 fn open_s3(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Failure> {
-    check_s3_credentials()?;
     let mut builder = fence_s3::S3Store::from_env().with_url(url);
+    check_s3_credentials(&builder)?;
     if let Some(ttl) = lease_ttl {
         builder = builder.with_lease_ttl(ttl);
     }

@@ -171,7 +171,7 @@ fn status_lists_every_healthy_record_and_marks_the_bad_ones() {
             "cells/link/own.json"
         ]
     );
-    let table = output(&["status", "--store", &store.url]);
+    let table = output(&["status", "--store", &store.url, "--all"]);
     assert_eq!(table.status.code(), Some(69));
     let text = String::from_utf8_lossy(&table.stdout);
     assert!(

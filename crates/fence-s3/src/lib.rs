@@ -25,9 +25,11 @@
 
 mod builder;
 mod classify;
+pub mod credentials;
 mod observe;
 mod store;
 mod trailer;
 
 pub use builder::{S3StoreBuilder, DEFAULT_LEASE_TTL};
+pub use credentials::{CredentialSource, CredentialsUnavailable};
 pub use store::S3Store;

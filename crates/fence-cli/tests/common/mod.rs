@@ -289,31 +289,62 @@ pub fn wait_for_line(path: &Path, needle: &str, limit: Duration) -> bool {
 /// A canned HTTP server on 127.0.0.1 answering every request with `status` and an empty
 /// body, closing each connection after its answer. Runs until the test process ends.
 pub fn canned_http(status: &'static str) -> String {
-    use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let mut stream = stream;
-            let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-            let mut buf = [0u8; 65536];
-            let mut seen = Vec::new();
-            // Read the head and any body the request announces (small ones only).
-            while let Ok(n) = stream.read(&mut buf) {
-                if n == 0 {
-                    break;
+    Canned::answering(status, "").url
+}
+
+/// A canned HTTP server on 127.0.0.1 that answers every request with one status and body and
+/// keeps the head (request line and headers) of every request it got.
+pub struct Canned {
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    heads: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Canned {
+    /// Serves `status` with `body` (as `application/xml`) until the test process ends.
+    pub fn answering(status: &'static str, body: &'static str) -> Canned {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = heads.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mut stream = stream;
+                let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+                let mut buf = [0u8; 65536];
+                let mut seen = Vec::new();
+                // Read the head and any body the request announces (small ones only).
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                    if head_and_body_done(&seen) {
+                        break;
+                    }
                 }
-                seen.extend_from_slice(&buf[..n]);
-                if head_and_body_done(&seen) {
-                    break;
-                }
+                let head = String::from_utf8_lossy(&seen);
+                let head = head.split("\r\n\r\n").next().unwrap_or_default().to_owned();
+                kept.lock().unwrap().push(head);
+                let answer = format!(
+                    "HTTP/1.1 {status}\r\ncontent-type: application/xml\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes());
             }
-            let answer =
-                format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-            let _ = stream.write_all(answer.as_bytes());
+        });
+        Canned {
+            url: format!("http://{addr}"),
+            heads,
         }
-    });
-    format!("http://{addr}")
+    }
+
+    /// The heads of the requests served so far.
+    pub fn requests(&self) -> Vec<String> {
+        self.heads.lock().unwrap().clone()
+    }
 }
 
 fn head_and_body_done(seen: &[u8]) -> bool {
