@@ -40,6 +40,7 @@ pub use runtime::{
     read_cell, update_cell, CellClaim, CellData, ClaimStatus, Fence, FenceBuilder, LeaseKeeper,
     Observer, WriteAck,
 };
+pub use store::DEFAULT_RECORD_LIMIT;
 pub use store::{
     Capabilities, CasGuard, ConditionalStore, DeleteOutcome, PutOutcome, Stored, Version,
 };
