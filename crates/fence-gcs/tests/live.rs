@@ -19,7 +19,7 @@ use fence_core::{
 use fence_gcs::{GcsStore, StaticToken};
 use fence_testkit::{probe, run_all, ProbeConfig, SuiteConfig, Verdict};
 
-#[path = "../../fence-s3/tests/support/canned.rs"]
+#[path = "../../fence-wire/tests/support/canned.rs"]
 mod canned;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
