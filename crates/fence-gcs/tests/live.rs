@@ -512,7 +512,7 @@ async fn oversized_record_is_refused_before_any_request() {
         .with_url("gs://fence-test/x")
         .with_endpoint(endpoint)
         .with_anonymous()
-        .with_max_record_bytes(1024)
+        .with_record_limit(1024)
         .build()
         .unwrap();
     assert_eq!(store.capabilities().max_body, Some(1024));
