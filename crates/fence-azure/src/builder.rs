@@ -5,13 +5,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::{Error, ErrorKind};
+use fence_wire::limits::StoreLimits;
+use fence_wire::listing::ListingLimits;
 use fence_wire::names::{parse_url, ObjectNames};
 use object_store::azure::{AzureConfigKey, MicrosoftAzure, MicrosoftAzureBuilder};
 use object_store::client::HttpClient;
 use object_store::{BackoffConfig, ClientConfigKey, ClientOptions, RetryConfig};
 
 use crate::credentials::{managed_identity_endpoint, ManagedIdentity};
-use crate::observe::{fence_http_client, Exchange, ObservingConnector};
+use crate::observe::{connector, fence_http_client};
 use crate::store::{AzureStore, Clients};
 use fence_wire::client::Timeouts;
 
@@ -55,6 +57,7 @@ pub struct AzureStoreBuilder {
     cas_timeout: Option<Duration>,
     read_timeout: Duration,
     read_retries: usize,
+    limits: StoreLimits,
     invalid: Option<String>,
 }
 
@@ -91,6 +94,7 @@ impl AzureStoreBuilder {
             cas_timeout: None,
             read_timeout: Duration::from_secs(30),
             read_retries: 3,
+            limits: StoreLimits::default(),
             invalid: None,
         }
     }
@@ -182,6 +186,23 @@ impl AzureStoreBuilder {
         self
     }
 
+    /// The record limit (default [`fence_core::DEFAULT_RECORD_LIMIT`], 5 MiB): `put` refuses a larger
+    /// body before any I/O, and `get` stops reading a blob past it and answers
+    /// [`ErrorKind::Corrupt`] naming the key. Declared as
+    /// [`Capabilities::max_body`](fence_core::Capabilities::max_body). It bounds what a
+    /// read can make this process hold.
+    pub fn with_record_limit(mut self, bytes: usize) -> Self {
+        self.limits.record = bytes;
+        self
+    }
+
+    /// The bounds of one `list` (default [`ListingLimits::DEFAULT`]); a listing past them
+    /// fails with [`ErrorKind::Unsupported`] saying which.
+    pub fn with_listing_limits(mut self, limits: ListingLimits) -> Self {
+        self.limits.listing = limits;
+        self
+    }
+
     /// Builds the store: a client for conditional writes and deletes (no retries, no
     /// redirects, short timeouts) and one for reads (retries on), on separate connection
     /// pools. No I/O happens here.
@@ -195,8 +216,7 @@ impl AzureStoreBuilder {
         let base = self.credentials(self.resolved().with_container_name(&container), &container)?;
         let timeouts = self.cas_timeouts();
         let cas = build_client(cas_client(base.clone(), timeouts), &container)?;
-        let untagged = Exchange::default();
-        let read = build_client(self.read_client(base.clone(), untagged.clone()), &container)?;
+        let read = build_client(self.read_client(base.clone()), &container)?;
         let deletes = if self.signs_deletes() {
             Some(delete_client(
                 &base,
@@ -207,13 +227,14 @@ impl AzureStoreBuilder {
         } else {
             None
         };
-        let clients = Clients {
-            cas,
-            read,
-            deletes,
-            listed: untagged,
-        };
-        Ok(AzureStore::new(clients, container, names, timeouts.request))
+        let clients = Clients { cas, read, deletes };
+        Ok(AzureStore::new(
+            clients,
+            container,
+            names,
+            timeouts.request,
+            self.limits,
+        ))
     }
 
     /// The object_store builder with the emulator (if set) spelled out as an endpoint, so
@@ -319,11 +340,7 @@ impl AzureStoreBuilder {
         }
     }
 
-    fn read_client(
-        &self,
-        base: MicrosoftAzureBuilder,
-        untagged: Exchange,
-    ) -> MicrosoftAzureBuilder {
+    fn read_client(&self, base: MicrosoftAzureBuilder) -> MicrosoftAzureBuilder {
         let retry = RetryConfig {
             backoff: BackoffConfig::default(),
             max_retries: self.read_retries,
@@ -334,7 +351,7 @@ impl AzureStoreBuilder {
             connect: self.read_timeout.min(Duration::from_secs(5)),
         };
         base.with_retry(retry)
-            .with_http_connector(ObservingConnector::reads(timeouts, untagged))
+            .with_http_connector(connector(timeouts))
     }
 }
 
@@ -346,7 +363,7 @@ fn cas_client(base: MicrosoftAzureBuilder, timeouts: Timeouts) -> MicrosoftAzure
         retry_timeout: timeouts.request,
     };
     base.with_retry(retry)
-        .with_http_connector(ObservingConnector::cas(timeouts))
+        .with_http_connector(connector(timeouts))
 }
 
 /// The HTTP client of deletes, on the conditional-write settings (no redirects, no retries).
@@ -421,6 +438,7 @@ impl fmt::Debug for AzureStoreBuilder {
             .field("lease_ttl", &self.lease_ttl)
             .field("cas_timeout", &self.cas_timeout)
             .field("read_timeout", &self.read_timeout)
+            .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
 }

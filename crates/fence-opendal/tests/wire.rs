@@ -2,7 +2,7 @@
 //! not produce on demand (redirects, an echoed signature, answers of any size, weak ETags, a
 //! connect that never completes). No test server needed.
 
-#[path = "../../fence-s3/tests/support/canned.rs"]
+#[path = "../../fence-wire/tests/support/canned.rs"]
 mod canned;
 
 use std::time::Duration;

@@ -5,13 +5,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::{Error, ErrorKind};
+use fence_wire::limits::StoreLimits;
+use fence_wire::listing::ListingLimits;
 use fence_wire::names::{parse_url, ObjectNames};
 use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut};
 use object_store::{BackoffConfig, ClientConfigKey, RetryConfig};
 
 use crate::credentials::{CredentialSource, CredentialsUnavailable, NamedSource};
-use crate::observe::ObservingConnector;
 use crate::store::S3Store;
+use fence_wire::client::Timeouts;
+use fence_wire::exchange::ObservingConnector;
 
 /// The lease TTL the CAS client's timeouts derive from unless set.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
@@ -45,6 +48,7 @@ pub struct S3StoreBuilder {
     cas_timeout: Option<Duration>,
     read_timeout: Duration,
     read_retries: usize,
+    limits: StoreLimits,
     invalid: Option<String>,
     metadata_disabled: bool,
 }
@@ -81,6 +85,7 @@ impl S3StoreBuilder {
             cas_timeout: None,
             read_timeout: Duration::from_secs(30),
             read_retries: 3,
+            limits: StoreLimits::default(),
             invalid: None,
             metadata_disabled: false,
         }
@@ -189,6 +194,23 @@ impl S3StoreBuilder {
         self
     }
 
+    /// The record limit (default [`fence_core::DEFAULT_RECORD_LIMIT`], 5 MiB): `put` refuses a larger
+    /// body before any I/O, and `get` stops reading an object past it and answers
+    /// [`ErrorKind::Corrupt`] naming the key. Declared as
+    /// [`Capabilities::max_body`](fence_core::Capabilities::max_body). It bounds what a
+    /// read can make this process hold.
+    pub fn with_record_limit(mut self, bytes: usize) -> Self {
+        self.limits.record = bytes;
+        self
+    }
+
+    /// The bounds of one `list` (default [`ListingLimits::DEFAULT`]); a listing past them
+    /// fails with [`ErrorKind::Unsupported`] saying which.
+    pub fn with_listing_limits(mut self, limits: ListingLimits) -> Self {
+        self.limits.listing = limits;
+        self
+    }
+
     /// Builds the store: two object_store clients with separate connection pools, one for
     /// conditional writes (no retries, short timeouts), one for reads (retries on). Neither
     /// follows redirects.
@@ -208,7 +230,14 @@ impl S3StoreBuilder {
         let cas_timeout = self.cas_timeout();
         let cas = build_client(cas_client(base.clone(), cas_timeout), &bucket)?;
         let read = build_client(self.read_client(base), &bucket)?;
-        Ok(S3Store::new(cas, read, bucket, names, cas_timeout))
+        Ok(S3Store::new(
+            cas,
+            read,
+            bucket,
+            names,
+            cas_timeout,
+            self.limits,
+        ))
     }
 
     /// The bucket, if its name can be one: S3's rule is 3 to 63 lowercase letters, digits,
@@ -298,10 +327,10 @@ impl S3StoreBuilder {
             max_retries: self.read_retries,
             retry_timeout: self.read_timeout * 2,
         };
-        base.with_http_connector(ObservingConnector {
+        base.with_http_connector(connector(Timeouts {
             request: self.read_timeout,
             connect: Duration::from_secs(5),
-        })
+        }))
         .with_retry(retry)
     }
 }
@@ -313,11 +342,21 @@ fn cas_client(base: AmazonS3Builder, timeout: Duration) -> AmazonS3Builder {
         max_retries: 0,
         retry_timeout: timeout,
     };
-    base.with_http_connector(ObservingConnector {
+    base.with_http_connector(connector(Timeouts {
         request: timeout,
         connect: timeout.min(Duration::from_secs(1)),
-    })
+    }))
     .with_retry(retry)
+}
+
+/// The HTTP layer of a client: redirects off, every attempt recorded, answers bounded (see
+/// [`fence_wire::exchange`]). S3 error codes are in the bodies only.
+fn connector(timeouts: Timeouts) -> ObservingConnector {
+    ObservingConnector {
+        timeouts,
+        agent: concat!("fence-s3/", env!("CARGO_PKG_VERSION")),
+        code_header: None,
+    }
 }
 
 fn build_client(s3: AmazonS3Builder, bucket: &str) -> Result<AmazonS3, Error> {
@@ -343,6 +382,7 @@ impl fmt::Debug for S3StoreBuilder {
             .field("lease_ttl", &self.lease_ttl)
             .field("cas_timeout", &self.cas_timeout)
             .field("read_timeout", &self.read_timeout)
+            .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
 }
