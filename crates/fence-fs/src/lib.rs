@@ -91,8 +91,9 @@ struct Inner {
 #[derive(Default)]
 struct Places(Mutex<HashMap<Key, Arc<Place>>>);
 
-/// Past this many remembered places, the handle forgets them all (and looks them up again).
-const PLACES_LIMIT: usize = 4096;
+/// The most places a handle remembers (two open descriptors each); past it, one is
+/// forgotten for each new one.
+const PLACES_LIMIT: usize = 32;
 
 impl Places {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Arc<Place>>> {
@@ -105,8 +106,11 @@ impl Places {
 
     fn remember(&self, key: &Key, place: Place) {
         let mut places = self.lock();
-        if places.len() >= PLACES_LIMIT {
-            places.clear();
+        if places.len() >= PLACES_LIMIT && !places.contains_key(key) {
+            let any = places.keys().next().cloned();
+            if let Some(any) = any {
+                places.remove(&any);
+            }
         }
         places.insert(key.clone(), Arc::new(place));
     }
@@ -374,15 +378,10 @@ impl Inner {
         }
         let found = self.with_object(key, Reach::Write, |o| {
             let (outcome, place) = o.replace(expected, change, point, &self.entropy)?;
-            let place = place.and_then(|(d, inc)| {
+            let place = place.and_then(|inc| {
                 let parent = rustix::io::fcntl_dupfd_cloexec(o.parent, 0).ok()?;
                 let name = o.name.to_owned();
-                Some(Place {
-                    parent,
-                    name,
-                    d,
-                    inc,
-                })
+                Some(Place { parent, name, inc })
             });
             Ok((outcome, place))
         })?;

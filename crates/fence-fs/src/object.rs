@@ -78,9 +78,9 @@ pub struct Incarnation {
     pub fd: OwnedFd,
 }
 
-/// Where a key's object was found by a write: its directory, its object directory and its
-/// incarnation, held open. A store handle keeps it, so that the next operation on the key
-/// needs no lookup; each use checks that it still holds ([`Object::replace_at`],
+/// Where a key's object was found by a write: its directory and its incarnation, held open
+/// (two descriptors). A store handle keeps it, so that the next operation on the key needs
+/// no lookup; each use checks that it still holds ([`Object::replace_at`],
 /// [`Object::get_at`]).
 #[derive(Debug)]
 pub struct Place {
@@ -88,8 +88,6 @@ pub struct Place {
     pub parent: OwnedFd,
     /// The object directory's name.
     pub name: String,
-    /// The object directory.
-    pub d: OwnedFd,
     /// Its incarnation.
     pub inc: Incarnation,
 }
@@ -145,7 +143,12 @@ impl Object<'_> {
     /// The current record through a remembered place, or `None` if the place no longer
     /// holds the key's incarnation (deleted, re-created): then look again.
     pub fn get_at(place: &Place, key: &Key, tree: &Tree) -> Result<Option<Option<Record>>, Error> {
-        let present = id_at(place.d.as_fd(), &place.inc.name)
+        // Through the object directory now at its name: a replaced or removed one, or
+        // anything else there, does not hold it.
+        let Ok(d) = open_dir_at(place.parent.as_fd(), &place.name) else {
+            return Ok(None);
+        };
+        let present = id_at(d.as_fd(), &place.inc.name)
             .map_err(|e| fs_error(key, "cannot stat the incarnation", e))?;
         if present.is_none() {
             return Ok(None);
@@ -326,7 +329,7 @@ impl Object<'_> {
         change: Change<'_>,
         point: &CommitPoint,
         fresh: &dyn Fresh,
-    ) -> Result<(PutOutcome, Option<(OwnedFd, Incarnation)>), Error> {
+    ) -> Result<(PutOutcome, Option<Incarnation>), Error> {
         let d = match self.holder()? {
             Holder::Absent => return Ok((PutOutcome::Rejected, None)),
             Holder::Legacy(file) => return self.legacy_write(file, expected).map(|o| (o, None)),
@@ -340,7 +343,7 @@ impl Object<'_> {
         self.tree
             .make_durable(self.key, d.as_fd(), inc.fd.as_fd(), false)?;
         match self.replace_at(&inc, expected, change, point, fresh)? {
-            Found::Here(outcome) => Ok((outcome, Some((d, inc)))),
+            Found::Here(outcome) => Ok((outcome, Some(inc))),
             Found::Elsewhere => Ok((PutOutcome::Rejected, None)),
         }
     }

@@ -447,3 +447,29 @@ async fn ownership_api_runs_over_fs_store() {
         Some("n2")
     );
 }
+
+/// A handle remembers where it found the keys it wrote; another handle deleting and
+/// re-creating a key meanwhile must neither hide the new record from it nor let its stale
+/// version through.
+#[tokio::test]
+async fn a_handle_sees_what_another_deleted_and_recreated() {
+    let (dir, mine) = fresh();
+    let other = FsStore::open(dir.path()).unwrap();
+    let k = key("cells/c1/own.json");
+    let v1 = create(&mine, &k, "1").await;
+    let PutOutcome::Applied(v2) = update(&mine, &k, "2", &v1).await else {
+        panic!()
+    };
+    assert_eq!(&mine.get(&k).await.unwrap().unwrap().body[..], b"2");
+    assert_eq!(other.delete(&k, &v2).await.unwrap(), DeleteOutcome::Deleted);
+    assert_eq!(mine.get(&k).await.unwrap(), None);
+    let w1 = create(&other, &k, "new").await;
+    let seen = mine.get(&k).await.unwrap().unwrap();
+    assert_eq!((&seen.body[..], &seen.version), (&b"new"[..], &w1));
+    assert_eq!(update(&mine, &k, "stale", &v2).await, PutOutcome::Rejected);
+    let PutOutcome::Applied(w2) = update(&mine, &k, "mine", &w1).await else {
+        panic!("the current version of the new incarnation must apply")
+    };
+    let seen = other.get(&k).await.unwrap().unwrap();
+    assert_eq!((&seen.body[..], &seen.version), (&b"mine"[..], &w2));
+}
