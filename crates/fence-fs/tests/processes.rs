@@ -443,3 +443,63 @@ fn a_write_below_directories_it_did_not_create_syncs_their_parents() {
         );
     }
 }
+
+/// Runs `script` as root of a new mount namespace (a user namespace too when this process is
+/// not root), so that it can mount without touching the host's mounts.
+fn in_mount_namespace(script: &str) -> std::process::Output {
+    use std::os::unix::fs::MetadataExt;
+    let mine = tempfile::tempfile().unwrap().metadata().unwrap();
+    let mut unshare = Command::new("unshare");
+    if mine.uid() != 0 {
+        unshare.args(["--user", "--map-root-user"]);
+    }
+    unshare
+        .args(["--mount", "--propagation", "private", "sh", "-c", script])
+        .output()
+        .expect("unshare (util-linux) runs")
+}
+
+/// A payload object bigger than the free space (a 2 MiB tmpfs, in a private mount namespace):
+/// the create fails with `Unavailable` (ENOSPC) and leaves nothing behind — no partial temp
+/// file, no half-built object (the first layout left the partial temp file for ever: no
+/// later writer reused a write-once object's name). A create that fits then succeeds.
+#[test]
+fn a_create_that_runs_out_of_space_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().display();
+    let script = format!(
+        "set -e; mount -t tmpfs -o size=2m tmpfs {root}; \
+         {WORKER} create-sized {root} cells/c1/blobs/big 3145728; \
+         {WORKER} create-sized {root} cells/c1/blobs/small 1024; \
+         cd {root} && find . | sort"
+    );
+    let out = in_mount_namespace(&script);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[..2], ["error Unavailable", "applied"], "{stdout}");
+    let left: Vec<&str> = lines[2..]
+        .iter()
+        .copied()
+        .filter(|p| !p.starts_with("./.fence"))
+        .map(|p| p.split("/i").next().unwrap())
+        .collect();
+    assert_eq!(
+        left,
+        [
+            ".",
+            "./cells",
+            "./cells/c1",
+            "./cells/c1/blobs",
+            "./cells/c1/blobs/.fence",
+            "./cells/c1/blobs/small.fence",
+            "./cells/c1/blobs/small.fence",
+            "./cells/c1/blobs/small.fence",
+        ],
+        "{stdout}"
+    );
+}

@@ -12,7 +12,9 @@
 //! - `fence-fs-worker lease ROOT NODE`: waits for a line on stdin, then tries to acquire
 //!   NODE's lease with `CasGuard::Absent` and prints `applied` or `rejected`;
 //! - `fence-fs-worker create ROOT KEY BODY`: one create-if-absent put; prints `applied` or
-//!   `rejected`.
+//!   `rejected`;
+//! - `fence-fs-worker create-sized ROOT KEY BYTES`: the same with a body of BYTES bytes;
+//!   prints `applied`, `rejected` or `error <kind>`.
 
 use std::io::{BufRead, Write};
 use std::sync::Arc;
@@ -41,7 +43,7 @@ async fn run(args: &[String]) -> Result<(), Error> {
     let usage = || {
         Error::new(
             ErrorKind::InvalidInput,
-            "usage: incr|crash-writer|writer|cycle|lease|create ROOT ...",
+            "usage: incr|crash-writer|writer|cycle|lease|create|create-sized ROOT ...",
         )
     };
     let (mode, root) = match args {
@@ -58,6 +60,13 @@ async fn run(args: &[String]) -> Result<(), Error> {
         ("lease", [node]) => lease(store, node).await,
         ("cycle", [cell]) => cycle(store, cell).await,
         ("create", [key, body]) => create(&store, &Key::new(key.as_str())?, body).await,
+        ("create-sized", [key, bytes]) => {
+            let body = "x".repeat(parse(bytes)? as usize);
+            if let Err(e) = create(&store, &Key::new(key.as_str())?, &body).await {
+                println!("error {:?}", e.kind());
+            }
+            Ok(())
+        }
         _ => Err(usage()),
     }
 }
