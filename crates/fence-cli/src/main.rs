@@ -429,7 +429,7 @@ async fn dispatch(cmd: Cmd, file_mode: Option<u32>) -> Result<u8, Failure> {
             cells,
             ttl,
             store,
-        } => run_demo(nodes.into(), cells as usize, ttl, store.as_deref()).await,
+        } => run_demo(nodes.into(), cells as usize, ttl, store.as_deref(), writing).await,
         Cmd::Reaper { .. } | Cmd::Exec { .. } => Err(Failure::usage("internal subcommand")),
     }
 }
@@ -520,6 +520,7 @@ async fn run_demo(
     cells: usize,
     ttl: Duration,
     store: Option<&str>,
+    access: stores::FileAccess,
 ) -> Result<u8, Failure> {
     if nodes < 2 || cells == 0 {
         return Err(Failure::usage("needs at least 2 nodes and 1 cell"));
@@ -527,7 +528,7 @@ async fn run_demo(
     if ttl < Duration::from_millis(30) {
         return Err(Failure::usage("--ttl must be at least 30ms"));
     }
-    let opened = stores::open_demo(store)?;
+    let opened = stores::open_demo(store, access)?;
     let cfg = demo::DemoConfig {
         nodes,
         cells,

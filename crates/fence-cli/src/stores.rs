@@ -363,15 +363,15 @@ fn open_azure(_url: &str, _lease_ttl: Option<Duration>) -> Result<OpenedStore, F
 
 /// Opens the demo's store: the given URL, or local files in a fresh directory
 /// `<temp dir>/fence-demo-<ms>-<pid>` (kept afterwards, for `fence status`).
-pub fn open_demo(url: Option<&str>) -> Result<OpenedStore, Failure> {
+pub fn open_demo(url: Option<&str>, access: FileAccess) -> Result<OpenedStore, Failure> {
     match url {
-        Some(url) => open(url, None),
+        Some(url) => open_with(url, None, access),
         None => {
             let dir = fresh_demo_dir();
             std::fs::create_dir_all(&dir).map_err(|e| {
                 Failure::new(STORE, format!("cannot create {}: {e}", dir.display()))
             })?;
-            open_dir(&dir, FileAccess::default())
+            open_dir(&dir, access)
         }
     }
 }
