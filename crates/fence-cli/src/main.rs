@@ -25,6 +25,11 @@ macro_rules! outln {
     after_help = "Example:\n  mkdir -p /tmp/locks\n  fence run --store file:///tmp/locks --lease backup --wait -- ./backup.sh\n\nExit codes and JSON shapes: docs/cli.md"
 )]
 struct Cli {
+    /// Mode of the files a file:// store creates, in octal (default 0600); its directories
+    /// get the matching execute bits (0660 → 0770): 0660 lets a group share a store.
+    #[arg(long, global = true, env = "FENCE_FILE_MODE", value_name = "MODE",
+          value_parser = stores::parse_file_mode)]
+    file_mode: Option<u32>,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -323,11 +328,11 @@ fn main() -> ExitCode {
             foreground,
             command,
         })),
-        command => serve(command),
+        command => serve(command, cli.file_mode),
     }
 }
 
-fn serve(command: Cmd) -> ExitCode {
+fn serve(command: Cmd, file_mode: Option<u32>) -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("FENCE_LOG")
@@ -344,7 +349,7 @@ fn serve(command: Cmd) -> ExitCode {
     // on the calling thread, and the child's parent-death signal follows the thread that
     // started it.
     let result = match runtime {
-        Ok(rt) => rt.block_on(dispatch(command)),
+        Ok(rt) => rt.block_on(dispatch(command, file_mode)),
         Err(e) => Err(Failure::new(STORE, format!("cannot start: {e}"))),
     };
     match result {
@@ -385,7 +390,17 @@ fn serve_metrics(addr: std::net::SocketAddr) -> Result<(), Failure> {
         })
 }
 
-async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
+async fn dispatch(cmd: Cmd, file_mode: Option<u32>) -> Result<u8, Failure> {
+    // Commands that only read open a file:// store read-only: it may be a read-only mount,
+    // a snapshot, or a store this user can only read.
+    let writing = stores::FileAccess {
+        file_mode,
+        read_only: false,
+    };
+    let reading = stores::FileAccess {
+        file_mode,
+        read_only: true,
+    };
     match cmd {
         Cmd::Run {
             store,
@@ -405,7 +420,7 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
             if let Some(addr) = metrics {
                 serve_metrics(addr)?;
             }
-            let store = stores::open_shared(&store, Some(ttl))?;
+            let store = stores::open_shared(&store, Some(ttl), writing)?;
             run::run(run::RunOptions {
                 store,
                 lease,
@@ -432,7 +447,7 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
             value,
         } => {
             names::check_lease(&lease)?;
-            let store = stores::open_shared(&store, None)?;
+            let store = stores::open_shared(&store, None, writing)?;
             let value = read_value(file.as_deref(), value)?;
             let node = node.unwrap_or_else(|| format!("put-{}", std::process::id()));
             kv::put(&store.store, &node, &lease, epoch, &key, &value).await?;
@@ -440,7 +455,7 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
         }
         Cmd::Get { store, lease, key } => {
             names::check_lease(&lease)?;
-            let store = stores::open_shared(&store, None)?;
+            let store = stores::open_shared(&store, None, reading)?;
             let value = kv::get(&store.store, &lease, &key)
                 .await
                 .map_err(|f| match f.code {
@@ -465,15 +480,15 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
             } else {
                 status::Rows::Current
             };
-            show_status(&store, name.as_deref(), json, rows).await
+            show_status(&store, name.as_deref(), json, rows, reading).await
         }
-        Cmd::Probe { url, rounds, json } => run_probe(&url, rounds.into(), json).await,
+        Cmd::Probe { url, rounds, json } => run_probe(&url, rounds.into(), json, writing).await,
         Cmd::Demo {
             nodes,
             cells,
             ttl,
             store,
-        } => run_demo(nodes.into(), cells as usize, ttl, store.as_deref()).await,
+        } => run_demo(nodes.into(), cells as usize, ttl, store.as_deref(), writing).await,
         Cmd::Reaper { .. } | Cmd::Exec { .. } => Err(Failure::usage("internal subcommand")),
     }
 }
@@ -517,11 +532,12 @@ async fn show_status(
     name: Option<&str>,
     json: bool,
     rows: status::Rows,
+    access: stores::FileAccess,
 ) -> Result<u8, Failure> {
     if let Some(name) = name {
         names::check_lease(name)?;
     }
-    let store = stores::open_shared(url, None)?;
+    let store = stores::open_shared(url, None, access)?;
     let status = status::read(&store.store, &store.url, name).await?;
     if json {
         outln!("{}", terminal::json(&status));
@@ -540,8 +556,13 @@ async fn show_status(
     }
 }
 
-async fn run_probe(url: &str, rounds: usize, json: bool) -> Result<u8, Failure> {
-    let store = stores::open(url, None)?;
+async fn run_probe(
+    url: &str,
+    rounds: usize,
+    json: bool,
+    access: stores::FileAccess,
+) -> Result<u8, Failure> {
+    let store = stores::open_with(url, None, access)?;
     let report = probe::run(store.store.as_ref(), rounds, true).await;
     // A file store keeps the directories of deleted keys: remove the empty ones the probe made.
     let left_dirs = store.prune_dirs(&report.prefix);
@@ -571,6 +592,7 @@ async fn run_demo(
     cells: usize,
     ttl: Duration,
     store: Option<&str>,
+    access: stores::FileAccess,
 ) -> Result<u8, Failure> {
     if nodes < 2 || cells == 0 {
         return Err(Failure::usage("needs at least 2 nodes and 1 cell"));
@@ -578,7 +600,7 @@ async fn run_demo(
     if ttl < Duration::from_millis(30) {
         return Err(Failure::usage("--ttl must be at least 30ms"));
     }
-    let opened = stores::open_demo(store)?;
+    let opened = stores::open_demo(store, access)?;
     let cfg = demo::DemoConfig {
         nodes,
         cells,

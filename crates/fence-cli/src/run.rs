@@ -109,6 +109,7 @@ pub async fn run(opts: RunOptions) -> Result<u8, Failure> {
         .ttl(opts.ttl)
         .addr(holder_addr())
         .build()?;
+    let started_ms = fence.clock().mono_ms();
     let keeper = tokio::select! {
         k = acquire(&fence, &opts) => k?,
         s = until_terminating(&mut signals) => {
@@ -116,7 +117,7 @@ pub async fn run(opts: RunOptions) -> Result<u8, Failure> {
             return Err(Failure::new(code, format!("{s} while waiting for lease {}", opts.lease_shown())));
         }
     };
-    let claim = match claim(&keeper, &opts).await {
+    let claim = match claim(&keeper, &opts, started_ms).await {
         Ok(c) => c,
         Err(f) => {
             keeper.release().await;
@@ -274,9 +275,49 @@ fn unobserved_expiry(opts: &RunOptions) -> String {
     }
 }
 
-async fn claim(keeper: &LeaseKeeper, opts: &RunOptions) -> Result<CellClaim, Failure> {
+/// Claims the cell. While it waits (`--wait`, `--timeout`), a claim that failed for a store
+/// reason is retried, as the acquire is, until the wait runs out (measured from
+/// `started_ms`): a waiter never exits 69 while its wait lasts.
+async fn claim(
+    keeper: &LeaseKeeper,
+    opts: &RunOptions,
+    started_ms: u64,
+) -> Result<CellClaim, Failure> {
+    let clock = Clock::system();
+    let mut pause = Duration::from_millis(50);
+    let mut said = false;
+    loop {
+        let e = match keeper.claim(&opts.lease).await {
+            Ok(claim) => return Ok(claim),
+            Err(e) => e,
+        };
+        let waited = Duration::from_millis(clock.mono_ms().saturating_sub(started_ms));
+        let left = opts
+            .wait
+            .map_or(Duration::ZERO, |w| w.saturating_sub(waited));
+        let not_the_store = matches!(
+            e.kind(),
+            ErrorKind::Busy | ErrorKind::Fenced | ErrorKind::InvalidInput | ErrorKind::InvalidKey
+        );
+        if not_the_store || left.is_zero() || !keeper.is_held() {
+            return Err(claim_failure(opts, e));
+        }
+        if !said && !opts.quiet {
+            eprintln!(
+                "fence run: claiming lease {} failed ({}); retrying while the wait lasts",
+                opts.lease_shown(),
+                describe(&e)
+            );
+            said = true;
+        }
+        clock.sleep(pause.min(left)).await;
+        pause = (pause * 2).min(Duration::from_secs(1));
+    }
+}
+
+fn claim_failure(opts: &RunOptions, e: Error) -> Failure {
     let lease = opts.lease_shown();
-    keeper.claim(&opts.lease).await.map_err(|e| match e.kind() {
+    match e.kind() {
         ErrorKind::Busy => Failure::new(
             opts.conflict_exit_code,
             format!("lease {lease} is held by a process other than a fence run of it"),
@@ -286,7 +327,7 @@ async fn claim(keeper: &LeaseKeeper, opts: &RunOptions) -> Result<CellClaim, Fai
             format!("lease {lease} was lost before the command started"),
         ),
         _ => Failure::from(e).prefixed(&format!("lease {lease}")),
-    })
+    }
 }
 
 /// Resolves once the lease is lost, with the reason in words. Besides the keeper's own
@@ -359,14 +400,18 @@ fn cannot_start(e: StartError) -> Failure {
 }
 
 fn tree_spec(held: &Held, opts: &RunOptions) -> TreeSpec {
+    let mut env: Vec<(String, String)> = vec![
+        ("FENCE_EPOCH".into(), held.claim.epoch().to_string()),
+        ("FENCE_LEASE".into(), opts.lease.clone()),
+        ("FENCE_STORE".into(), opts.store.url.clone()),
+        ("FENCE_NODE".into(), held.keeper.node().to_owned()),
+    ];
+    if let Some(mode) = opts.store.file_mode {
+        env.push(("FENCE_FILE_MODE".into(), format!("{mode:04o}")));
+    }
     TreeSpec {
         command: opts.command.clone(),
-        env: vec![
-            ("FENCE_EPOCH".into(), held.claim.epoch().to_string()),
-            ("FENCE_LEASE".into(), opts.lease.clone()),
-            ("FENCE_STORE".into(), opts.store.url.clone()),
-            ("FENCE_NODE".into(), held.keeper.node().to_owned()),
-        ],
+        env,
         grace: opts.grace,
         orphan_grace: opts.orphan_grace(),
         silence: opts.ttl / 3,

@@ -20,16 +20,63 @@ pub struct OpenedStore {
     pub url: String,
     /// The directory of a `file://` store.
     pub root: Option<PathBuf>,
+    /// The file mode a `file://` store was opened with (`--file-mode`), for the commands
+    /// `fence run` starts (`FENCE_FILE_MODE`).
+    pub file_mode: Option<u32>,
+}
+
+/// How a `file://` store is opened: the mode of the files it creates (its directories get
+/// the matching execute bits), or read-only. Other stores ignore it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FileAccess {
+    /// `--file-mode` / `FENCE_FILE_MODE`; default 0600 (directories 0700).
+    pub file_mode: Option<u32>,
+    /// Open for reading only: nothing is created or written (`status`, `get`), so a
+    /// read-only mount, a snapshot or a store this user can only read can be inspected.
+    pub read_only: bool,
+}
+
+/// Parses `--file-mode`: an octal mode with read and write for the owner and no execute
+/// bits, e.g. `0660` to share a store with a group.
+///
+/// ```
+/// assert_eq!(fence_cli::stores::parse_file_mode("0660"), Ok(0o660));
+/// assert_eq!(fence_cli::stores::parse_file_mode("640"), Ok(0o640));
+/// assert!(fence_cli::stores::parse_file_mode("0400").is_err());
+/// assert!(fence_cli::stores::parse_file_mode("0755").is_err());
+/// assert!(fence_cli::stores::parse_file_mode("rw").is_err());
+/// ```
+pub fn parse_file_mode(text: &str) -> Result<u32, String> {
+    let mode = u32::from_str_radix(text, 8).ok().filter(|m| *m <= 0o777);
+    match mode {
+        Some(m) if m & 0o600 == 0o600 && m & 0o111 == 0 => Ok(m),
+        _ => Err(format!(
+            "expected an octal file mode like 0640 or 0660: read and write for the owner, no \
+             execute bits (got {})",
+            shown(text)
+        )),
+    }
+}
+
+/// The directory mode that goes with file mode `file`: execute where read is allowed
+/// (0600 → 0700, 0640 → 0750, 0660 → 0770).
+pub fn dir_mode_for(file: u32) -> u32 {
+    file | ((file & 0o444) >> 2)
 }
 
 /// Opens the store named by `url` for a command that shares it with other processes (`run`,
-/// `put`, `get`, `status`): as [`open`], but `memory://`, which lives and dies inside one
+/// `put`, `get`, `status`): as [`open_with`], but `memory://`, which lives and dies inside one
 /// process, is refused (exit 2): a lease there would exclude nothing.
 ///
 /// ```
-/// assert_eq!(fence_cli::stores::open_shared("memory://", None).unwrap_err().code, 2);
+/// use fence_cli::stores::{open_shared, FileAccess};
+/// assert_eq!(open_shared("memory://", None, FileAccess::default()).unwrap_err().code, 2);
 /// ```
-pub fn open_shared(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Failure> {
+pub fn open_shared(
+    url: &str,
+    lease_ttl: Option<Duration>,
+    access: FileAccess,
+) -> Result<OpenedStore, Failure> {
     if url == "memory://" {
         return Err(Failure::usage(
             "memory:// lives inside one process, so a lease there excludes nothing across \
@@ -37,7 +84,7 @@ pub fn open_shared(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore
              object store",
         ));
     }
-    open(url, lease_ttl)
+    open_with(url, lease_ttl, access)
 }
 
 /// Removes `dir` if nothing but fence-fs's own `.fence` folder (lock and temp files of
@@ -107,15 +154,25 @@ impl OpenedStore {
 /// assert_eq!(fence_cli::stores::open("file://locks", None).unwrap_err().code, 2);
 /// ```
 pub fn open(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Failure> {
+    open_with(url, lease_ttl, FileAccess::default())
+}
+
+/// [`open`], a `file://` store opened as `access` says.
+pub fn open_with(
+    url: &str,
+    lease_ttl: Option<Duration>,
+    access: FileAccess,
+) -> Result<OpenedStore, Failure> {
     if url == "memory://" {
         return Ok(OpenedStore {
             store: Arc::new(MemoryStore::new()),
             url: url.to_owned(),
             root: None,
+            file_mode: None,
         });
     }
     if let Some(path) = url.strip_prefix("file://") {
-        return open_dir(Path::new(path));
+        return open_dir(Path::new(path), access);
     }
     if url.starts_with("s3://") {
         return open_s3(url, lease_ttl);
@@ -137,7 +194,7 @@ pub fn open(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Failu
 
 /// Opens an existing directory as a [`FsStore`]: only an absolute path, so one URL names one
 /// lock domain whatever the working directory.
-fn open_dir(path: &Path) -> Result<OpenedStore, Failure> {
+fn open_dir(path: &Path, access: FileAccess) -> Result<OpenedStore, Failure> {
     if path.as_os_str().is_empty() {
         return Err(Failure::usage(
             "file:// URL without a path (use file:///abs/path)",
@@ -162,11 +219,16 @@ fn open_dir(path: &Path) -> Result<OpenedStore, Failure> {
             shown(&path.display().to_string())
         ))
     })?;
-    let store = FsStore::open(&abs)?;
+    let mut options = FsStore::options().read_only(access.read_only);
+    if let Some(mode) = access.file_mode {
+        options = options.file_mode(mode).dir_mode(dir_mode_for(mode));
+    }
+    let store = options.open(&abs)?;
     Ok(OpenedStore {
         store: Arc::new(store),
         url: format!("file://{}", abs.display()),
         root: Some(abs),
+        file_mode: access.file_mode,
     })
 }
 
@@ -258,6 +320,7 @@ fn open_s3(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Failur
         store: Arc::new(store),
         url: url.to_owned(),
         root: None,
+        file_mode: None,
     })
 }
 
@@ -339,6 +402,7 @@ fn open_gcs(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Failu
         store: Arc::new(store),
         url: url.to_owned(),
         root: None,
+        file_mode: None,
     })
 }
 
@@ -363,6 +427,7 @@ fn open_azure(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Fai
         store: Arc::new(store),
         url: url.to_owned(),
         root: None,
+        file_mode: None,
     })
 }
 
@@ -406,6 +471,7 @@ fn open_opendal(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, F
         store: Arc::new(store),
         url: url.to_owned(),
         root: None,
+        file_mode: None,
     })
 }
 
@@ -500,15 +566,15 @@ fn opendal_operator(
 
 /// Opens the demo's store: the given URL, or local files in a fresh directory
 /// `<temp dir>/fence-demo-<ms>-<pid>` (kept afterwards, for `fence status`).
-pub fn open_demo(url: Option<&str>) -> Result<OpenedStore, Failure> {
+pub fn open_demo(url: Option<&str>, access: FileAccess) -> Result<OpenedStore, Failure> {
     match url {
-        Some(url) => open(url, None),
+        Some(url) => open_with(url, None, access),
         None => {
             let dir = fresh_demo_dir();
             std::fs::create_dir_all(&dir).map_err(|e| {
                 Failure::new(STORE, format!("cannot create {}: {e}", dir.display()))
             })?;
-            open_dir(&dir)
+            open_dir(&dir, access)
         }
     }
 }
