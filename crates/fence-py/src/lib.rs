@@ -5,7 +5,7 @@
 //! election, and fence-fleet's fleets, over stores opened by URL as the `fence` command opens
 //! them. Every call runs on one shared tokio runtime with the GIL released; every wait can be
 //! interrupted (Ctrl-C, asyncio cancellation) without leaving a lease or claim taken
-//! ([`wait`]). The guide is the package's docstrings and `crates/fence-py/README.md`.
+//! (the `wait` module). The guide is the package's docstrings and the README's "Python".
 
 mod election;
 mod errors;

@@ -39,6 +39,7 @@ def test_errors_carry_kind_and_commit(file_url):
     with pytest.raises(fence.BusyError) as busy:
         b.claim("c", timeout=0)
     assert busy.value.kind == "busy" and busy.value.commit == "not_committed"
+    cell.write(b"first")
     seen = cell.read()
     cell.write(b"moved on")
     with pytest.raises(fence.ConflictError) as conflict:
