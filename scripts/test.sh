@@ -14,6 +14,15 @@ tests=(--workspace --lib --bins --tests --examples)
 echo "== building tests"
 cargo test "${tests[@]}" --no-run
 cargo test -p fence-testkit --features sabotage --test sim --no-run
+# The Python package (crates/fence-py): built by maturin from the same workspace, target dir
+# and dev profile as the tests above, into a venv under target/ with pinned tools.
+py_venv="$CARGO_TARGET_DIR/py-venv"
+if [ ! -x "$py_venv/bin/maturin" ] || [ ! -x "$py_venv/bin/pytest" ]; then
+  python3 -m venv "$py_venv"
+  "$py_venv/bin/pip" install --quiet --disable-pip-version-check "maturin==1.16.0" "pytest==9.0.2"
+fi
+echo "== building the Python package"
+VIRTUAL_ENV="$py_venv" PATH="$py_venv/bin:$PATH" maturin develop --quiet -m crates/fence-py/Cargo.toml
 
 started=()
 stop_all() {
@@ -42,6 +51,11 @@ echo "== simulation: every sabotage switch inside the real core must be caught"
 # fence-core, so no other build (not even this script's workspace run) contains them.
 cargo test -p fence-testkit --features sabotage --test sim --no-fail-fast -- --show-output \
   every_sabotage_switch_is_caught || status=$?
+echo "== python tests (pytest: local files, SeaweedFS, and Python against \`fence run\`)"
+t0=$SECONDS
+FENCE_BIN="$CARGO_TARGET_DIR/debug/fence" "$py_venv/bin/pytest" -q -p no:cacheprovider \
+  crates/fence-py/tests || status=$?
+echo "python tests took $((SECONDS - t0)) s"
 echo "== doc tests"
 cargo test --workspace --doc || status=$?
 exit "$status"

@@ -9,6 +9,7 @@
 //!   command together;
 //! - [`kv`]: fenced writes and reads of named values in a cell (`fence put`, `fence get`);
 //! - [`status`]: leases and cells (`fence status`);
+//! - [`check`]: every record checked against the wire protocol (`fence check`);
 //! - [`probe`]: the contract probe (`fence probe`);
 //! - [`demo`]: the fleet demo (`fence demo`);
 //! - [`stores`]: stores named by URL; [`names`]: lease names; [`exit`]: exit codes;
@@ -39,6 +40,7 @@ macro_rules! errln {
     }};
 }
 
+pub mod check;
 pub mod contain;
 pub mod demo;
 pub mod exit;

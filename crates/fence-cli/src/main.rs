@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use fence_cli::exit::{shown, Failure, BUSY, CHECK_FAILED, FENCED, OK, STORE, USAGE};
-use fence_cli::{demo, kv, names, probe, reaper, run, status, stores, terminal};
+use fence_cli::{check, demo, kv, names, probe, reaper, run, status, stores, terminal};
 
 /// `println!` that ignores a closed stdout.
 macro_rules! outln {
@@ -158,6 +158,23 @@ enum Cmd {
         #[arg(long)]
         all: bool,
     },
+    /// Checks every record under the store (and --prefix) against the wire protocol
+    /// (docs/protocol.md) and names each violation: key, field, rule. Exit 0 if every record
+    /// conforms, 1 if any violates it, 69 if the store could not be read.
+    #[command(
+        after_help = "Example:\n  fence check --store file:///tmp/locks\n  fence check --store s3://bucket/fence --json"
+    )]
+    Check {
+        /// Store URL.
+        #[arg(long, env = "FENCE_STORE")]
+        store: String,
+        /// The key prefix the fleet writes under (FenceBuilder::prefix), if any.
+        #[arg(long)]
+        prefix: Option<String>,
+        /// Print the report as JSON (shape: docs/cli.md).
+        #[arg(long)]
+        json: bool,
+    },
     /// Checks that a store honours conditional writes: exit 0 only if it is honest, 1 if it
     /// violates the contract, 69 if the probe could not tell.
     #[command(
@@ -232,6 +249,7 @@ impl Cmd {
             Cmd::Get { .. } => "get",
             Cmd::Status { .. } => "status",
             Cmd::Probe { .. } => "probe",
+            Cmd::Check { .. } => "check",
             Cmd::Demo { .. } => "demo",
             Cmd::Reaper { .. } | Cmd::Exec { .. } => "run",
         }
@@ -483,6 +501,11 @@ async fn dispatch(cmd: Cmd, file_mode: Option<u32>) -> Result<u8, Failure> {
             show_status(&store, name.as_deref(), json, rows, reading).await
         }
         Cmd::Probe { url, rounds, json } => run_probe(&url, rounds.into(), json, writing).await,
+        Cmd::Check {
+            store,
+            prefix,
+            json,
+        } => run_check(&store, prefix.as_deref(), json, reading).await,
         Cmd::Demo {
             nodes,
             cells,
@@ -554,6 +577,23 @@ async fn show_status(
             format!("{n} record(s) could not be read; every other record is listed"),
         )),
     }
+}
+
+async fn run_check(
+    url: &str,
+    prefix: Option<&str>,
+    json: bool,
+    access: stores::FileAccess,
+) -> Result<u8, Failure> {
+    let store = stores::open_shared(url, None, access)?;
+    let mut report = check::check(&store.store, prefix).await?;
+    report.store = store.url.clone();
+    if json {
+        outln!("{}", terminal::json(&report));
+    } else {
+        outln!("{}", terminal::escape_lines(check::table(&report).trim_end()));
+    }
+    Ok(check::exit_code(&report))
 }
 
 async fn run_probe(
