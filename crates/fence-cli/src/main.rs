@@ -591,7 +591,10 @@ async fn run_check(
     if json {
         outln!("{}", terminal::json(&report));
     } else {
-        outln!("{}", terminal::escape_lines(check::table(&report).trim_end()));
+        outln!(
+            "{}",
+            terminal::escape_lines(check::table(&report).trim_end())
+        );
     }
     Ok(check::exit_code(&report))
 }

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{fence, fence_bin, output, pid_in, run_args, wait_bounded, Store};
+use common::{fence, fence_bin, output, run_args, wait_bounded, wait_for_file, Mark, Store};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -25,29 +25,33 @@ fn path_with_fence() -> String {
 }
 
 /// The holder of docs/cli.md's walk-through: its command writes with `fence put` in a loop
-/// (here without the sleep, so that a stop finds a `fence put` in flight more often).
-fn start_writing_holder(store: &Store, lease: &str, ttl: &str) -> (Child, i32) {
-    let pid_file = store.path(&format!("{lease}.pid"));
+/// (here without the sleep, so that a stop finds a `fence put` in flight more often). Its
+/// processes carry `mark` (they run in their own PID namespace, so their `$$` means nothing
+/// here).
+fn start_writing_holder(store: &Store, lease: &str, ttl: &str, mark: &Mark) -> Child {
+    let started = store.path(&format!("{lease}.started"));
     let script = format!(
-        "echo $$ > {}; while fence put beat --value \"$FENCE_EPOCH\"; do :; done",
-        pid_file.display()
+        "echo started > {}; while fence put beat --value \"$FENCE_EPOCH\"; do :; done",
+        started.display()
     );
-    let holder = fence(&run_args(
-        store,
-        lease,
-        &["--ttl", ttl, "--", "sh", "-c", &script],
-    ))
-    .env("PATH", path_with_fence())
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
-    (holder, pid_in(&pid_file))
+    let command = mark.sh(&script);
+    let mut args = run_args(store, lease, &["--ttl", ttl, "--"]);
+    args.extend(command.iter().map(String::as_str));
+    let holder = fence(&args)
+        .env("PATH", path_with_fence())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_file(&started, Duration::from_secs(30));
+    holder
 }
 
-/// Ctrl-Z of the walk-through: the command's process group stops, then `fence run`.
-fn stop_job(holder: &Child, command_pid: i32) {
-    kill(Pid::from_raw(-command_pid), Signal::SIGSTOP).unwrap();
+/// Ctrl-Z of the walk-through: the command's processes stop, then `fence run`.
+fn stop_job(holder: &Child, mark: &Mark) {
+    for pid in mark.processes() {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGSTOP);
+    }
     kill(Pid::from_raw(holder.id() as i32), Signal::SIGSTOP).unwrap();
 }
 
@@ -88,10 +92,10 @@ fn outputs(child: &mut Child) -> (String, String) {
 }
 
 /// Ends a stopped holder and its command for good.
-fn kill_job(mut holder: Child, command_pid: i32) {
-    let _ = kill(Pid::from_raw(-command_pid), Signal::SIGKILL);
+fn kill_job(mut holder: Child, mark: &Mark) {
     let _ = kill(Pid::from_raw(holder.id() as i32), Signal::SIGKILL);
     holder.wait().unwrap();
+    mark.kill_all();
 }
 
 /// docs/cli.md's walk-through, 20 times: a holder whose command writes with `fence put` in a
@@ -104,12 +108,13 @@ fn kill_job(mut holder: Child, command_pid: i32) {
 fn a_stopped_holder_is_taken_over_every_time() {
     for attempt in 0..20 {
         let store = Store::new();
-        let (holder, command_pid) = start_writing_holder(&store, "demo", "1s");
+        let mark = Mark::new();
+        let holder = start_writing_holder(&store, "demo", "1s", &mark);
         std::thread::sleep(Duration::from_millis(200 + 37 * (attempt % 7)));
-        stop_job(&holder, command_pid);
+        stop_job(&holder, &mark);
         let mut waiter = spawn_waiter(&store, "demo", &["--ttl", "1s"]);
         let status = wait_bounded(&mut waiter, Duration::from_secs(60), "the waiter");
-        kill_job(holder, command_pid);
+        kill_job(holder, &mark);
         let (out, err) = outputs(&mut waiter);
         assert_eq!(status.code(), Some(0), "attempt {attempt}: {err}");
         let epoch: u64 = out
