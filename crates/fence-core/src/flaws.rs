@@ -2,7 +2,7 @@
 //! `sabotage` feature.
 
 /// The switch of one [`Fence`](crate::Fence) and its lease core.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Flaws {
     #[cfg(feature = "sabotage")]
     pub(crate) on: Option<crate::sabotage::Sabotage>,

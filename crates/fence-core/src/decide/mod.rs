@@ -10,10 +10,12 @@
 //! - [`observe`]: how a peer judges someone else's lease — only after seeing it unchanged for a
 //!   full TTL on its own monotonic clock, so no wall clock decides a takeover.
 //! - [`cell`]: the claim rule and the evidence rules of a write on a cell head.
+//! - [`write`]: the settlement of one head write by those rules, as a step machine.
 
 pub mod cell;
 pub mod lease;
 pub mod observe;
+pub mod write;
 
 pub use cell::{decide_claim, next_epoch, readback, ClaimDecision, Evidence, HeadView};
 pub use lease::{
