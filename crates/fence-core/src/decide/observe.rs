@@ -35,7 +35,7 @@ use crate::record::NodeLeaseRecord;
 use crate::store::Version;
 
 /// A lease record as a peer reads it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ObservedLease {
     /// The record.
     pub record: NodeLeaseRecord,
@@ -48,7 +48,7 @@ pub struct ObservedLease {
 }
 
 /// What a peer has seen of one lease key over time.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Observation {
     /// The record, or `None` when there is none.
     pub lease: Option<ObservedLease>,
@@ -59,7 +59,7 @@ pub struct Observation {
 }
 
 /// A peer's verdict on a lease.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Liveness {
     /// The holder may still act, at the latest until our monotonic `until_mono`.
     Live {

@@ -133,15 +133,9 @@ impl HeadWrite {
         }
     }
 
-    /// The same write, broken on purpose by `switch` (feature `sabotage`).
-    #[cfg(feature = "sabotage")]
+    /// The same write with sabotage `flaws` (only ever set with the `sabotage` feature).
     #[must_use]
-    pub fn sabotaged(mut self, switch: Option<crate::sabotage::Sabotage>) -> Self {
-        self.flaws.on = switch;
-        self
-    }
-
-    pub(crate) fn with_flaws(mut self, flaws: Flaws) -> Self {
+    pub fn with_flaws(mut self, flaws: Flaws) -> Self {
         self.flaws = flaws;
         self
     }

@@ -8,7 +8,9 @@ use tracing::{info, warn};
 use super::head::{superseded, HeadWrite, Settled};
 use super::keeper::{Reservation, Shared};
 use super::{bounded, cell, CellData};
-use crate::decide::{decide_claim, ClaimDecision, HeadView, Liveness};
+use std::time::Duration;
+
+use crate::decide::claim::{ClaimEnd, ClaimFlow, ClaimStep};
 use crate::error::{Commit, Error, ErrorKind};
 use crate::flaws::sabotaged;
 use crate::ownership::check_name;
@@ -137,139 +139,134 @@ pub(crate) async fn claim_or_resume(
         return Err(Error::fenced("cannot claim a cell without a held lease"));
     }
     let slot = shared.reserve(cell).map_err(|e| already_claimed(cell, e))?;
+    let flow = flow(shared, cell).resuming(resumable);
+    run_flow(shared, slot, cell, flow).await
+}
+
+/// The claim machine of this lease for `cell`, with the fence's sabotage switch.
+fn flow(shared: &Arc<Shared>, cell: &str) -> ClaimFlow {
+    let fence = &shared.fence;
+    let _ = cell;
+    #[cfg(feature = "sabotage")]
+    let last_written = fence.last_written(cell);
+    #[cfg(not(feature = "sabotage"))]
+    let last_written = None;
+    let flow = ClaimFlow::new(
+        shared.node(),
+        &shared.generation(),
+        fence.ownership.fresh_nonce(),
+    );
+    flow.with_flaws(fence.flaws, fence.cfg.ttl_ms, last_written)
+}
+
+/// Performs the steps of `flow` until it ends.
+async fn run_flow(
+    shared: &Arc<Shared>,
+    slot: Reservation<'_>,
+    cell: &str,
+    mut flow: ClaimFlow,
+) -> Result<(CellClaim, bool), Error> {
     let fence = &shared.fence;
     let own = &fence.ownership;
     let bound = || shared.request_bound_ms();
-    let read_head = || async {
-        bounded(&fence.clock, bound(), own.read_head(cell))
-            .await
-            .map_err(Error::not_committed)
-    };
-    let mut read = read_head().await?;
-    let mut early = None;
-    if sabotaged!(fence.flaws, EarlySealRead) {
-        early = read.as_ref().map(|(h, _)| h.payload.clone());
-        fence
-            .clock
-            .sleep(std::time::Duration::from_millis(fence.cfg.ttl_ms / 4))
-            .await;
-        read = read_head().await?;
-    }
-    if let Some((h, v)) = &read {
-        let ours = h.node.as_deref() == Some(shared.node()) && h.format == HeadFormat::V2;
-        if ours && h.generation.as_ref().is_some_and(|g| resumable.contains(g)) {
-            info!(
-                node = shared.node(),
-                cell,
-                epoch = h.epoch,
-                "cell resumed at its current epoch"
-            );
-            let claim = reseal(shared, slot, cell, h.clone(), v.clone()).await?;
-            return Ok((claim, true));
-        }
-    }
-    let writer = read.as_ref().and_then(|(h, _)| h.generation.clone());
-    let view = read.as_ref().map(|(h, v)| HeadView {
-        node: h.node.clone(),
-        epoch: h.epoch,
-        version: v.clone(),
-    });
-    let me = shared.node();
-    let mut decision = decide_claim(me, view.as_ref(), None);
-    if let ClaimDecision::NeedLease { node } = &decision {
-        let live = if sabotaged!(fence.flaws, StealLiveOwner) {
-            Liveness::Dead
-        } else {
-            let seen = fence
-                .observer
-                .liveness(fence, node, writer.as_deref(), bound())
-                .await;
-            seen.map_err(Error::not_committed)?
+    let mut step = flow.start();
+    loop {
+        step = match step {
+            ClaimStep::ReadHead => {
+                let read = bounded(&fence.clock, bound(), own.read_head(cell));
+                flow.on_head(read.await.map_err(Error::not_committed)?)
+            }
+            ClaimStep::Sleep(ms) => {
+                fence.clock.sleep(Duration::from_millis(ms)).await;
+                flow.resume()
+            }
+            ClaimStep::JudgeOwner { node, writer } => {
+                let seen = fence
+                    .observer
+                    .liveness(fence, &node, writer.as_deref(), bound());
+                flow.on_liveness(seen.await.map_err(Error::not_committed)?)
+            }
+            ClaimStep::Carry { head, epoch } => {
+                let (payload, extra) = carried(shared, cell, epoch, head).await?;
+                flow.on_carried(payload, extra)
+            }
+            ClaimStep::Seal { body, write } => {
+                let shell = HeadWrite {
+                    own,
+                    cell,
+                    owner: shared.node(),
+                    epoch: body.epoch,
+                    body: &body,
+                    guard: write.guard().clone(),
+                    flaws: fence.flaws,
+                    clock: &fence.clock,
+                };
+                flow.on_sealed(shell.drive(write, bound).await?)
+            }
+            ClaimStep::Done(end) => return claim_ended(shared, slot, cell, end),
         };
-        decision = decide_claim(me, view.as_ref(), Some(live));
     }
-    let (guard, epoch, from) = match decision {
-        ClaimDecision::Claim {
-            guard,
+}
+
+/// The claim, or the error, a finished claim machine stands for.
+fn claim_ended(
+    shared: &Arc<Shared>,
+    slot: Reservation<'_>,
+    cell: &str,
+    end: ClaimEnd,
+) -> Result<(CellClaim, bool), Error> {
+    let me = shared.node();
+    match end {
+        ClaimEnd::Claimed {
             epoch,
+            body,
+            version,
+            resumed,
             takeover_from,
-        } => (guard, epoch, takeover_from),
-        ClaimDecision::NotOurs {
+        } => {
+            if resumed {
+                info!(node = me, cell, epoch, "cell resumed at its current epoch");
+            } else {
+                info!(node = me, cell, epoch, from = ?takeover_from, "cell claimed");
+                stats::claimed(match (&takeover_from, epoch) {
+                    (Some(_), _) => stats::ClaimKind::Takeover,
+                    (None, 1) => stats::ClaimKind::New,
+                    (None, _) => stats::ClaimKind::Reclaim,
+                });
+            }
+            let known = Some(Known::of(body, version));
+            Ok((CellClaim::new(shared, slot, cell, epoch, known), resumed))
+        }
+        ClaimEnd::Busy {
             node,
             epoch,
             until_mono,
         } => {
-            let wait = until_mono.saturating_sub(fence.clock.mono_ms());
-            return Err(Error::new(
+            let wait = until_mono.saturating_sub(shared.fence.clock.mono_ms());
+            Err(Error::new(
                 ErrorKind::Busy,
                 format!("cell {cell} is owned by live node {node} at epoch {epoch} (judged dead in {wait} ms at the earliest if its lease stays unchanged)"),
             )
-            .not_committed());
-        }
-        ClaimDecision::EpochExhausted { epoch } => {
-            let key = own.owner_key(cell)?;
-            return Err(Error::corrupt(
-                &key,
-                format!("epoch {epoch} cannot be raised"),
-            ));
-        }
-        ClaimDecision::NeedLease { node } => {
-            return Err(Error::new(
-                ErrorKind::Busy,
-                format!("cell {cell}: owner {node} not judged"),
-            )
             .not_committed())
         }
-    };
-    let (prior, extra) = match read {
-        Some((h, _)) => carried(shared, cell, epoch, h).await?,
-        None => (CellPayload::Empty, Extra::new()),
-    };
-    let payload = sabotaged_carry(shared, cell, early, prior);
-    let body = CellHead {
-        node: Some(me.to_owned()),
-        epoch,
-        nonce: own.fresh_nonce(),
-        generation: Some(shared.generation()),
-        payload,
-        extra,
-        format: HeadFormat::V2,
-    };
-    if sabotaged!(fence.flaws, SkipSeal) {
-        let known = view.map(|v| Known::of(body, v.version));
-        return Ok((CellClaim::new(shared, slot, cell, epoch, known), false));
-    }
-    let write = HeadWrite {
-        own,
-        cell,
-        owner: me,
-        epoch,
-        body: &body,
-        guard,
-        flaws: fence.flaws,
-        clock: &fence.clock,
-    };
-    match write.settle(bound).await {
-        Ok(Settled::Landed(v)) => {
-            info!(node = me, cell, epoch, from = ?from, "cell claimed");
-            stats::claimed(match (&from, epoch) {
-                (Some(_), _) => stats::ClaimKind::Takeover,
-                (None, 1) => stats::ClaimKind::New,
-                (None, _) => stats::ClaimKind::Reclaim,
-            });
-            let claim = CellClaim::new(shared, slot, cell, epoch, Some(Known::of(body, v)));
-            Ok((claim, false))
-        }
-        Ok(Settled::Moved { .. }) => Err(lost_race(cell, Commit::NotCommitted)),
-        Ok(Settled::Fenced { maybe_landed, .. }) => {
-            let commit = if maybe_landed {
+        ClaimEnd::LostRace { maybe_landed } => Err(lost_race(
+            cell,
+            if maybe_landed {
                 Commit::Ambiguous
             } else {
                 Commit::NotCommitted
-            };
-            Err(lost_race(cell, commit))
+            },
+        )),
+        ClaimEnd::EpochExhausted { epoch } => {
+            let key = shared.fence.ownership.owner_key(cell)?;
+            Err(Error::corrupt(&key, format!("epoch {epoch} cannot be raised")))
         }
-        Err(e) => Err(e),
+        ClaimEnd::NotAdoptable { found: Some((owner, epoch)) } => Err(Error::fenced(format!(
+            "cell {cell} is not this node's to adopt (owner {owner:?} at epoch {epoch}; an older format needs a claim)"
+        ))),
+        ClaimEnd::NotAdoptable { found: None } => {
+            Err(Error::fenced(format!("cell {cell} has no head to adopt")))
+        }
     }
 }
 
@@ -286,95 +283,16 @@ fn already_claimed(cell: &str, epoch: u64) -> Error {
     .not_committed()
 }
 
-/// [`LeaseKeeper::adopt`](super::LeaseKeeper::adopt).
+/// [`LeaseKeeper::adopt`](super::LeaseKeeper::adopt): a resume (a read and the seal at the
+/// head's epoch) of a head that names this node.
 pub(crate) async fn adopt(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim, Error> {
     check_name("cell", cell)?;
     if !shared.is_held() {
         return Err(Error::fenced("cannot adopt a cell without a held lease"));
     }
     let slot = shared.reserve(cell).map_err(|e| already_claimed(cell, e))?;
-    let fence = &shared.fence;
-    let read = bounded(
-        &fence.clock,
-        shared.request_bound_ms(),
-        fence.ownership.read_head(cell),
-    );
-    match read.await.map_err(Error::not_committed)? {
-        Some((h, v)) if h.node.as_deref() == Some(shared.node()) && h.format == HeadFormat::V2 => {
-            let epoch = h.epoch;
-            let claim = reseal(shared, slot, cell, h, v).await?;
-            info!(node = shared.node(), cell, epoch, "cell adopted at its current epoch");
-            Ok(claim)
-        }
-        Some((h, _)) => Err(Error::fenced(format!(
-            "cell {cell} is not this node's to adopt (owner {:?} at epoch {}; an older format needs a claim)",
-            h.node, h.epoch
-        ))),
-        None => Err(Error::fenced(format!("cell {cell} has no head to adopt"))),
-    }
-}
-
-/// Resumes a cell the head `h` (at version `v`) names as ours, at its epoch: one
-/// compare-and-swap of the head at the same epoch, with our write identity. It is the
-/// resume's seal — any write still in flight under an earlier version (a peer's takeover, a
-/// predecessor's late write) is rejected from then on — so a resumed claim is believed only
-/// once nobody else can land one.
-async fn reseal(
-    shared: &Arc<Shared>,
-    slot: Reservation<'_>,
-    cell: &str,
-    h: CellHead,
-    v: Version,
-) -> Result<CellClaim, Error> {
-    let fence = &shared.fence;
-    let me = shared.node();
-    let body = CellHead {
-        node: Some(me.to_owned()),
-        epoch: h.epoch,
-        nonce: fence.ownership.fresh_nonce(),
-        generation: Some(shared.generation()),
-        payload: h.payload,
-        extra: h.extra,
-        format: HeadFormat::V2,
-    };
-    if sabotaged!(fence.flaws, ResumeWithoutSeal) {
-        // Acts on the head as read: nothing tells a racing takeover that we are back.
-        return Ok(CellClaim::new(
-            shared,
-            slot,
-            cell,
-            h.epoch,
-            Some(Known::of(body, v)),
-        ));
-    }
-    let write = HeadWrite {
-        own: &fence.ownership,
-        cell,
-        owner: me,
-        epoch: h.epoch,
-        body: &body,
-        guard: CasGuard::Match(v),
-        flaws: fence.flaws,
-        clock: &fence.clock,
-    };
-    match write.settle(|| shared.request_bound_ms()).await? {
-        Settled::Landed(v) => Ok(CellClaim::new(
-            shared,
-            slot,
-            cell,
-            h.epoch,
-            Some(Known::of(body, v)),
-        )),
-        Settled::Moved { .. } => Err(lost_race(cell, Commit::NotCommitted)),
-        Settled::Fenced { maybe_landed, .. } => Err(lost_race(
-            cell,
-            if maybe_landed {
-                Commit::Ambiguous
-            } else {
-                Commit::NotCommitted
-            },
-        )),
-    }
+    let flow = flow(shared, cell).adopting();
+    run_flow(shared, slot, cell, flow).await.map(|(c, _)| c)
 }
 
 fn lost_race(cell: &str, commit: Commit) -> Error {
@@ -410,24 +328,6 @@ async fn carried(
     extra.extend(h.extra);
     let store = own.store_payload(cell, epoch, data.payload, fence.inline_max);
     Ok((bounded(&fence.clock, bound, store).await?, extra))
-}
-
-/// The payload a sabotaged claim carries instead of the current one.
-fn sabotaged_carry(
-    shared: &Shared,
-    cell: &str,
-    early: Option<CellPayload>,
-    current: CellPayload,
-) -> CellPayload {
-    let _ = (shared, cell);
-    if let Some(p) = early {
-        return p;
-    }
-    #[cfg(feature = "sabotage")]
-    if sabotaged!(shared.fence.flaws, RollbackAcknowledged) {
-        return shared.fence.last_written(cell).unwrap_or(current);
-    }
-    current
 }
 
 impl Drop for CellClaim {

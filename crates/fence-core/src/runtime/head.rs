@@ -52,13 +52,22 @@ pub(crate) struct HeadWrite<'a> {
 impl HeadWrite<'_> {
     /// Sends the write until the evidence settles it; `bound` gives each request's timeout.
     pub(crate) async fn settle(&self, bound: impl Fn() -> u64) -> Result<Settled, Error> {
-        let mut core = write::HeadWrite::new(
+        let core = write::HeadWrite::new(
             self.body.nonce.clone(),
             self.guard.clone(),
             self.owner,
             self.epoch,
         )
         .with_flaws(self.flaws);
+        self.drive(core, bound).await
+    }
+
+    /// Performs the steps of `core`, a settlement of this write, until it settles.
+    pub(crate) async fn drive(
+        &self,
+        mut core: write::HeadWrite,
+        bound: impl Fn() -> u64,
+    ) -> Result<Settled, Error> {
         let mut last: Option<Error> = None;
         let mut step = core.start();
         loop {
