@@ -779,15 +779,20 @@ impl CellClaim {
         }
     }
 
-    /// Deletes a payload object that no head refers to, in the background.
+    /// Deletes a payload object that no head refers to, in the background, bounded like
+    /// every request of a claim (a store that never answers leaves no task behind).
     fn collect_unused(&self, payload: &CellPayload) {
         let Some(blob) = payload.blob().cloned() else {
             return;
         };
-        let own = self.shared.fence.ownership.clone();
+        let fence = &self.shared.fence;
+        let own = fence.ownership.clone();
+        let clock = fence.clock.clone();
+        let bound = fence.cfg.attempt_max_ms;
         let cell = self.cell.to_string();
         tokio::spawn(async move {
-            if let Err(e) = own.delete_blob(&cell, &blob).await {
+            let delete = own.delete_blob(&cell, &blob);
+            if let Err(e) = bounded(&clock, bound, delete).await {
                 tracing::debug!(cell, blob = blob.name, error = %e, "payload object left for collection");
             }
         });

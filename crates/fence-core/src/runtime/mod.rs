@@ -68,7 +68,7 @@ pub struct FenceBuilder {
 
 /// The longest TTL, skew margin or stale-after a fence accepts: a century. Longer ones are
 /// certainly a unit mistake, and lease arithmetic near `u64::MAX` ms only saturates.
-const MAX_SETTING_MS: u64 = 100 * 365 * 24 * 3_600_000;
+const MAX_SETTING_MS: u64 = crate::decide::observe::MAX_RECORD_TTL_MS;
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
