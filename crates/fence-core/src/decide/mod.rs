@@ -11,10 +11,12 @@
 //!   full TTL on its own monotonic clock, so no wall clock decides a takeover.
 //! - [`cell`]: the claim rule and the evidence rules of a write on a cell head.
 //! - [`claim`]: a claim, resume or adoption of a cell, as a step machine.
+//! - [`claimed`]: the writes of a claimed cell (data, release, hand-off), as a step machine.
 //! - [`write`]: the settlement of one head write by those rules, as a step machine.
 
 pub mod cell;
 pub mod claim;
+pub mod claimed;
 pub mod lease;
 pub mod observe;
 pub mod write;

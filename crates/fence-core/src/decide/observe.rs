@@ -35,10 +35,11 @@ use crate::record::NodeLeaseRecord;
 use crate::store::Version;
 
 /// The longest TTL a lease record is believed to state: a century, the longest TTL a
-/// [`FenceBuilder`](crate::FenceBuilder) accepts. A record's own `ttl_ms` is believed up to
-/// this whatever the observer's settings, so no mix of TTLs across a fleet lets a peer take
-/// over a holder whose authority has not ended; a hostile record can delay a takeover by at
-/// most this (it could as well keep renewing).
+/// [`FenceBuilder`](crate::FenceBuilder) accepts. A record's own `ttl_ms` up to this is
+/// believed whatever the observer's settings, so no mix of TTLs across a fleet lets a peer
+/// take over a holder whose authority has not ended. A record stating more was written by
+/// no fence (hostile, or a unit mistake): its `ttl_ms` is ignored, as a seed record's
+/// missing one is, and the observer's own TTL applies.
 pub const MAX_RECORD_TTL_MS: u64 = 100 * 365 * 24 * 3_600_000;
 
 /// A lease record as a peer reads it.
@@ -113,12 +114,14 @@ impl Observation {
     }
 
     /// How long the holder's authority can last from the first sighting: the longer of our
-    /// TTL and the one the record states — believed whatever our own settings, up to the
-    /// fixed [`MAX_RECORD_TTL_MS`] (a century, the longest TTL a fence accepts) — plus 0.2 %
-    /// for monotonic clocks that tick at different rates (NTP slews them by up to 0.05 %).
+    /// TTL and the one the record states — believed whatever our own settings, unless it
+    /// exceeds the fixed [`MAX_RECORD_TTL_MS`] (a century, the longest TTL a fence accepts:
+    /// no fence wrote it, and it is ignored) — plus 0.2 % for monotonic clocks that tick at
+    /// different rates (NTP slews them by up to 0.05 %).
     pub fn hold_ms(&self, cfg: &LeaseConfig) -> u64 {
-        let theirs = self.lease.as_ref().and_then(|l| l.ttl_ms).unwrap_or(0);
-        let hold = cfg.ttl_ms.max(theirs.min(MAX_RECORD_TTL_MS));
+        let stated = self.lease.as_ref().and_then(|l| l.ttl_ms);
+        let theirs = stated.filter(|t| *t <= MAX_RECORD_TTL_MS).unwrap_or(0);
+        let hold = cfg.ttl_ms.max(theirs);
         hold.saturating_add(hold.div_ceil(500))
     }
 
@@ -230,9 +233,9 @@ mod tests {
             ttl_ms: Some(u64::MAX),
             ..lease("v", u64::MAX)
         };
-        // A record claiming an endless TTL is believed for a century at most.
+        // A record claiming an endless TTL (no fence writes one) is held for our own TTL.
         let o = Observation::first(Some(hostile), 7);
-        let cap = MAX_RECORD_TTL_MS + MAX_RECORD_TTL_MS / 500;
+        let cap = cfg.ttl_ms + cfg.ttl_ms / 500;
         assert_eq!(
             o.judge(at(u64::MAX - 1, u64::MAX), &cfg),
             Liveness::Live {

@@ -5,18 +5,19 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tracing::{info, warn};
 
-use super::head::{superseded, HeadWrite, Settled};
+use super::head::{superseded, HeadWrite};
 use super::keeper::{Reservation, Shared};
 use super::{bounded, cell, CellData};
 use std::time::Duration;
 
 use crate::decide::claim::{ClaimEnd, ClaimFlow, ClaimStep};
+use crate::decide::claimed::{admit, Base, CellEnd, CellStep, CellWrite, Change, Refusal};
 use crate::error::{Commit, Error, ErrorKind};
 use crate::flaws::sabotaged;
 use crate::ownership::check_name;
 use crate::record::{CellHead, CellPayload, Extra, HeadFormat};
 use crate::stats;
-use crate::store::{CasGuard, Version};
+use crate::store::Version;
 
 /// A fenced write's acknowledgement: the head is stored at `version`, and the store applied
 /// it under a guard on a version that named us at `epoch` — so we owned the cell at the
@@ -47,17 +48,26 @@ impl Known {
             extra,
         }
     }
+}
 
-    /// Whether a [`CellClaim::write_if`] expecting `want` may build on this head.
-    fn satisfies(&self, want: Option<&Version>) -> bool {
-        match want {
-            Some(v) => &self.version == v,
-            None => self.payload == CellPayload::default(),
+impl From<Known> for Base {
+    fn from(k: Known) -> Base {
+        Base {
+            version: k.version,
+            payload: k.payload,
+            extra: k.extra.map(|e| *e).unwrap_or_default(),
         }
     }
+}
 
-    fn extra(&self) -> Extra {
-        self.extra.as_deref().cloned().unwrap_or_default()
+impl From<Base> for Known {
+    fn from(b: Base) -> Known {
+        let extra = (!b.extra.is_empty()).then(|| Box::new(b.extra));
+        Known {
+            version: b.version,
+            payload: b.payload,
+            extra,
+        }
     }
 }
 
@@ -117,10 +127,12 @@ fn moved_on(cell: &str) -> Error {
     .not_committed()
 }
 
-fn not_ours(cell: &str, found: u64) -> Error {
-    Error::fenced(format!(
-        "cell {cell}: epoch superseded (now {found}); nothing written"
-    ))
+fn kept_moving(cell: &str) -> Error {
+    Error::new(
+        ErrorKind::Busy,
+        format!("cell {cell}: the head kept moving"),
+    )
+    .not_committed()
 }
 
 pub(crate) async fn claim(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim, Error> {
@@ -498,18 +510,7 @@ impl CellClaim {
         payload: Bytes,
         exact: Option<Option<&Version>>,
     ) -> Result<WriteAck, Error> {
-        if !self.shared.is_held() && !sabotaged!(self.shared.fence.flaws, SkipFencedCheck) {
-            return Err(Error::fenced(format!(
-                "cell {}: lease not held; write refused locally",
-                self.cell
-            )));
-        }
-        if let Some(how) = self.ended() {
-            return Err(Error::fenced(format!(
-                "cell {}: the claim has ended ({how:?}); write refused locally",
-                self.cell
-            )));
-        }
+        self.refuse_unless_acting("write")?;
         let fence = &self.shared.fence;
         let stored =
             fence
@@ -544,112 +545,108 @@ impl CellClaim {
         payload: CellPayload,
         exact: Option<Option<&Version>>,
     ) -> Result<WriteAck, Error> {
-        let fence = &self.shared.fence;
-        // Taken for the write: if it is cancelled or gets no verdict, the next write reads
-        // the head instead of trusting a guard the store may have moved past.
-        let mut known = slot.take();
-        if let Some(want) = exact {
-            let base = match known.take() {
-                Some(k) if k.satisfies(want) => k,
-                _ => self.read_known().await?,
-            };
-            if !base.satisfies(want) {
-                self.collect_unused(&payload);
-                *slot = Some(base);
-                return Err(moved_on(&self.cell));
-            }
-            known = Some(base);
-        }
-        for _ in 0..4 {
-            let base = match known.take() {
-                Some(k) => k,
-                None => self.read_known().await?,
-            };
-            let body = CellHead {
-                node: Some(self.shared.node().to_owned()),
-                epoch: self.epoch,
-                nonce: fence.ownership.fresh_nonce(),
-                generation: Some(self.shared.generation()),
-                payload: payload.clone(),
-                extra: base.extra(),
-                format: HeadFormat::V2,
-            };
-            let write = HeadWrite {
-                own: &fence.ownership,
-                cell: &self.cell,
-                owner: self.shared.node(),
-                epoch: self.epoch,
-                body: &body,
-                guard: CasGuard::Match(base.version.clone()),
-                flaws: fence.flaws,
-                clock: &fence.clock,
-            };
-            match write.settle(|| self.shared.request_bound_ms()).await {
-                Ok(Settled::Landed(version)) => {
-                    stats::write_acknowledged();
-                    self.collect_replaced(&base.payload, &payload);
-                    #[cfg(feature = "sabotage")]
-                    if sabotaged!(fence.flaws, RollbackAcknowledged) {
-                        fence.wrote(&self.cell, &payload);
-                    }
-                    *slot = Some(Known::of(body, version.clone()));
-                    return Ok(WriteAck {
-                        epoch: self.epoch,
-                        version,
-                    });
-                }
-                Ok(Settled::Moved { head, version }) if exact.is_some() => {
-                    // Rejected, and the head is another write's: this one never lands.
+        let change = Change::Data {
+            payload: payload.clone(),
+            exact: exact.map(|e| e.cloned()),
+        };
+        let end = match self.change(slot, change).await {
+            Ok(end) => end,
+            Err(e) => {
+                if !e.is_ambiguous() {
                     self.collect_unused(&payload);
-                    *slot = Some(Known::of(head, version));
-                    return Err(moved_on(&self.cell));
                 }
-                Ok(Settled::Moved { head, version }) => known = Some(Known::of(head, version)),
-                Ok(Settled::Fenced {
-                    epoch,
-                    maybe_landed,
-                }) => {
-                    if !maybe_landed {
-                        self.collect_unused(&payload);
-                    }
-                    warn!(node = self.shared.node(), cell = %self.cell, epoch = self.epoch, found = epoch,
-                          "write refused: the epoch was superseded");
-                    self.end(ClaimStatus::Superseded { epoch });
-                    stats::write_fenced();
-                    return Err(superseded(&self.cell, self.epoch, epoch, maybe_landed));
+                return Err(e);
+            }
+        };
+        match end {
+            CellEnd::Written { base, replaced } => {
+                stats::write_acknowledged();
+                self.collect_replaced(&replaced, &payload);
+                #[cfg(feature = "sabotage")]
+                if sabotaged!(self.shared.fence.flaws, RollbackAcknowledged) {
+                    self.shared.fence.wrote(&self.cell, &payload);
                 }
-                Err(e) => {
-                    if !e.is_ambiguous() {
-                        self.collect_unused(&payload);
-                    }
-                    return Err(e);
+                let version = base.version.clone();
+                *slot = Some(Known::from(base));
+                Ok(WriteAck {
+                    epoch: self.epoch,
+                    version,
+                })
+            }
+            CellEnd::Conflict { base } => {
+                // The head is another write's: this one never lands.
+                self.collect_unused(&payload);
+                *slot = Some(Known::from(base));
+                Err(moved_on(&self.cell))
+            }
+            CellEnd::Superseded {
+                epoch,
+                maybe_landed,
+            } => {
+                if !maybe_landed {
+                    self.collect_unused(&payload);
                 }
+                warn!(node = self.shared.node(), cell = %self.cell, epoch = self.epoch, found = epoch,
+                      "write refused: the epoch was superseded");
+                stats::write_fenced();
+                Err(self.superseded_by(epoch, maybe_landed))
+            }
+            CellEnd::KeptMoving => {
+                self.collect_unused(&payload);
+                Err(kept_moving(&self.cell))
             }
         }
-        Err(Error::new(
-            ErrorKind::Busy,
-            format!("cell {}: the head kept moving", self.cell),
-        )
-        .not_committed())
     }
 
-    /// Reads the head for a write's guard: it must still be ours at our epoch.
-    async fn read_known(&self) -> Result<Known, Error> {
-        let own = &self.shared.fence.ownership;
-        let read = bounded(
-            &self.shared.fence.clock,
-            self.shared.request_bound_ms(),
-            own.read_head(&self.cell),
-        );
-        let found = match read.await.map_err(Error::not_committed)? {
-            Some((h, v)) if h.is_owned_by(self.shared.node(), self.epoch) => {
-                return Ok(Known::of(h, v))
-            }
-            Some((h, _)) => h.epoch,
-            None => 0,
-        };
-        self.end(ClaimStatus::Superseded { epoch: found });
-        Err(not_ours(&self.cell, found))
+    /// Performs the steps of one change of this claim's head, from what the claim knows of
+    /// it (taken: if the change is cancelled or gets no verdict, the next one reads the head
+    /// instead of trusting a guard the store may have moved past).
+    async fn change(&self, slot: &mut Option<Known>, change: Change) -> Result<CellEnd, Error> {
+        let fence = &self.shared.fence;
+        let own = &fence.ownership;
+        let bound = || self.shared.request_bound_ms();
+        let known = slot.take().map(Base::from);
+        let me = self.shared.node();
+        let nonce = own.fresh_nonce();
+        let mut core = CellWrite::new(
+            me,
+            self.epoch,
+            &self.shared.generation(),
+            nonce,
+            change,
+            known,
+        )
+        .with_flaws(fence.flaws);
+        let mut step = core.start();
+        loop {
+            step = match step {
+                CellStep::ReadBase => {
+                    let read = bounded(&fence.clock, bound(), own.read_head(&self.cell));
+                    core.on_read(read.await.map_err(Error::not_committed)?)
+                }
+                CellStep::Seal { body, write } => {
+                    let shell = HeadWrite {
+                        own,
+                        cell: &self.cell,
+                        owner: me,
+                        epoch: self.epoch,
+                        body: &body,
+                        guard: write.guard().clone(),
+                        flaws: fence.flaws,
+                        clock: &fence.clock,
+                    };
+                    let settled = shell.drive(write, bound).await?;
+                    core.on_settled(body, settled)
+                }
+                CellStep::Done(end) => return Ok(end),
+            };
+        }
+    }
+
+    /// Ends this claim as superseded by `epoch` and says so.
+    fn superseded_by(&self, epoch: u64, maybe_landed: bool) -> Error {
+        self.end(ClaimStatus::Superseded { epoch });
+        superseded(&self.cell, self.epoch, epoch, maybe_landed)
     }
 
     /// Refuses once the claim has ended in any way (closed included): nothing more is sent
@@ -669,13 +666,15 @@ impl CellClaim {
     /// once the claim's write lock is taken, so a request queued behind a slow one is never
     /// sent after the lease's authority ran out meanwhile.
     fn refuse_unless_acting(&self, what: &str) -> Result<(), Error> {
-        if !self.shared.is_held() && !sabotaged!(self.shared.fence.flaws, SkipFencedCheck) {
-            return Err(Error::fenced(format!(
+        let ended = self.ended().is_some();
+        match admit(self.shared.is_held(), ended, self.shared.fence.flaws) {
+            Ok(()) => Ok(()),
+            Err(Refusal::LeaseNotHeld) => Err(Error::fenced(format!(
                 "cell {}: lease not held; {what} refused locally, nothing written",
                 self.cell
-            )));
+            ))),
+            Err(Refusal::ClaimEnded) => self.refuse_if_over(),
         }
-        self.refuse_if_over()
     }
 
     /// Stops this claim: waits until no write of it is in flight, then ends it, so from the
@@ -751,13 +750,9 @@ impl CellClaim {
         if sabotaged!(self.shared.fence.flaws, HandOffUnregistersEarly) {
             self.leave_register();
         }
-        let receiver = |base| {
-            (
-                Some(to.to_owned()),
-                next,
-                generation.map(str::to_owned),
-                base,
-            )
+        let receiver = Change::HandOff {
+            to: to.to_owned(),
+            generation: generation.map(str::to_owned),
         };
         match self.rewrite(&mut slot, receiver).await {
             Ok(()) => {
@@ -861,66 +856,23 @@ impl CellClaim {
         self.refuse_if_over()?;
         let mut slot = self.known.lock().await;
         self.refuse_unless_acting("release")?;
-        self.rewrite(&mut slot, |base| {
-            (None, self.epoch, Some(self.shared.generation()), base)
-        })
-        .await?;
+        self.rewrite(&mut slot, Change::Release).await?;
         info!(node = self.shared.node(), cell = %self.cell, epoch = self.epoch, "cell released");
         self.end(ClaimStatus::Released);
         Ok(())
     }
 
-    /// Rewrites the head from what this claim knows of it — `shape` gives the new owner,
-    /// epoch and writer generation over the current head — re-reading after a co-writer's
-    /// move, until the write lands or the cell is found superseded.
-    async fn rewrite(
-        &self,
-        slot: &mut Option<Known>,
-        shape: impl Fn(Known) -> (Option<String>, u64, Option<String>, Known),
-    ) -> Result<(), Error> {
-        let fence = &self.shared.fence;
-        let mut known = slot.take();
-        for _ in 0..4 {
-            let base = match known.take() {
-                Some(k) => k,
-                None => self.read_known().await?,
-            };
-            let (node, epoch, generation, base) = shape(base);
-            let body = CellHead {
-                node,
+    /// Rewrites the head from what this claim knows of it (a release or a hand-off),
+    /// re-reading after a co-writer's move, until the write lands or the cell is found
+    /// superseded.
+    async fn rewrite(&self, slot: &mut Option<Known>, change: Change) -> Result<(), Error> {
+        match self.change(slot, change).await? {
+            CellEnd::Written { .. } => Ok(()),
+            CellEnd::Superseded {
                 epoch,
-                nonce: fence.ownership.fresh_nonce(),
-                generation,
-                extra: base.extra(),
-                payload: base.payload,
-                format: HeadFormat::V2,
-            };
-            let write = HeadWrite {
-                own: &fence.ownership,
-                cell: &self.cell,
-                owner: self.shared.node(),
-                epoch: self.epoch,
-                body: &body,
-                guard: CasGuard::Match(base.version),
-                flaws: fence.flaws,
-                clock: &fence.clock,
-            };
-            match write.settle(|| self.shared.request_bound_ms()).await? {
-                Settled::Landed(_) => return Ok(()),
-                Settled::Moved { head, version } => known = Some(Known::of(head, version)),
-                Settled::Fenced {
-                    epoch,
-                    maybe_landed,
-                } => {
-                    self.end(ClaimStatus::Superseded { epoch });
-                    return Err(superseded(&self.cell, self.epoch, epoch, maybe_landed));
-                }
-            }
+                maybe_landed,
+            } => Err(self.superseded_by(epoch, maybe_landed)),
+            CellEnd::Conflict { .. } | CellEnd::KeptMoving => Err(kept_moving(&self.cell)),
         }
-        Err(Error::new(
-            ErrorKind::Busy,
-            format!("cell {}: the head kept moving", self.cell),
-        )
-        .not_committed())
     }
 }
