@@ -39,6 +39,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use fence_core::decide::claimed::record_is_ours;
+use fence_core::decide::Flaws;
 use fence_core::runtime::{read_cell, CellClaim, Fence, WriteAck};
 use fence_core::{CasGuard, Error, ErrorKind, Key, Ownership, PutOutcome, Version};
 use futures::{StreamExt, TryStreamExt};
@@ -239,6 +241,7 @@ pub struct AppendLog {
     /// read it first), and the tag this log names its records with (`None` until a create
     /// found its name taken).
     head: tokio::sync::Mutex<(Option<SeenHead>, Option<String>)>,
+    flaws: Flaws,
 }
 
 impl AppendLog {
@@ -249,6 +252,7 @@ impl AppendLog {
             claim,
             attempt_ms: fence.config().attempt_max_ms,
             head: tokio::sync::Mutex::new((None, None)),
+            flaws: fence.flaws(),
         }
     }
 
@@ -432,7 +436,7 @@ impl AppendLog {
             }
             match tokio::time::timeout(bound, store.get(&key)).await {
                 Ok(Ok(None)) => {}
-                Ok(Ok(Some(s))) if s.body == *body => return Ok(()),
+                Ok(Ok(Some(s))) if record_is_ours(&s.body, body, self.flaws) => return Ok(()),
                 Ok(Ok(Some(_))) => *tag = Some(self.own.fresh_nonce()),
                 Ok(Err(e)) => last = Some(e),
                 Err(_) => last = Some(timed_out(&key)),

@@ -144,6 +144,27 @@ pub fn admit(lease_held: bool, ended: bool, flaws: Flaws) -> Result<(), Refusal>
     Ok(())
 }
 
+/// Whether a payload object written under `epoch` (`None`: a name fence did not write) may
+/// be deleted by a claim at `claim_epoch` (`current`: the head points at it now). Only
+/// objects of *earlier* epochs: no writer of an earlier epoch can land a head after this
+/// claim's seal, while a write of this epoch (an ambiguous one landing late, a co-writer's)
+/// may still point a head at its object.
+pub fn collectable(epoch: Option<u64>, claim_epoch: u64, current: bool, flaws: Flaws) -> bool {
+    let older = if sabotaged!(flaws, GcCurrentEpoch) {
+        epoch.is_some_and(|e| e <= claim_epoch)
+    } else {
+        epoch.is_some_and(|e| e < claim_epoch)
+    };
+    older && !current
+}
+
+/// Whether an object found at a log record's name is the record this append wrote (an
+/// ambiguous create that landed): only if its bytes are exactly ours. Anything else belongs
+/// to another writer (an orphan, another claim of the epoch) and is never taken as ours.
+pub fn record_is_ours(found: &[u8], ours: &[u8], flaws: Flaws) -> bool {
+    found == ours || sabotaged!(flaws, LogAcceptsForeignRecord)
+}
+
 /// One change of a claimed cell by `me` at `epoch`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CellWrite {

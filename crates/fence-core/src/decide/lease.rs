@@ -560,7 +560,9 @@ impl LeaseCore {
                     return self.install(now, t, o.version, None, out);
                 }
                 let sent = a.read_sent.unwrap_or(now.mono_ms);
-                let seen = Observation::update(a.seen.as_ref(), Some(o.clone()), sent, now.mono_ms);
+                let prior = a.seen.as_ref();
+                let seen =
+                    Observation::update_with(prior, Some(o.clone()), sent, now.mono_ms, self.flaws);
                 let succeeded = self.predecessor.as_deref() == Some(o.record.generation.as_str());
                 let verdict = if succeeded {
                     Liveness::Dead

@@ -31,6 +31,7 @@
 //! ```
 
 use super::{LeaseConfig, Now};
+use crate::flaws::{sabotaged, Flaws};
 use crate::record::NodeLeaseRecord;
 use crate::store::Version;
 
@@ -102,6 +103,25 @@ impl Observation {
         sent_mono: u64,
         returned_mono: u64,
     ) -> Self {
+        Observation::update_with(prior, lease, sent_mono, returned_mono, Flaws::default())
+    }
+
+    /// [`update`](Self::update) with sabotage `flaws` (only ever set with the `sabotage`
+    /// feature).
+    pub fn update_with(
+        prior: Option<&Observation>,
+        lease: Option<ObservedLease>,
+        sent_mono: u64,
+        returned_mono: u64,
+        flaws: Flaws,
+    ) -> Self {
+        // A confirmation counts from when its read was sent: a renewal may land while it
+        // travels back.
+        let sent_mono = if sabotaged!(flaws, ConfirmAtReturn) {
+            returned_mono
+        } else {
+            sent_mono
+        };
         let same = prior.is_some_and(|p| same_state(p.lease.as_ref(), lease.as_ref()));
         match prior {
             Some(p) if same => Observation {

@@ -11,7 +11,9 @@ use super::{bounded, cell, CellData};
 use std::time::Duration;
 
 use crate::decide::claim::{ClaimEnd, ClaimFlow, ClaimStep};
-use crate::decide::claimed::{admit, Base, CellEnd, CellStep, CellWrite, Change, Refusal};
+use crate::decide::claimed::{
+    admit, collectable, Base, CellEnd, CellStep, CellWrite, Change, Refusal,
+};
 use crate::error::{Commit, Error, ErrorKind};
 use crate::flaws::sabotaged;
 use crate::ownership::check_name;
@@ -820,8 +822,8 @@ impl CellClaim {
                 continue;
             };
             let epoch = name.split('-').next().and_then(|e| e.parse::<u64>().ok());
-            let older = epoch.is_some_and(|e| e < self.epoch);
-            if older && current.as_deref() != Some(name) {
+            let current = current.as_deref() == Some(name);
+            if collectable(epoch, self.epoch, current, fence.flaws) {
                 bounded(&fence.clock, bound(), own.store().delete_immutable(&key)).await?;
                 deleted += 1;
             }

@@ -265,6 +265,12 @@ impl Fence {
         }
     }
 
+    /// This fence's sabotage switch (always empty without the `sabotage` feature), for the
+    /// rules other crates run on its behalf ([`crate::decide::claimed::record_is_ours`]).
+    pub fn flaws(&self) -> crate::decide::Flaws {
+        self.flaws
+    }
+
     /// The ownership API underneath (records, keys).
     pub fn ownership(&self) -> &Arc<Ownership> {
         &self.ownership
