@@ -111,8 +111,8 @@ impl ModelConfig {
             releases: 0,
             hand_offs: 0,
             co_writes: 0,
-            chaos_ticks: 3,
-            settle_ticks: 7,
+            chaos_ticks: 2,
+            settle_ticks: 10,
             exception: None,
             #[cfg(feature = "sabotage")]
             sabotage: None,
@@ -130,7 +130,7 @@ impl ModelConfig {
             hand_offs: 1,
             co_writes: 1,
             chaos_ticks: 2,
-            settle_ticks: 5,
+            settle_ticks: 10,
             ..ModelConfig::ci()
         }
     }
@@ -153,7 +153,7 @@ impl ModelConfig {
             crashes: 0,
             writes: 0,
             chaos_ticks: 3,
-            settle_ticks: 5,
+            settle_ticks: 10,
             ..ModelConfig::ci_hand_off()
         }
         .without_choices()
@@ -330,10 +330,12 @@ pub fn run(cfg: &ModelConfig, first_failure: bool) -> ModelReport {
         let found = discoveries.get(p.name);
         if p.expectation.discovery_is_failure() || p.name.starts_with("probe") {
             if let Some(path) = found {
+                let always = p.expectation == stateright::Expectation::Always;
                 violations.push(trace::Counterexample::new(
                     checker.model(),
                     p.name,
                     path.clone(),
+                    always.then_some(p.condition),
                 ));
             }
         } else if found.is_none() {

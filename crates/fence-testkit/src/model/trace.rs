@@ -19,28 +19,31 @@ pub struct Counterexample {
 }
 
 impl Counterexample {
+    /// The trace of `path`, cut at its first state where `holds` is false (an `always`
+    /// property's failure; `None`: the whole path, for an `eventually` one).
     pub(crate) fn new(
         model: &FenceModel,
         property: &'static str,
         path: Path<World, Action>,
+        holds: Option<fn(&FenceModel, &World) -> bool>,
     ) -> Self {
         let mut steps = Vec::new();
-        let mut before: Option<World> = None;
+        let mut last: Option<World> = None;
         for (state, action) in path.into_vec() {
-            if let (Some(prev), Some(a)) = (&before, &action) {
-                let _ = prev;
-                let _ = a;
-            }
-            if let Some(prev) = before.take() {
-                let _ = prev;
-            }
-            before = Some(state.clone());
-            if let Some(a) = action {
-                steps.push(describe(model, &state, &a));
+            let broken = holds.is_some_and(|h| !h(model, &state));
+            match action {
+                Some(a) if !broken => {
+                    steps.push(describe(model, &state, &a));
+                    last = Some(state);
+                }
+                _ => {
+                    last = Some(state);
+                    break;
+                }
             }
         }
-        if let Some(last) = &before {
-            steps.push(format!("   ⇒ end: {}", store_state(model, last)));
+        if let Some(end) = &last {
+            steps.push(format!("   => {}", store_state(model, end)));
         }
         Counterexample {
             property,

@@ -1142,6 +1142,11 @@ impl FenceModel {
                 }
             }
         }
+        // Requests held up in the network land during the faults or never: once they are
+        // over, what is still held up is lost.
+        if !self.chaos(w) {
+            w.net.retain(|r| r.state != ReqState::Orphan);
+        }
         // Slow requests whose sender gave up.
         let mut i = 0;
         while i < w.net.len() {
