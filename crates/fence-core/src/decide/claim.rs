@@ -209,12 +209,11 @@ impl ClaimFlow {
 
     /// The head as read (`None`: absent).
     pub fn on_head(&mut self, read: Option<(CellHead, Version)>) -> ClaimStep {
-        if sabotaged!(self.flaws, EarlySealRead) && self.phase != Phase::Waiting && !self.adopt {
-            if self.early.is_none() && self.phase == Phase::Reading {
-                self.early = Some(read.map(|(h, _)| h.payload).unwrap_or_default());
-                self.phase = Phase::Waiting;
-                return ClaimStep::Sleep(self.wait_ms);
-            }
+        let first = self.early.is_none() && self.phase == Phase::Reading;
+        if sabotaged!(self.flaws, EarlySealRead) && first && !self.adopt {
+            self.early = Some(read.map(|(h, _)| h.payload).unwrap_or_default());
+            self.phase = Phase::Waiting;
+            return ClaimStep::Sleep(self.wait_ms);
         }
         if let Some((h, v)) = &read {
             let ours = h.node.as_deref() == Some(self.me.as_str()) && h.format == HeadFormat::V2;

@@ -374,6 +374,20 @@ mod tests {
     }
 
     #[test]
+    fn only_earlier_epochs_are_collected_and_only_our_bytes_are_our_record() {
+        let f = Flaws::default();
+        assert!(collectable(Some(2), 3, false, f));
+        assert!(
+            !collectable(Some(3), 3, false, f),
+            "a write of this epoch may still land"
+        );
+        assert!(!collectable(Some(2), 3, true, f), "the head points at it");
+        assert!(!collectable(None, 3, false, f), "not a name fence wrote");
+        assert!(record_is_ours(b"rec", b"rec", f));
+        assert!(!record_is_ours(b"orphan", b"rec", f));
+    }
+
+    #[test]
     fn a_head_no_longer_ours_supersedes_and_a_closed_claim_refuses() {
         let mut w = CellWrite::new("me", 2, "g", "n", Change::Release, None);
         w.start();
