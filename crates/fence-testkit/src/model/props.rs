@@ -95,9 +95,3 @@ pub(crate) fn all() -> Vec<Property<FenceModel>> {
         }),
     ]
 }
-
-/// A probe for experiments (`FENCE_MODEL_PROBE=1`): the first state where a node has made
-/// many attempts.
-pub(crate) fn probe() -> Property<FenceModel> {
-    Property::sometimes("probe: a node is busy", |_, w: &World| w.busy_node())
-}

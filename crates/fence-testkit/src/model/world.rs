@@ -310,7 +310,7 @@ pub struct FenceModel {
 }
 
 impl FenceModel {
-    pub fn new(cfg: ModelConfig) -> Self {
+    pub(crate) fn new(cfg: ModelConfig) -> Self {
         let lease_cfg = (0..cfg.nodes)
             .map(|n| {
                 let mut c = LeaseConfig::with_ttl_ms(cfg.ttl(n));
@@ -1370,23 +1370,11 @@ impl Model for FenceModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        let mut all = props::all();
-        if std::env::var_os("FENCE_MODEL_PROBE").is_some() {
-            all.push(props::probe());
-        }
-        all
+        props::all()
     }
 
     fn within_boundary(&self, w: &World) -> bool {
         w.time <= self.horizon()
-    }
-}
-
-impl World {
-    pub(crate) fn busy_node(&self) -> bool {
-        self.nodes
-            .iter()
-            .any(|n| n.nonces > 6 || n.acquisitions > 3)
     }
 }
 
