@@ -12,7 +12,7 @@
 //! - [`cell`]: the claim rule and the evidence rules of a write on a cell head.
 //! - [`claim`]: a claim, resume or adoption of a cell, as a step machine.
 //! - [`claimed`]: the writes of a claimed cell (data, release, hand-off), as a step machine.
-//! - [`write`]: the settlement of one head write by those rules, as a step machine.
+//! - [`write`](mod@write): the settlement of one head write by those rules, as a step machine.
 
 pub mod cell;
 pub mod claim;
