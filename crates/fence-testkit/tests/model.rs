@@ -10,7 +10,8 @@ use fence_testkit::model::{check, run, Exception, ModelConfig};
 fn ci_scope() -> ModelConfig {
     let mut cfg = match std::env::var("FENCE_MODEL_PRESET").as_deref() {
         Ok("hand-off") => ModelConfig::ci_hand_off(),
-        _ => ModelConfig::ci(),
+        Ok("faults") => ModelConfig::ci(),
+        _ => ModelConfig::quick(),
     };
     if let Ok(s) = std::env::var("FENCE_MODEL_SCOPE") {
         let v: Vec<u32> = s.split(',').filter_map(|x| x.trim().parse().ok()).collect();
@@ -45,7 +46,11 @@ fn the_larger_scopes_on_demand() {
         println!("larger model scopes skipped: set FENCE_MODEL_LARGE=1");
         return;
     }
-    for cfg in [ModelConfig::ci_hand_off(), ModelConfig::three_nodes()] {
+    for cfg in [
+        ModelConfig::ci(),
+        ModelConfig::ci_hand_off(),
+        ModelConfig::three_nodes(),
+    ] {
         let report = check(&cfg);
         println!("{}", report.summary());
         assert!(

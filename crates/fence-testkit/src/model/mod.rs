@@ -23,7 +23,7 @@
 //!
 //! ```no_run
 //! use fence_testkit::model::{check, ModelConfig};
-//! let report = check(&ModelConfig::ci());
+//! let report = check(&ModelConfig::quick());
 //! println!("{}", report.summary());
 //! assert!(report.is_clean(), "{}", report.counterexamples());
 //! ```
@@ -95,8 +95,8 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
-    /// The CI scope for faults: 2 nodes × 1 cell, up to 2 faulty answers, one pause (stall
-    /// or suspension), one crash, one fenced write per node.
+    /// The fuller scope for faults (`FENCE_MODEL_LARGE=1`): 2 nodes × 1 cell, up to 2 faulty
+    /// answers, one pause (stall or suspension), one crash, one fenced write.
     pub fn ci() -> Self {
         ModelConfig {
             nodes: 2,
@@ -119,8 +119,8 @@ impl ModelConfig {
         }
     }
 
-    /// The CI scope for hand-offs: 2 nodes × 1 cell, one faulty answer, a release, a
-    /// hand-off, a co-writer at the cell's epoch, one fenced write per node.
+    /// The scope for hand-offs (`FENCE_MODEL_LARGE=1`): 2 nodes × 1 cell, one faulty answer,
+    /// a release, a hand-off, a co-writer at the cell's epoch, one fenced write.
     pub fn ci_hand_off() -> Self {
         ModelConfig {
             faults: 1,
@@ -141,6 +141,18 @@ impl ModelConfig {
             nodes: 3,
             ttl_ms: vec![900, 1_800, 900],
             ..ModelConfig::ci()
+        }
+    }
+
+    /// The scope every CI run checks: two nodes claiming one cell, node 0 writing once, up to
+    /// one faulty answer and one pause (a stall or a suspension). The fuller
+    /// [`ci`](Self::ci) scope runs on demand (`FENCE_MODEL_LARGE=1`).
+    pub fn quick() -> Self {
+        ModelConfig {
+            faults: 1,
+            pauses: 1,
+            writes: 1,
+            ..ModelConfig::bare()
         }
     }
 
