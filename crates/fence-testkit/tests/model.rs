@@ -11,6 +11,7 @@ fn ci_scope() -> ModelConfig {
     let mut cfg = match std::env::var("FENCE_MODEL_PRESET").as_deref() {
         Ok("hand-off") => ModelConfig::ci_hand_off(),
         Ok("faults") => ModelConfig::ci(),
+        Ok("faulty") => ModelConfig::faulty(),
         _ => ModelConfig::quick(),
     };
     if let Ok(s) = std::env::var("FENCE_MODEL_SCOPE") {
@@ -47,6 +48,7 @@ fn the_larger_scopes_on_demand() {
         return;
     }
     for cfg in [
+        ModelConfig::faulty(),
         ModelConfig::ci(),
         ModelConfig::ci_hand_off(),
         ModelConfig::three_nodes(),
@@ -111,6 +113,10 @@ fn every_sabotage_switch_is_caught_by_the_model_check() {
     use fence_testkit::model::Sabotage;
     let mut missed = Vec::new();
     for switch in Sabotage::ALL {
+        if NOT_MODELLED.contains(&switch) {
+            println!("sabotage {switch}: not reached by the model (see docs/design.md)");
+            continue;
+        }
         let report = run(&ModelConfig::catching(switch), true);
         match report.violations.first() {
             Some(c) => {

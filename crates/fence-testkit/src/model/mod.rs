@@ -144,15 +144,22 @@ impl ModelConfig {
         }
     }
 
-    /// The scope every CI run checks: two nodes claiming one cell, node 0 writing once, up to
-    /// one faulty answer and one pause (a stall or a suspension). The fuller
-    /// [`ci`](Self::ci) scope runs on demand (`FENCE_MODEL_LARGE=1`).
+    /// The scope every CI run checks: two nodes claiming one cell, node 0 writing once, one
+    /// pause (a stall or a suspension). The scopes with faulty answers and crashes run on
+    /// demand (`FENCE_MODEL_LARGE=1`; see [`faulty`](Self::faulty) and [`ci`](Self::ci)).
     pub fn quick() -> Self {
         ModelConfig {
-            faults: 1,
             pauses: 1,
             writes: 1,
             ..ModelConfig::bare()
+        }
+    }
+
+    /// [`quick`](Self::quick) with one faulty answer (held up, lost, refused or late).
+    pub fn faulty() -> Self {
+        ModelConfig {
+            faults: 1,
+            ..ModelConfig::quick()
         }
     }
 
