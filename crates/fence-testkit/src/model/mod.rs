@@ -357,7 +357,7 @@ pub fn run(cfg: &ModelConfig, first_failure: bool) -> ModelReport {
                     always.then_some(p.condition),
                 ));
             }
-        } else if found.is_none() {
+        } else if found.is_none() && reachable(p.name, cfg) {
             never_seen.push(p.name);
         }
     }
@@ -374,6 +374,16 @@ pub fn run(cfg: &ModelConfig, first_failure: bool) -> ModelReport {
         elapsed: started.elapsed(),
         violations,
         never_seen,
+    }
+}
+
+/// Whether `cfg`'s scope can show the `sometimes` property `name` at all: an ambiguous write
+/// needs a faulty answer, a resumed hand-off a hand-off.
+fn reachable(name: &str, cfg: &ModelConfig) -> bool {
+    match name {
+        "an ambiguous write is settled by evidence" => cfg.faults > 0,
+        "a hand-off is resumed by its receiver" => cfg.hand_offs > 0,
+        _ => true,
     }
 }
 
