@@ -14,6 +14,7 @@ tests=(--workspace --lib --bins --tests --examples)
 echo "== building tests"
 cargo test "${tests[@]}" --no-run
 cargo test -p fence-testkit --features sabotage --test sim --no-run
+cargo test -p fence-testkit --features sabotage --test model --no-run
 # The Python package (crates/fence-py): built by maturin from the same workspace, target dir
 # and dev profile as the tests above, into a venv under target/ with pinned tools.
 py_venv="$CARGO_TARGET_DIR/py-venv"
@@ -51,6 +52,11 @@ echo "== simulation: every sabotage switch inside the real core must be caught"
 # fence-core, so no other build (not even this script's workspace run) contains them.
 cargo test -p fence-testkit --features sabotage --test sim --no-fail-fast -- --show-output \
   every_sabotage_switch_is_caught || status=$?
+echo "== model check: every sabotage switch must give a counterexample"
+# (The clean model check, tests/model.rs, ran in the workspace pass above and printed
+# `model check <scope>: N states, exhaustive, 0 violations`.)
+cargo test -p fence-testkit --features sabotage --test model --no-fail-fast -- --show-output \
+  every_sabotage_switch_is_caught_by_the_model_check || status=$?
 echo "== python tests (pytest: local files, SeaweedFS, and Python against \`fence run\`)"
 t0=$SECONDS
 FENCE_BIN="$CARGO_TARGET_DIR/debug/fence" "$py_venv/bin/pytest" -q -p no:cacheprovider \

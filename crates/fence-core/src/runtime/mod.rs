@@ -73,7 +73,7 @@ pub struct FenceBuilder {
 
 /// The longest TTL, skew margin or stale-after a fence accepts: a century. Longer ones are
 /// certainly a unit mistake, and lease arithmetic near `u64::MAX` ms only saturates.
-const MAX_SETTING_MS: u64 = 100 * 365 * 24 * 3_600_000;
+const MAX_SETTING_MS: u64 = crate::decide::observe::MAX_RECORD_TTL_MS;
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -268,6 +268,12 @@ impl Fence {
             entropy: None,
             flaws: Flaws::default(),
         }
+    }
+
+    /// This fence's sabotage switch (always empty without the `sabotage` feature), for the
+    /// rules other crates run on its behalf ([`crate::decide::claimed::record_is_ours`]).
+    pub fn flaws(&self) -> crate::decide::Flaws {
+        self.flaws
     }
 
     /// The ownership API underneath (records, keys).
