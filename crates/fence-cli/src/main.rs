@@ -95,6 +95,17 @@ enum Cmd {
             value_name = "MODE"
         )]
         containment: fence_cli::contain::Containment,
+        /// At most N holders at once: N slots NAME#0 … NAME#N-1, each with its own epoch; a
+        /// run takes the first free one (FENCE_LEASE names it, FENCE_SLOT is its number).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: Option<u32>,
+        /// Run the contract probe first and refuse a store that does not honour conditional
+        /// writes (exit 1) before anything is taken.
+        #[arg(long)]
+        probe: bool,
+        /// Say on stderr which lease and epoch were acquired (said anyway after a wait).
+        #[arg(long, short)]
+        verbose: bool,
         /// The command and its arguments, after `--` (none: hold the lease until a signal).
         #[arg(last = true, num_args = 0.., value_parser = clap::value_parser!(OsString))]
         command: Vec<OsString>,
@@ -432,6 +443,9 @@ async fn dispatch(cmd: Cmd, file_mode: Option<u32>) -> Result<u8, Failure> {
             fenced_exit_code,
             metrics,
             containment,
+            limit,
+            probe,
+            verbose,
             command,
         } => {
             names::check_lease(&lease)?;
@@ -451,6 +465,9 @@ async fn dispatch(cmd: Cmd, file_mode: Option<u32>) -> Result<u8, Failure> {
                 conflict_exit_code,
                 fenced_exit_code,
                 containment,
+                limit,
+                probe,
+                verbose,
                 command,
             })
             .await

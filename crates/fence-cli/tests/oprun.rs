@@ -5,7 +5,12 @@
 
 mod common;
 
-use common::{fence, fence_bin, output, run_args, Store};
+use std::process::Child;
+use std::time::Duration;
+
+use common::{fence, fence_bin, output, run_args, wait_for_file, Mark, Store};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 
 fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -43,4 +48,464 @@ fn a_hundred_parallel_puts_of_one_holder_all_land() {
         ]);
         assert_eq!(get.stdout, format!("v{i}").as_bytes(), "{}", stderr(&get));
     }
+}
+
+/// A private runtime directory for the sightings one-shot runs keep (`XDG_RUNTIME_DIR`).
+struct Runtime(tempfile::TempDir);
+
+impl Runtime {
+    fn new() -> Runtime {
+        Runtime(tempfile::tempdir().unwrap())
+    }
+
+    fn fence(&self, args: &[&str]) -> std::process::Command {
+        let mut c = fence(args);
+        c.env("XDG_RUNTIME_DIR", self.0.path());
+        c
+    }
+
+    /// A one-shot `fence run` of `lease` (no wait) that writes its epoch into `got`.
+    fn one_shot(&self, store: &Store, lease: &str, ttl: &str) -> (Option<i32>, String) {
+        let got = store.path("got");
+        let _ = std::fs::remove_file(&got);
+        let script = format!("echo $FENCE_EPOCH > {}", got.display());
+        let out = self
+            .fence(&run_args(
+                store,
+                lease,
+                &["--ttl", ttl, "--", "sh", "-c", &script],
+            ))
+            .output()
+            .unwrap();
+        let epoch = std::fs::read_to_string(&got).unwrap_or_default();
+        (out.status.code(), epoch.trim().to_owned())
+    }
+}
+
+/// Sleeps `ms` of real time: the "minute" between two cron runs.
+fn minute(ms: u64) {
+    std::thread::sleep(Duration::from_millis(ms));
+}
+
+/// A holder of `lease` (TTL `ttl`) whose command runs until killed; returns it once it holds.
+fn start_holder(rt: &Runtime, store: &Store, lease: &str, ttl: &str, mark: &Mark) -> Child {
+    let ready = store.path(&format!("{lease}.ready"));
+    let script = format!("echo 1 > {}; exec sleep 600", ready.display());
+    let mut cmd = common::run_marked(store, lease, &["--ttl", ttl], mark, &script);
+    cmd.env("XDG_RUNTIME_DIR", rt.0.path());
+    let child = cmd.spawn().unwrap();
+    wait_for_file(&ready, Duration::from_secs(20));
+    child
+}
+
+#[test]
+fn cron_runs_take_over_a_killed_holder_by_their_second_run() {
+    let (store, rt, mark) = (Store::new(), Runtime::new(), Mark::new());
+    let mut holder = start_holder(&rt, &store, "nightly", "1s", &mark);
+    kill(Pid::from_raw(holder.id() as i32), Signal::SIGKILL).unwrap();
+    holder.wait().unwrap();
+    assert!(
+        mark.gone_within(Duration::from_secs(10)),
+        "the command died with it"
+    );
+    // Run 1 sees the dead holder's record for the first time: busy, and it says when.
+    let (code, _) = rt.one_shot(&store, "nightly", "1s");
+    assert_eq!(code, Some(75), "a first sighting never takes over");
+    // A "minute" (more than a TTL) later, run 2 continues run 1's watch and holds.
+    minute(1_500);
+    let (code, epoch) = rt.one_shot(&store, "nightly", "1s");
+    assert_eq!(
+        code,
+        Some(0),
+        "the second run takes the dead holder's lease over"
+    );
+    assert_eq!(epoch, "2");
+}
+
+#[test]
+fn a_shorter_timeout_than_the_ttl_succeeds_on_a_later_run() {
+    let (store, rt, mark) = (Store::new(), Runtime::new(), Mark::new());
+    let mut holder = start_holder(&rt, &store, "t", "2s", &mark);
+    kill(Pid::from_raw(holder.id() as i32), Signal::SIGKILL).unwrap();
+    holder.wait().unwrap();
+    let short = ["--ttl", "2s", "--timeout", "200ms", "--quiet", "--", "true"];
+    let first = rt.fence(&run_args(&store, "t", &short)).output().unwrap();
+    assert_eq!(first.status.code(), Some(75), "{}", stderr(&first));
+    minute(2_500);
+    let second = rt.fence(&run_args(&store, "t", &short)).output().unwrap();
+    assert_eq!(second.status.code(), Some(0), "{}", stderr(&second));
+}
+
+#[test]
+fn one_shot_runs_never_take_over_a_live_holder() {
+    let (store, rt, mark) = (Store::new(), Runtime::new(), Mark::new());
+    let mut holder = start_holder(&rt, &store, "live", "2s", &mark);
+    // Runs close together and runs more than a TTL apart: every one is busy.
+    for pause in [0, 2_500, 100, 2_500, 2_500] {
+        minute(pause);
+        let (code, _) = rt.one_shot(&store, "live", "2s");
+        assert_eq!(code, Some(75), "a one-shot run took over a renewing holder");
+    }
+    assert!(
+        holder.try_wait().unwrap().is_none(),
+        "the holder still runs"
+    );
+    let status = output(&["status", "--store", &store.url, "live", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(json["cells"][0]["epoch"], 1, "nobody else claimed it");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+}
+
+/// A sighting file that is not sound — open to others, a symlink, garbage, of another boot,
+/// store or node, from the future, too large — is ignored: it can never make a takeover
+/// earlier.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bad_sighting_file_is_ignored() {
+    use fence_cli::sightings::Sightings;
+    use fence_core::{CasGuard, Clock, ConditionalStore, Fence, MemoryStore, NodeLeaseRecord};
+    use std::os::unix::fs::PermissionsExt;
+    if Clock::host().host_instant_of(0).is_none() {
+        return; // no host clock here (not Linux)
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store: std::sync::Arc<dyn ConditionalStore> = std::sync::Arc::new(MemoryStore::new());
+    let record = NodeLeaseRecord {
+        node: "run.x".into(),
+        expires_ms: fence_core::now_ms() + 3_600_000,
+        addr: "pid:1@elsewhere".into(),
+        peer_protocol: 1,
+        generation: "dead".into(),
+    };
+    fence_core::Ownership::new(store.clone(), "run.x")
+        .cas_node_lease(CasGuard::Absent, &record)
+        .await
+        .unwrap();
+    let process = || {
+        Fence::builder(store.clone(), "run.x")
+            .ttl(Duration::from_millis(200))
+            .clock(Clock::host())
+            .build()
+            .unwrap()
+    };
+    let sightings = Sightings::in_dir(dir.path(), "memory://x");
+    assert_eq!(sightings.unavailable(), None);
+    let first = process();
+    assert!(first.acquire().await.is_err());
+    sightings.save_from(&first, "run.x");
+    let file = std::fs::read_dir(dir.path())
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let sound = std::fs::read_to_string(&file).unwrap();
+    Clock::system().sleep(Duration::from_millis(500)).await;
+
+    let edited = |edit: &dyn Fn(&mut serde_json::Value)| {
+        let mut v: serde_json::Value = serde_json::from_str(&sound).unwrap();
+        edit(&mut v);
+        v.to_string()
+    };
+    let hour_ahead = |v: &mut serde_json::Value| {
+        let at = v["first_seen_boot_ms"].as_u64().unwrap();
+        v["first_seen_boot_ms"] = (at + 3_600_000).into();
+    };
+    let bad_bodies = [
+        "garbage".to_owned(),
+        edited(&|v| v["boot_id"] = "another-boot".into()),
+        edited(&hour_ahead),
+        edited(&|v| v["store"] = "memory://y".into()),
+        edited(&|v| v["node"] = "run.y".into()),
+        edited(&|v| v["extra"] = 1.into()),
+        format!("{sound}{}", " ".repeat(5000)),
+    ];
+    for body in bad_bodies {
+        std::fs::write(&file, &body).unwrap();
+        assert!(
+            !sightings.load_into(&process(), "run.x"),
+            "taken: {body:.80}"
+        );
+    }
+    std::fs::write(&file, &sound).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    assert!(
+        !sightings.load_into(&process(), "run.x"),
+        "a file others can write"
+    );
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::rename(&file, &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &file).unwrap();
+    assert!(!sightings.load_into(&process(), "run.x"), "a symlink");
+    std::fs::remove_file(&file).unwrap();
+    std::fs::rename(&elsewhere, &file).unwrap();
+
+    // The sound file continues the watch: the record stayed unchanged, so it is taken over.
+    let next = process();
+    assert!(sightings.load_into(&next, "run.x"));
+    next.acquire().await.expect("taken over").release().await;
+
+    // A directory others can write is not used at all.
+    let open = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert!(Sightings::in_dir(open.path(), "memory://x")
+        .unavailable()
+        .is_some());
+}
+
+/// The seed's owner record for `billing`: owned by `node_gone` at epoch 7, which has no lease
+/// record at all.
+const SEED_RECORD: &str = r#"{"node": "node_gone", "epoch": 7}"#;
+
+async fn seed(store: &dyn fence_core::ConditionalStore) {
+    let key = fence_core::Key::new("cells/billing/own.json").unwrap();
+    store
+        .put(&key, SEED_RECORD.into(), fence_core::CasGuard::Absent)
+        .await
+        .unwrap();
+}
+
+fn fs_store(store: &Store) -> fence_fs::FsStore {
+    fence_fs::FsStore::open(store.dir.path()).unwrap()
+}
+
+#[tokio::test]
+async fn a_seed_cell_whose_owner_has_no_lease_is_continued_at_epoch_plus_one() {
+    let (store, rt) = (Store::new(), Runtime::new());
+    seed(&fs_store(&store)).await;
+    // Without a wait: the first run starts watching node_gone's (missing) lease …
+    let (code, _) = rt.one_shot(&store, "billing", "1s");
+    assert_eq!(code, Some(75));
+    // … and a run a TTL later continues the cell at epoch 8.
+    minute(1_500);
+    let (code, epoch) = rt.one_shot(&store, "billing", "1s");
+    assert_eq!(code, Some(0));
+    assert_eq!(epoch, "8");
+
+    // Waiting: one run does both.
+    let (other, rt) = (Store::new(), Runtime::new());
+    seed(&fs_store(&other)).await;
+    let wait = [
+        "--ttl",
+        "1s",
+        "--wait",
+        "--timeout",
+        "20s",
+        "--",
+        "sh",
+        "-c",
+        "echo $FENCE_EPOCH",
+    ];
+    let out = rt
+        .fence(&run_args(&other, "billing", &wait))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "8");
+}
+
+#[cfg(feature = "s3")]
+#[tokio::test]
+async fn the_seed_record_on_s3_is_continued_at_epoch_8() {
+    let Some(s3) = common::S3Env::moto("the_seed_record_on_s3_is_continued_at_epoch_8") else {
+        return;
+    };
+    let url = s3.fresh_url();
+    let direct = fence_s3::S3StoreBuilder::new()
+        .with_url(&url)
+        .with_endpoint(&s3.endpoint)
+        .with_region("us-east-1")
+        .with_credentials(&s3.key_id, &s3.secret)
+        .with_allow_http(true)
+        .build()
+        .unwrap();
+    seed(&direct).await;
+    let rt = Runtime::new();
+    let args = [
+        "run",
+        "--store",
+        &url,
+        "--lease",
+        "billing",
+        "--wait",
+        "--timeout",
+        "20s",
+        "--ttl",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        "echo $FENCE_EPOCH",
+    ];
+    let out = s3
+        .fence(&s3.endpoint, &args)
+        .env("XDG_RUNTIME_DIR", rt.0.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "8");
+}
+
+/// Runs `cmd` to its end without holding up the test's runtime (a library lease renews there).
+async fn off_thread(mut cmd: std::process::Command) -> std::process::Output {
+    tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap()
+}
+
+/// A cell that a live process holds through the library (not a `fence run`) is refused, and
+/// the refusal names that node; neither runs more than a TTL apart nor a wait take it over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cell_a_live_library_process_holds_is_refused_and_named() {
+    let (store, rt) = (Store::new(), Runtime::new());
+    let worker = fence_core::Fence::builder(std::sync::Arc::new(fs_store(&store)), "worker-7")
+        .ttl(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let lease = worker.acquire().await.unwrap();
+    let cell = lease.claim("billing").await.unwrap();
+    for pause in [0, 2_500] {
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let once = rt.fence(&run_args(&store, "billing", &["--ttl", "2s", "--", "true"]));
+        let out = off_thread(once).await;
+        assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+        assert!(stderr(&out).contains("worker-7"), "{}", stderr(&out));
+    }
+    let waits = rt.fence(&run_args(
+        &store,
+        "billing",
+        &["--ttl", "2s", "--timeout", "3s", "--quiet", "--", "true"],
+    ));
+    let out = off_thread(waits).await;
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    assert!(
+        lease.is_held() && cell.epoch() == 1,
+        "the worker keeps its cell"
+    );
+    let status = output(&["status", "--store", &store.url, "billing", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(json["cells"][0]["holder"], "worker-7");
+}
+
+/// A holder whose command writes `$FENCE_SLOT $FENCE_LEASE $FENCE_EPOCH` to `<name>.env` and
+/// runs until `<name>.done` appears.
+fn slot_holder(store: &Store, name: &str, flags: &[&str]) -> Child {
+    let script = format!(
+        "echo $FENCE_SLOT $FENCE_LEASE $FENCE_EPOCH > {env}.tmp; mv {env}.tmp {env}; while [ ! -f {done} ]; do sleep 0.02; done",
+        env = store.path(&format!("{name}.env")).display(),
+        done = store.path(&format!("{name}.done")).display(),
+    );
+    let mut rest = flags.to_vec();
+    rest.extend(["--", "sh", "-c", &script]);
+    fence(&run_args(store, "jobs", &rest)).spawn().unwrap()
+}
+
+#[test]
+fn a_limit_of_two_admits_two_holders_each_with_its_own_slot_and_epoch() {
+    let store = Store::new();
+    let env =
+        |name: &str| wait_for_file(&store.path(&format!("{name}.env")), Duration::from_secs(20));
+    let mut a = slot_holder(&store, "a", &["--limit", "2"]);
+    let a_env = env("a");
+    let mut b = slot_holder(&store, "b", &["--limit", "2"]);
+    let b_env = env("b");
+    let mut slots = [a_env.clone(), b_env];
+    slots.sort();
+    assert_eq!(slots, ["0 jobs#0 1", "1 jobs#1 1"]);
+    let third = output(&run_args(&store, "jobs", &["--limit", "2", "--", "true"]));
+    assert_eq!(third.status.code(), Some(75), "{}", stderr(&third));
+    // A waiter gets the first slot freed, at that slot's next epoch.
+    let mut c = slot_holder(&store, "c", &["--limit", "2", "--wait", "--quiet"]);
+    std::fs::write(store.path("a.done"), "").unwrap();
+    assert_eq!(
+        common::wait_bounded(&mut a, Duration::from_secs(20), "a").code(),
+        Some(0)
+    );
+    let slot = a_env.split(' ').take(2).collect::<Vec<_>>().join(" ");
+    assert_eq!(env("c"), format!("{slot} 2"));
+    let status = output(&["status", "--store", &store.url, "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let mut cells: Vec<String> = json["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap().to_owned())
+        .collect();
+    cells.sort();
+    assert_eq!(cells, ["jobs#0", "jobs#1"], "status shows each slot");
+    for (child, name) in [(&mut b, "b"), (&mut c, "c")] {
+        std::fs::write(store.path(&format!("{name}.done")), "").unwrap();
+        assert_eq!(
+            common::wait_bounded(child, Duration::from_secs(20), name).code(),
+            Some(0)
+        );
+    }
+}
+
+#[test]
+fn verbose_says_which_lease_and_epoch_were_acquired() {
+    let store = Store::new();
+    let quiet = output(&run_args(&store, "v", &["--", "true"]));
+    assert_eq!(quiet.status.code(), Some(0));
+    assert_eq!(stderr(&quiet), "", "nothing without a wait or -v");
+    let loud = output(&run_args(&store, "v", &["-v", "--", "true"]));
+    assert_eq!(loud.status.code(), Some(0));
+    let said = stderr(&loud);
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(said.contains("epoch 2"), "{said}");
+}
+
+#[test]
+fn probe_first_runs_the_command_on_an_honest_store_and_leaves_nothing() {
+    let store = Store::new();
+    let ran = store.path("ran");
+    let script = format!("touch {}", ran.display());
+    let out = output(&run_args(
+        &store,
+        "p",
+        &["--probe", "--", "sh", "-c", &script],
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(ran.exists());
+    assert!(
+        !store.path("fence-probe").exists(),
+        "the probe's keys are removed"
+    );
+}
+
+#[cfg(feature = "s3")]
+#[test]
+fn probe_first_refuses_a_lying_store_before_the_command_starts() {
+    let var = |v: &str| std::env::var(v).ok().filter(|s| !s.is_empty());
+    let (Some(endpoint), Some(id), Some(secret), Some(bucket)) = (
+        var("FENCE_S3_LIAR_ENDPOINT"),
+        var("FENCE_S3_LIAR_ACCESS_KEY_ID"),
+        var("FENCE_S3_LIAR_SECRET_ACCESS_KEY"),
+        var("FENCE_S3_BUCKET"),
+    ) else {
+        assert!(
+            var("FENCE_REQUIRE_SERVERS").as_deref() != Some("1"),
+            "no FENCE_S3_LIAR_*"
+        );
+        eprintln!("SKIPPED probe_first_refuses_a_lying_store: no FENCE_S3_LIAR_* variables");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let script = format!("touch {}", ran.display());
+    let url = format!("s3://{bucket}/fence-cli-probe-{}", std::process::id());
+    let args = [
+        "run", "--store", &url, "--lease", "p", "--probe", "--", "sh", "-c", &script,
+    ];
+    let out = fence(&args)
+        .env("AWS_ENDPOINT", &endpoint)
+        .env("AWS_ALLOW_HTTP", "true")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", id)
+        .env("AWS_SECRET_ACCESS_KEY", secret)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(!ran.exists(), "the command must not start on a lying store");
 }

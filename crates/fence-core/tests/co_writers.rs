@@ -41,7 +41,11 @@ async fn forty_co_writers_at_one_epoch_all_land_each_once() {
             assert!(r.is_ok(), "seed {seed}: {r:?}");
         }
         let data = read_cell(&own, "c").await.unwrap().unwrap();
-        assert_eq!(data.payload.len(), 40, "seed {seed}: each write landed once");
+        assert_eq!(
+            data.payload.len(),
+            40,
+            "seed {seed}: each write landed once"
+        );
     }
 }
 
