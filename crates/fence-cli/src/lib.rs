@@ -42,6 +42,7 @@ macro_rules! errln {
     }};
 }
 
+pub mod breaking;
 pub mod check;
 pub mod contain;
 pub mod demo;
@@ -54,6 +55,7 @@ pub mod probe;
 pub mod procs;
 pub mod reaper;
 pub mod run;
+pub mod script;
 pub mod sightings;
 pub mod signals;
 pub mod status;

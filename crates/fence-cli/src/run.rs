@@ -26,6 +26,7 @@ use nix::sys::signal::Signal;
 use crate::contain::Containment;
 use crate::exit::{describe, lease_lost, shown, Failure, CANNOT_EXECUTE, OK, STORE};
 use crate::names::check_lease;
+use crate::script::{self, Watched};
 use crate::signals::{stop_self, terminates, Caught, Signals};
 use crate::stores::OpenedStore;
 use crate::take::{self, Taken};
@@ -63,6 +64,10 @@ pub struct RunOptions {
     pub probe: bool,
     /// Say on stderr which lease and epoch were acquired, also without a wait.
     pub verbose: bool,
+    /// Without a command: hold the lease for this process (a script that ran `fence
+    /// acquire`): report on stdout for `fence acquire`, then close stdout; release when the
+    /// process ends; send it SIGTERM if the lease is lost.
+    pub for_pid: Option<i32>,
     /// The command and its arguments; empty: hold the lease until a signal.
     pub command: Vec<OsString>,
 }
@@ -166,11 +171,32 @@ async fn lease_gone(keeper: &LeaseKeeper, ttl: Duration) -> String {
     }
 }
 
-/// No command: prints the epoch and holds the lease until a signal (exit 0) or its loss.
+/// No command: prints the epoch and holds the lease until a signal (exit 0) or its loss —
+/// or, for a script (`for_pid`), until that process ends.
 async fn hold(held: Held, mut signals: Signals, opts: &RunOptions) -> Result<u8, Failure> {
-    outln!("{}", held.claim.epoch());
+    let script = match opts.for_pid.map(Watched::new) {
+        None => None,
+        Some(Some(script)) => Some(script),
+        Some(None) => {
+            // The script ended before the lease was taken: nobody to hold it for.
+            held.release().await;
+            return Ok(OK);
+        }
+    };
+    match script {
+        Some(_) => report_to_acquire(&held),
+        None => outln!("{}", held.claim.epoch()),
+    }
+    let every = (opts.ttl / 10).clamp(Duration::from_millis(10), Duration::from_millis(250));
+    let script_ended = async {
+        match &script {
+            Some(s) => s.ended(every).await,
+            None => std::future::pending().await,
+        }
+    };
     let lost = tokio::select! {
         _ = until_terminating(&mut signals) => None,
+        () = script_ended => None,
         why = lease_gone(&held.keeper, opts.ttl) => Some(why),
     };
     match lost {
@@ -180,11 +206,27 @@ async fn hold(held: Held, mut signals: Signals, opts: &RunOptions) -> Result<u8,
         }
         Some(why) => {
             held.abandon().await;
+            let told = script.map_or(String::new(), |s| {
+                s.terminate();
+                format!("; sent SIGTERM to the script (pid {})", s.pid())
+            });
             Err(Failure::new(
                 opts.fenced_exit_code,
-                format!("lease {} lost: {why}", opts.lease_shown()),
+                format!("lease {} lost: {why}{told}", opts.lease_shown()),
             ))
         }
+    }
+}
+
+/// Tells `fence acquire` what was taken, then lets go of stdout (its end of the pipe sees
+/// EOF, so `$(fence acquire …)` returns while this holder runs on).
+fn report_to_acquire(held: &Held) {
+    outln!(
+        "{}",
+        script::report_line(held.claim.epoch(), held.slot, held.claim.cell())
+    );
+    if let Ok(null) = std::fs::File::options().write(true).open("/dev/null") {
+        let _ = nix::unistd::dup2_stdout(&null);
     }
 }
 

@@ -511,12 +511,22 @@ async fn holder(fence: &Fence) -> Result<Option<Holder>, Error> {
     if lease.record.expires_ms == 0 {
         return Ok(None);
     }
-    let left_ms = crate::status::ms_until(lease.record.expires_ms, fence.clock().wall_ms());
     let by = match lease.record.addr.as_str() {
         "" => "another process".to_owned(),
         addr => shown(addr),
     };
-    let when = if left_ms > 0 {
+    let (when, live) = expiry_words(lease.record.expires_ms, fence.clock().wall_ms());
+    Ok(Some(Holder {
+        words: format!("held by {by} ({when})"),
+        live,
+    }))
+}
+
+/// "its lease runs 3.2s more unless renewed" or "its lease expired 1.5s ago" for a record
+/// expiring at `expires_ms`, at wall time `now_ms`; and whether that is in the future.
+pub(crate) fn expiry_words(expires_ms: u64, now_ms: u64) -> (String, bool) {
+    let left_ms = crate::status::ms_until(expires_ms, now_ms);
+    let words = if left_ms > 0 {
         format!(
             "its lease runs {:.1}s more unless renewed",
             left_ms as f64 / 1e3
@@ -527,8 +537,5 @@ async fn holder(fence: &Fence) -> Result<Option<Holder>, Error> {
             left_ms.unsigned_abs() as f64 / 1e3
         )
     };
-    Ok(Some(Holder {
-        words: format!("held by {by} ({when})"),
-        live: left_ms > 0,
-    }))
+    (words, left_ms > 0)
 }

@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::os::unix::process::ExitStatusExt;
 use std::process::Child;
 use std::time::Duration;
 
@@ -508,4 +509,174 @@ fn probe_first_refuses_a_lying_store_before_the_command_starts() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(!ran.exists(), "the command must not start on a lying store");
+}
+
+/// `fence status NAME --json` as JSON.
+fn status_json(store: &Store, name: &str) -> serde_json::Value {
+    let out = output(&["status", "--store", &store.url, name, "--json"]);
+    serde_json::from_slice(&out.stdout).unwrap_or_default()
+}
+
+#[test]
+fn break_refuses_a_live_holder_without_force_and_fences_it_with_force() {
+    let (store, rt, mark) = (Store::new(), Runtime::new(), Mark::new());
+    let mut holder = start_holder(&rt, &store, "b", "5s", &mark);
+    let brk = |force: bool| {
+        let mut args = vec!["break", "--store", store.url.as_str(), "--lease", "b"];
+        if force {
+            args.push("--force");
+        }
+        output(&args)
+    };
+    let refused = brk(false);
+    assert_eq!(refused.status.code(), Some(75), "{}", stderr(&refused));
+    assert!(
+        holder.try_wait().unwrap().is_none(),
+        "a refused break touches nothing"
+    );
+    let broken = brk(true);
+    assert_eq!(broken.status.code(), Some(0), "{}", stderr(&broken));
+    assert!(!stderr(&broken).is_empty(), "a break says what it did");
+    // The holder's next renewal is rejected: it ends its command and exits 76.
+    let status = common::wait_bounded(&mut holder, Duration::from_secs(20), "the holder");
+    assert_eq!(status.code(), Some(76));
+    let put = output(&[
+        "put", "--store", &store.url, "--lease", "b", "--epoch", "1", "k", "--value", "late",
+    ]);
+    assert_eq!(
+        put.status.code(),
+        Some(76),
+        "epoch 1 is fenced: {}",
+        stderr(&put)
+    );
+    // The next run takes it at once, at the next epoch.
+    let (code, epoch) = rt.one_shot(&store, "b", "5s");
+    assert_eq!((code, epoch.as_str()), (Some(0), "2"));
+}
+
+#[tokio::test]
+async fn break_lets_the_next_run_take_a_dead_holders_or_a_seed_cell_at_once() {
+    let (store, rt, mark) = (Store::new(), Runtime::new(), Mark::new());
+    let mut holder = start_holder(&rt, &store, "d", "1s", &mark);
+    kill(Pid::from_raw(holder.id() as i32), Signal::SIGKILL).unwrap();
+    holder.wait().unwrap();
+    minute(1_200); // its record has expired by the clock: no --force needed
+    let broken = output(&["break", "--store", &store.url, "--lease", "d"]);
+    assert_eq!(broken.status.code(), Some(0), "{}", stderr(&broken));
+    let (code, epoch) = rt.one_shot(&store, "d", "1s");
+    assert_eq!(
+        (code, epoch.as_str()),
+        (Some(0), "2"),
+        "no TTL of watching after a break"
+    );
+
+    seed(&fs_store(&store)).await;
+    let broken = output(&["break", "--store", &store.url, "--lease", "billing"]);
+    assert_eq!(broken.status.code(), Some(0), "{}", stderr(&broken));
+    assert_eq!(
+        status_json(&store, "billing")["cells"][0]["holder"],
+        serde_json::Value::Null
+    );
+    let (code, epoch) = rt.one_shot(&store, "billing", "1s");
+    assert_eq!((code, epoch.as_str()), (Some(0), "8"));
+
+    let missing = output(&["break", "--store", &store.url, "--lease", "nothing"]);
+    assert_eq!(missing.status.code(), Some(3));
+}
+
+/// `sh -c SCRIPT` with the fence under test first on PATH and the store in FENCE_STORE.
+fn script(store: &Store, rt: &Runtime, text: &str) -> std::process::Command {
+    let bin = std::path::Path::new(fence_bin())
+        .parent()
+        .unwrap()
+        .to_owned();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut c = std::process::Command::new("sh");
+    c.arg("-c")
+        .arg(text)
+        .env("PATH", path)
+        .env("FENCE_STORE", &store.url)
+        .env("XDG_RUNTIME_DIR", rt.0.path())
+        .env_remove("FENCE_LEASE")
+        .env_remove("FENCE_EPOCH")
+        .env_remove("FENCE_HOLDER");
+    c
+}
+
+#[test]
+fn a_script_section_holds_the_lease_between_acquire_and_release() {
+    let (store, rt) = (Store::new(), Runtime::new());
+    let busy = store.path("busy");
+    let text = format!(
+        r#"set -e
+eval "$(fence acquire --lease sect --ttl 2s)"
+echo "$FENCE_EPOCH" > {epoch}
+fence put k --value "in the section"
+fence run --lease sect -- true 2>/dev/null || echo $? > {busy}
+fence release"#,
+        epoch = store.path("epoch").display(),
+        busy = busy.display(),
+    );
+    let out = script(&store, &rt, &text).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(store.path("epoch")).unwrap().trim(),
+        "1"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&busy).unwrap().trim(),
+        "75",
+        "held meanwhile"
+    );
+    let json = status_json(&store, "sect");
+    assert_eq!(
+        json["cells"][0]["holder"],
+        serde_json::Value::Null,
+        "released"
+    );
+    assert_eq!(json["cells"][0]["epoch"], 1);
+    let get = output(&["get", "--store", &store.url, "--lease", "sect", "k"]);
+    assert_eq!(get.stdout, b"in the section");
+}
+
+#[test]
+fn a_killed_script_lets_go_of_its_lease() {
+    let (store, rt) = (Store::new(), Runtime::new());
+    let text = r#"eval "$(fence acquire --lease gone --ttl 5s)"; kill -9 $$"#;
+    let out = script(&store, &rt, text).output().unwrap();
+    assert_eq!(out.status.signal(), Some(9));
+    common::wait_until("the lease released", Duration::from_secs(10), || {
+        status_json(&store, "gone")["cells"][0]["holder"].is_null()
+    });
+    let (code, epoch) = rt.one_shot(&store, "gone", "5s");
+    assert_eq!((code, epoch.as_str()), (Some(0), "2"));
+}
+
+#[test]
+fn a_script_whose_lease_is_lost_is_told_and_its_release_says_so() {
+    let (store, rt) = (Store::new(), Runtime::new());
+    let text = format!(
+        r#"eval "$(fence acquire --lease lost --ttl 2s)"
+trap 'echo term > {term}' TERM
+echo ready > {ready}
+while [ ! -f {go} ]; do sleep 0.05; done
+fence release; echo $? > {released}"#,
+        term = store.path("term").display(),
+        ready = store.path("ready").display(),
+        go = store.path("go").display(),
+        released = store.path("released").display(),
+    );
+    let mut sh = script(&store, &rt, &text).spawn().unwrap();
+    wait_for_file(&store.path("ready"), Duration::from_secs(20));
+    let broken = output(&["break", "--store", &store.url, "--lease", "lost", "--force"]);
+    assert_eq!(broken.status.code(), Some(0), "{}", stderr(&broken));
+    wait_for_file(&store.path("term"), Duration::from_secs(20));
+    std::fs::write(store.path("go"), "").unwrap();
+    common::wait_bounded(&mut sh, Duration::from_secs(20), "the script");
+    let released = std::fs::read_to_string(store.path("released")).unwrap();
+    assert_eq!(released.trim(), "76", "release reports the loss");
 }
