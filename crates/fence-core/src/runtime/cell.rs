@@ -145,7 +145,7 @@ pub async fn update_cell(
             .map_err(Error::not_committed)
     };
     let mut current = read_head().await?;
-    let mut contention = Contention::new(&clock, bound);
+    let mut contention = Contention::new(ownership, &clock, bound);
     loop {
         contention.pause(cell, epoch).await?;
         let (head, version) = owned_at(ownership, cell, epoch, current.take())?;
@@ -209,24 +209,41 @@ pub async fn update_cell(
 
 /// The retries of one [`update_cell`] against co-writers at its epoch: each after a random
 /// pause of up to 2^n ms (at most 64 ms), so that many writers of one head take turns,
-/// until `bound_ms` has passed since the first attempt.
+/// until `bound_ms` has passed since the first attempt. The pauses are drawn from the
+/// ownership's own (injected) randomness, so a seeded simulation replays them.
 struct Contention<'a> {
+    ownership: &'a Ownership,
     clock: &'a Clock,
-    entropy: Entropy,
+    entropy: Option<Entropy>,
     started: u64,
     bound_ms: u64,
     attempts: u32,
 }
 
 impl<'a> Contention<'a> {
-    fn new(clock: &'a Clock, bound_ms: u64) -> Self {
+    fn new(ownership: &'a Ownership, clock: &'a Clock, bound_ms: u64) -> Self {
         Contention {
+            ownership,
             clock,
-            entropy: Entropy::from_os(),
+            entropy: None,
             started: clock.mono_ms(),
             bound_ms,
             attempts: 0,
         }
+    }
+
+    /// A pause in `0..=most` ms; the first one seeds this update's randomness from the
+    /// ownership's (a nonce is 32 hex digits of it).
+    fn jitter(&mut self, most: u64) -> u64 {
+        let ownership = self.ownership;
+        let entropy = self.entropy.get_or_insert_with(|| {
+            let nonce = ownership.fresh_nonce();
+            let seed = nonce
+                .get(..16)
+                .and_then(|h| u64::from_str_radix(h, 16).ok());
+            Entropy::seeded(seed.unwrap_or(0))
+        });
+        entropy.below(most + 1)
     }
 
     /// Before each attempt: nothing before the first; before a later one, a pause, or
@@ -248,7 +265,7 @@ impl<'a> Contention<'a> {
             .not_committed());
         }
         let most = 1u64 << self.attempts.min(7).saturating_sub(1);
-        let ms = self.entropy.below(most.min(64) + 1);
+        let ms = self.jitter(most.min(64));
         self.clock.sleep(Duration::from_millis(ms)).await;
         Ok(())
     }
