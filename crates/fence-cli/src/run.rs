@@ -184,7 +184,12 @@ async fn hold(held: Held, mut signals: Signals, opts: &RunOptions) -> Result<u8,
         }
     };
     match script {
-        Some(_) => report_to_acquire(&held),
+        // `fence acquire` is gone (Ctrl-C): nobody will eval the epoch, so nobody holds it.
+        Some(_) if !report_to_acquire(&held) => {
+            held.release().await;
+            return Ok(OK);
+        }
+        Some(_) => {}
         None => outln!("{}", held.claim.epoch()),
     }
     let every = (opts.ttl / 10).clamp(Duration::from_millis(10), Duration::from_millis(250));
@@ -219,15 +224,19 @@ async fn hold(held: Held, mut signals: Signals, opts: &RunOptions) -> Result<u8,
 }
 
 /// Tells `fence acquire` what was taken, then lets go of stdout (its end of the pipe sees
-/// EOF, so `$(fence acquire …)` returns while this holder runs on).
-fn report_to_acquire(held: &Held) {
-    outln!(
-        "{}",
-        script::report_line(held.claim.epoch(), held.slot, held.claim.cell())
-    );
+/// EOF, so `$(fence acquire …)` returns while this holder runs on). `false` if `fence
+/// acquire` is no longer there to read it (the write fails: SIGPIPE is ignored in Rust
+/// programs).
+fn report_to_acquire(held: &Held) -> bool {
+    use std::io::Write;
+    let line = script::report_line(held.claim.epoch(), held.slot, held.claim.cell());
+    let mut out = std::io::stdout().lock();
+    let told = writeln!(out, "{line}").and_then(|()| out.flush()).is_ok();
+    drop(out);
     if let Ok(null) = std::fs::File::options().write(true).open("/dev/null") {
         let _ = nix::unistd::dup2_stdout(&null);
     }
+    told
 }
 
 /// Runs the command's tree to its end; releases the lease only once the tree is gone.

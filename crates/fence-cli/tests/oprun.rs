@@ -680,3 +680,34 @@ fence release; echo $? > {released}"#,
     let released = std::fs::read_to_string(store.path("released")).unwrap();
     assert_eq!(released.trim(), "76", "release reports the loss");
 }
+
+/// Ctrl-C of `fence acquire` while it waits (the shell goes on without the variables): its
+/// holder must not keep the lease for a shell that never learnt its epoch.
+#[test]
+fn a_holder_whose_acquire_was_interrupted_lets_go() {
+    let (store, rt, mark) = (Store::new(), Runtime::new(), Mark::new());
+    let mut first = start_holder(&rt, &store, "int", "5s", &mark);
+    let shell = script(&store, &rt, "sleep 600").spawn().unwrap();
+    let mut acquire = rt
+        .fence(&[
+            "acquire", "--store", &store.url, "--lease", "int", "--wait", "--quiet",
+        ])
+        .args(["--pid", &shell.id().to_string()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    minute(300);
+    kill(Pid::from_raw(acquire.id() as i32), Signal::SIGINT).unwrap();
+    acquire.wait().unwrap();
+    drop(acquire.stdout.take());
+    kill(Pid::from_raw(first.id() as i32), Signal::SIGTERM).unwrap();
+    first.wait().unwrap();
+    // The orphaned holder takes the lease (epoch 2), finds nobody to tell, and releases it.
+    common::wait_until("epoch 2 released", Duration::from_secs(20), || {
+        let cell = &status_json(&store, "int")["cells"][0];
+        cell["epoch"] == 2 && cell["holder"].is_null()
+    });
+    let mut shell = shell;
+    shell.kill().unwrap();
+    shell.wait().unwrap();
+}
