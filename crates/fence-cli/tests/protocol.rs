@@ -429,3 +429,18 @@ async fn legacy_records_are_notes_and_a_log_missing_a_record_is_flagged() {
     assert_eq!(report.notes.len(), 4, "{:?}", report.notes);
     assert!(report.notes.iter().all(|n| n.rule == Rule::LegacyFormat));
 }
+
+/// A hostile log head (`next` near the end of the sequence) is a finding, not a hang: the
+/// check looks at a bounded number of record names whatever `next` says.
+#[test]
+fn a_log_head_with_a_huge_next_is_checked_in_bounded_work() {
+    let looked = std::cell::Cell::new(0u64);
+    let payload = br#"{"next":18446744073709551614,"runs":[[0,1]]}"#;
+    let problems = fence_cli::check::log_problems(payload, |_| {
+        looked.set(looked.get() + 1);
+        assert!(looked.get() <= 1_000, "looked up {} names", looked.get());
+        false
+    });
+    assert!(!problems.is_empty());
+    assert!(problems.len() <= 20, "{} findings", problems.len());
+}
