@@ -444,3 +444,42 @@ fn a_log_head_with_a_huge_next_is_checked_in_bounded_work() {
     assert!(!problems.is_empty());
     assert!(problems.len() <= 20, "{} findings", problems.len());
 }
+
+/// A head whose payload object is of the wrong length, in a cell with log records, is named
+/// as a violation and the check goes on; it is not reported as a store failure.
+#[tokio::test]
+async fn a_wrong_length_payload_object_in_a_log_cell_is_a_finding_not_a_failure() {
+    let store: Arc<dyn ConditionalStore> = Arc::new(MemoryStore::new());
+    for (k, b) in [
+        (
+            "cells/c/own.json",
+            r#"{"v":2,"node":"n","epoch":1,"nonce":"x","blob":{"name":"b1","len":5}}"#,
+        ),
+        ("cells/c/blobs/b1", "abc"),
+        ("cells/c/log/00000000000000000000-1", "r0"),
+        (
+            "nodes/z.json",
+            r#"{"v":1,"node":"y","expires_ms":1,"addr":"","peer_protocol":1,"generation":"g","nonce":"x"}"#,
+        ),
+    ] {
+        let k = Key::new(k).unwrap();
+        store
+            .put(&k, Bytes::from(b), CasGuard::Absent)
+            .await
+            .unwrap();
+    }
+    let report = check(&store, None).await.expect("a report, not a failure");
+    let found: Vec<_> = report
+        .violations
+        .iter()
+        .map(|v| (v.key.as_str(), v.rule))
+        .collect();
+    assert!(
+        found.contains(&("cells/c/own.json", Rule::MissingPayload)),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&("nodes/z.json", Rule::BadIdentity)),
+        "{found:?}"
+    );
+}
