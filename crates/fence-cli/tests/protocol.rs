@@ -483,3 +483,69 @@ async fn a_wrong_length_payload_object_in_a_log_cell_is_a_finding_not_a_failure(
         "{found:?}"
     );
 }
+
+/// A store that answers `Corrupt` for one key, as every adapter does for a record above its
+/// record limit.
+#[derive(Debug)]
+struct OneOversized(MemoryStore, Key);
+
+#[async_trait]
+impl ConditionalStore for OneOversized {
+    async fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
+        if key == &self.1 {
+            return Err(Error::corrupt(key, "record above the record limit"));
+        }
+        self.0.get(key).await
+    }
+    async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
+        self.0.put(key, body, guard).await
+    }
+    async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
+        self.0.delete(key, version).await
+    }
+    async fn delete_immutable(&self, key: &Key) -> Result<(), Error> {
+        self.0.delete_immutable(key).await
+    }
+    async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
+        self.0.list(prefix).await
+    }
+    fn capabilities(&self) -> fence_core::Capabilities {
+        self.0.capabilities()
+    }
+}
+
+/// A record the store will not return (over its record limit) is named, and the check goes
+/// on to the other records.
+#[tokio::test]
+async fn a_record_over_the_stores_limit_is_a_finding_and_the_check_goes_on() {
+    let big = Key::new("nodes/big.json").unwrap();
+    let inner = MemoryStore::new();
+    for (k, b) in [
+        ("nodes/big.json", "{}"),
+        (
+            "nodes/z.json",
+            r#"{"v":1,"node":"y","expires_ms":1,"addr":"","peer_protocol":1,"generation":"g","nonce":"x"}"#,
+        ),
+    ] {
+        let k = Key::new(k).unwrap();
+        inner
+            .put(&k, Bytes::from(b), CasGuard::Absent)
+            .await
+            .unwrap();
+    }
+    let store: Arc<dyn ConditionalStore> = Arc::new(OneOversized(inner, big));
+    let report = check(&store, None).await.expect("a report, not a failure");
+    let found: Vec<_> = report
+        .violations
+        .iter()
+        .map(|v| (v.key.as_str(), v.rule))
+        .collect();
+    assert!(
+        found.contains(&("nodes/big.json", Rule::Unparseable)),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&("nodes/z.json", Rule::BadIdentity)),
+        "{found:?}"
+    );
+}
