@@ -389,6 +389,72 @@ fn sigkill_of_fence_run_and_both_supervising_processes_ends_a_namespace() {
     );
 }
 
+/// `fence run` killed while the namespace's init is stopped, under a subreaper of the same
+/// session (here an outer `fence run`; as well systemd's user manager, tini, a container's
+/// init, ...): the gate's process group is not orphaned by the death, so the kernel does not
+/// continue the stopped init (as it does, with SIGHUP and SIGCONT, for a group orphaned with
+/// a stopped member). Nothing reads the closed control pipe; the gate, which outlives
+/// `fence run`, kills the init in its place.
+#[test]
+fn sigkill_of_fence_run_while_the_init_is_stopped_ends_the_namespace() {
+    if !namespaces("fence run killed, init stopped") {
+        return;
+    }
+    let store = Store::new();
+    let mark = Mark::new();
+    let (log, inner_pid) = (store.path("log"), store.path("inner.pid"));
+    let command = mark.sh(&format!(
+        "trap '' TERM; echo up >> {log}; while :; do sleep 0.05; done",
+        log = log.display()
+    ));
+    let inner: Vec<&str> = [
+        fence_bin(),
+        "run",
+        "--store",
+        &store.url,
+        "--lease",
+        "inner",
+        "--ttl",
+        "2s",
+        "--containment",
+        "required",
+        "--",
+    ]
+    .into_iter()
+    .chain(command.iter().map(String::as_str))
+    .collect();
+    let quoted: Vec<String> = inner
+        .iter()
+        .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
+        .collect();
+    let outer_script = format!(
+        "{} 2>/dev/null & echo $! > {}; while :; do sleep 1; done",
+        quoted.join(" "),
+        inner_pid.display()
+    );
+    let mut outer = fence(&run_args(
+        &store,
+        "outer",
+        &["--containment", "fallback", "--", "sh", "-c", &outer_script],
+    ))
+    .spawn()
+    .expect("spawn the outer fence run");
+    wait_for_count(&log, "up", 1);
+    let inner_run = common::pid_in(&inner_pid);
+    let init = supervising_process(inner_run as u32, NAMESPACE);
+    kill(init, Signal::SIGSTOP).expect("SIGSTOP the init");
+    common::wait_until("the init stopped", Duration::from_secs(10), || {
+        common::state_of(init.as_raw()) == Some('T')
+    });
+    kill(Pid::from_raw(inner_run), Signal::SIGKILL).expect("SIGKILL the inner fence run");
+    let gone = mark.gone_within(Duration::from_secs(20));
+    let left = mark.processes();
+    let _ = kill(init, Signal::SIGKILL);
+    let _ = kill(Pid::from_raw(outer.id() as i32), Signal::SIGTERM);
+    wait_bounded(&mut outer, Duration::from_secs(30), "the outer fence run");
+    assert!(gone, "the command outlived fence run: {left:?}");
+}
+
 #[test]
 fn the_command_sees_its_own_pid_namespace() {
     if !namespaces("the command's view") {
