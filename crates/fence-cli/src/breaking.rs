@@ -1,8 +1,9 @@
 //! `fence break`: an operator releases a lease whose holder they know is dead, as
 //! `consul kv delete` or `etcdctl del` would — without waiting for a takeover.
 //!
-//! What it writes, each by compare-and-swap on the version it read (so a holder that renews
-//! or writes in between makes it stop, never overwrites its news):
+//! What it writes, each by compare-and-swap on the version last read, so nothing written
+//! in between is overwritten (a renewal of the lease, or a new claim of the cell, makes it
+//! stop; a write of the cell at the same epoch is kept and released with it):
 //!
 //! 1. the node lease `run.NAME` (a `fence run`'s) as *released* (`expires_ms: 0`): a live
 //!    holder's next renewal is rejected, so it fences itself and ends its command;

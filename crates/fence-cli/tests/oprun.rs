@@ -168,6 +168,70 @@ fn one_shot_runs_never_take_over_a_live_holder() {
     holder.wait().unwrap();
 }
 
+/// `unshare` ARGS, if this machine lets the test make namespaces (root, or user namespaces).
+fn unshare(args: &[&str]) -> Option<std::process::Command> {
+    for user in [&[][..], &["--user", "--map-root-user"]] {
+        let probe = std::process::Command::new("unshare")
+            .args(user)
+            .args(args)
+            .arg("true")
+            .output();
+        if probe.is_ok_and(|o| o.status.success()) {
+            let mut c = std::process::Command::new("unshare");
+            c.args(user).args(args);
+            return Some(c);
+        }
+    }
+    None
+}
+
+/// A sighting left by a run in another time namespace — whose boot clock runs 1000 s ahead
+/// of this one's — is not taken for 1000 s of watching: a one-shot run there never takes
+/// over a live holder.
+#[test]
+fn a_sighting_from_another_time_namespace_is_not_used() {
+    let ahead = [
+        "--time",
+        "--fork",
+        "--boottime",
+        "1000",
+        "--monotonic",
+        "1000",
+    ];
+    let Some(mut later) = unshare(&ahead) else {
+        eprintln!("skipped: no time namespace can be made here");
+        return;
+    };
+    let (store, rt, mark) = (Store::new(), Runtime::new(), Mark::new());
+    // TTL 60 s: the holder renews every 20 s, so both runs most likely see one record.
+    let mut holder = start_holder(&rt, &store, "ns", "60s", &mark);
+    let (code, _) = rt.one_shot(&store, "ns", "60s");
+    assert_eq!(code, Some(75));
+    let got = store.path("got");
+    let script = format!("echo $FENCE_EPOCH > {}", got.display());
+    let inner = rt.fence(&run_args(
+        &store,
+        "ns",
+        &["--ttl", "60s", "--", "sh", "-c", &script],
+    ));
+    later.arg(inner.get_program()).args(inner.get_args());
+    for (var, value) in inner.get_envs() {
+        match value {
+            Some(v) => later.env(var, v),
+            None => later.env_remove(var),
+        };
+    }
+    let out = later.output().unwrap();
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    assert!(!got.exists(), "the live holder's lease was taken over");
+    assert!(
+        holder.try_wait().unwrap().is_none(),
+        "the holder still runs"
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+}
+
 /// A sighting file that is not sound — open to others, a symlink, garbage, of another boot,
 /// store or node, from the future, too large — is ignored: it can never make a takeover
 /// earlier.

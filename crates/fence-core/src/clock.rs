@@ -308,9 +308,11 @@ impl Clock {
 }
 
 /// An instant on this host's boot clock (`CLOCK_BOOTTIME`): monotonic, counting time spent
-/// in suspend, and shared by every process of the host until it reboots — `boot_id` (the
-/// kernel's `/proc/sys/kernel/random/boot_id`) names the boot, so an instant of an earlier
-/// boot is recognised and never placed on this one's clock.
+/// in suspend, and shared by every process of the host (of one time namespace) until it
+/// reboots — `boot_id` (the kernel's `/proc/sys/kernel/random/boot_id`, and the time
+/// namespace, whose clocks have offsets of their own) names the boot, so an instant of an
+/// earlier boot or of another time namespace is recognised and never placed on this one's
+/// clock.
 ///
 /// Made and read only by [`Clock::host_instant_of`] and [`Clock::mono_of_host`], which round
 /// so that a first sighting handed from one process to another is never earlier than it was.
@@ -358,7 +360,11 @@ mod host {
         }
     }
 
-    /// The kernel's id of this boot, read once.
+    /// The kernel's id of this boot and of this process's time namespace, read once:
+    /// `<boot id>` or `<boot id>/<time namespace>`. A time namespace (Linux 5.6+, used by
+    /// containers and checkpoint/restore) gives `CLOCK_BOOTTIME` an offset of its own, so
+    /// an instant of another time namespace must not be placed on this one's clock, as one
+    /// of another boot must not. `None` (no host clock) if either cannot be read.
     pub(super) fn boot_id() -> Option<String> {
         static ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
         ID.get_or_init(|| {
@@ -367,9 +373,30 @@ mod host {
             let plausible = !id.is_empty()
                 && id.len() <= 64
                 && id.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
-            plausible.then(|| id.to_owned())
+            if !plausible {
+                return None;
+            }
+            Some(match time_namespace()? {
+                Some(ns) => format!("{id}/{ns}"),
+                None => id.to_owned(),
+            })
         })
         .clone()
+    }
+
+    /// The inode of this process's time namespace (`/proc/self/ns/time` reads
+    /// `time:[4026531834]`); `Some(None)` on a kernel without time namespaces; `None` if
+    /// it cannot be told.
+    fn time_namespace() -> Option<Option<u64>> {
+        match std::fs::read_link("/proc/self/ns/time") {
+            Ok(link) => {
+                let link = link.to_str()?;
+                let inode = link.strip_prefix("time:[")?.strip_suffix(']')?;
+                Some(Some(inode.parse().ok()?))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(None),
+            Err(_) => None,
+        }
     }
 }
 
@@ -446,6 +473,14 @@ mod tests {
         let now = clock.mono_ms();
         let at = clock.host_instant_of(now).expect("a host clock");
         assert_eq!(at.boot_id, id);
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+        match std::fs::read_link("/proc/self/ns/time") {
+            Ok(ns) => {
+                let ns = ns.to_str().unwrap().trim_start_matches("time:[");
+                assert_eq!(id, format!("{}/{}", boot.trim(), ns.trim_end_matches(']')));
+            }
+            Err(_) => assert_eq!(id, boot.trim()),
+        }
         // Another process's clock of this host places it no earlier than it was.
         let later = Clock::host();
         let back = later.mono_of_host(&at).expect("placed");
