@@ -132,10 +132,9 @@ impl Object<'_> {
             Holder::Legacy(file) => read_legacy(self.key, file).map(Some),
             Holder::Dir(d) => match self.incarnation(&d)? {
                 None => Ok(None),
-                Some(inc) => {
-                    let record = self.current(&inc)?;
-                    Ok((record.header.kind != Kind::Deleted).then_some(record))
-                }
+                Some(inc) => Ok(self
+                    .current(&inc)?
+                    .filter(|r| r.header.kind != Kind::Deleted)),
             },
         }
     }
@@ -160,9 +159,7 @@ impl Object<'_> {
             name: &place.name,
         };
         let record = object.current(&place.inc)?;
-        Ok(Some(
-            (record.header.kind != Kind::Deleted).then_some(record),
-        ))
+        Ok(Some(record.filter(|r| r.header.kind != Kind::Deleted)))
     }
 
     /// Whether the object holds a record (for listing): errors count as present, so that
@@ -187,10 +184,11 @@ impl Object<'_> {
                 false
             }
             Ok(Some(inc)) => match self.current(&inc) {
-                Ok(r) if r.header.kind == Kind::Deleted => {
+                Ok(Some(r)) if r.header.kind == Kind::Deleted => {
                     let _ = self.retire(d, &inc);
                     false
                 }
+                Ok(None) => false,
                 _ => true,
             },
             Err(_) => true,
@@ -264,18 +262,20 @@ impl Object<'_> {
         }
     }
 
-    /// The current version of a live incarnation: the highest generation, checked to be the
-    /// one that counts. Retried while writers move the chain on; a chain that stays broken
-    /// (files removed by hand) is `Corrupt`.
-    pub(crate) fn current(&self, inc: &Incarnation) -> Result<Record, Error> {
+    /// The current version of an incarnation: the highest generation, checked to be the
+    /// one that counts. Retried while writers move the chain on. `None` if the incarnation
+    /// was retired (its object deleted) since it was found: its versions are being removed,
+    /// and the key was absent when it was moved. A chain that stays broken in an incarnation
+    /// still in place (files removed by hand) is `Corrupt`.
+    pub(crate) fn current(&self, inc: &Incarnation) -> Result<Option<Record>, Error> {
         let (mut previous, mut unchanged) = (Vec::new(), 0);
         for _ in 0..READ_TRIES {
             let generations = self.generations(inc.fd.as_fd())?;
             let Some(&top) = generations.last() else {
-                return Err(self.corrupt("an incarnation without versions"));
+                return self.broken(inc, "an incarnation without versions");
             };
             if let Some(record) = self.checked(inc.fd.as_fd(), top)? {
-                return Ok(record);
+                return Ok(Some(record));
             }
             unchanged = if generations == previous {
                 unchanged + 1
@@ -283,7 +283,7 @@ impl Object<'_> {
                 0
             };
             if unchanged == 2 {
-                return Err(self.corrupt("its version chain is broken (files removed by hand?)"));
+                return self.broken(inc, "its version chain is broken (files removed by hand?)");
             }
             previous = generations;
         }
@@ -293,6 +293,21 @@ impl Object<'_> {
         )
         .with_key(self.key)
         .not_committed())
+    }
+
+    /// An incarnation whose versions make no chain: retired meanwhile (`None`: absent) if
+    /// its name is gone from the object directory (a unique name never comes back), else
+    /// `Corrupt`.
+    fn broken(&self, inc: &Incarnation, why: &str) -> Result<Option<Record>, Error> {
+        let here = match open_dir_at(self.parent, self.name) {
+            Ok(d) => id_at(d.as_fd(), &inc.name),
+            Err(Errno::NOENT) => Ok(None),
+            Err(e) => Err(e),
+        };
+        match here {
+            Ok(None) => Ok(None),
+            _ => Err(self.corrupt(why)),
+        }
     }
 
     /// Version `top`, if it was the current one at some instant of this call: a first
