@@ -394,7 +394,10 @@ impl Object<'_> {
         point.check(self.key)?;
         let version = fresh.version(generation + 1);
         let (bytes, mark) = record_bytes(&version, Some(expected), &change);
-        let temp = Temp::write(self, inc.fd.as_fd(), &bytes, mark)?;
+        let Some(temp) = Temp::write(self, inc.fd.as_fd(), &bytes, mark)? else {
+            // The incarnation was retired meanwhile (its object deleted): `expected` is gone.
+            return Ok(Found::Elsewhere);
+        };
         self.commit_link(inc, generation, &pred, &version, &temp, point)
             .map(Found::Here)
     }
@@ -586,18 +589,22 @@ struct Temp {
 }
 
 impl Temp {
+    /// The temp file of a new version of `inc`; `None` if `inc` was retired and removed
+    /// (a delete's tidy-up): no file can be made in it any more.
     fn write(
         object: &Object<'_>,
         inc: BorrowedFd<'_>,
         bytes: &[u8],
         mark_offset: u64,
-    ) -> Result<Temp, Error> {
+    ) -> Result<Option<Temp>, Error> {
         let bits = object.tree.modes.file;
         let unnamed = OFlags::RDWR | OFlags::TMPFILE | OFlags::CLOEXEC;
         let (fd, named) = match object.tree.unnamed_temps() {
             true => match rustix::fs::openat(inc, ".", unnamed, mode(bits)) {
                 Ok(fd) => (fd, None),
                 Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => Temp::named(object)?,
+                // A removed directory takes no file (Linux answers `EPERM` or `ENOENT`).
+                Err(_) if removed(inc) => return Ok(None),
                 Err(e) => return Err(fs_error(object.key, "cannot create a temp file", e)),
             },
             false => Temp::named(object)?,
@@ -606,11 +613,11 @@ impl Temp {
             .map_err(|e| fs_error(object.key, "cannot set the temp file's mode", e))?;
         let mut file = File::from(fd);
         write_synced(object.key, &mut file, bytes)?;
-        Ok(Temp {
+        Ok(Some(Temp {
             file,
             mark_offset,
             named,
-        })
+        }))
     }
 
     /// A named temp file in the object's `.fence`, flocked.
@@ -653,6 +660,11 @@ impl Drop for Temp {
             let _ = remove(internal.as_fd(), name, false);
         }
     }
+}
+
+/// Whether directory `dir` was removed (no name links to it any more).
+fn removed(dir: BorrowedFd<'_>) -> bool {
+    rustix::fs::fstat(dir).is_ok_and(|s| s.st_nlink == 0)
 }
 
 /// A random 32-hex-digit name part for scratch names no one else uses.
@@ -720,4 +732,33 @@ fn read_with(
         file: file.file,
         writable: file.writable,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::Modes;
+
+    /// A replace that read its predecessor just before a delete retired the incarnation and
+    /// removed it writes its new version into a removed directory: that is absent (the
+    /// caller answers rejected), not the file system's `EPERM` as an error.
+    #[test]
+    fn no_version_is_written_into_a_removed_incarnation() {
+        let root = tempfile::tempdir().unwrap();
+        let tree = Tree::open(root.path(), Modes::default(), false).unwrap();
+        let inc_path = root.path().join("inc");
+        std::fs::create_dir(&inc_path).unwrap();
+        let inc = File::open(&inc_path).unwrap();
+        std::fs::remove_dir(&inc_path).unwrap();
+        let key = Key::new("k").unwrap();
+        let root_dir = File::open(root.path()).unwrap();
+        let object = Object {
+            tree: &tree,
+            key: &key,
+            parent: root_dir.as_fd(),
+            name: "k",
+        };
+        let temp = Temp::write(&object, inc.as_fd(), b"v", 0);
+        assert!(matches!(temp, Ok(None)), "{:?}", temp.err());
+    }
 }
