@@ -35,7 +35,7 @@ const MAX_OBJECT_NAME: usize = 1024;
 /// The operator's HTTP transport is replaced by fence's: OpenDAL's reqwest transport over a
 /// client of its own that never follows redirects, bounded by the write deadline, that records
 /// what each request came to (for classification) and cuts every answer body at its cap (the
-/// record limit plus 64 KiB; an error's first 4 KiB; a listing page within the listing's
+/// record limit plus 64 KiB; an error's first 4 KiB; a write's first 64 KiB; a listing page within the listing's
 /// [`ListingLimits`], set by [`with_listing_limits`](crate::OpendalStoreBuilder::with_listing_limits)).
 /// Every write is one `write_options` call with the whole body (one
 /// request on S3 and Azure; a resumable session of one chunk on GCS), never retried.

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fence_wire::client::CONTROL_ANSWER_LIMIT;
 use fence_wire::error_body::ERROR_BODY_LIMIT;
 use fence_wire::listing::{ListingCap, ListingLimits, MAX_LISTING_PAGE};
 use futures::StreamExt;
@@ -254,8 +255,9 @@ impl HttpTransport for ObservingTransport {
     async fn fetch(&self, req: http::Request<Buffer>) -> opendal::Result<http::Response<HttpBody>> {
         let exchange = Exchange::current();
         let cap = self.body_cap(exchange.as_ref())?;
+        let mutating = is_mutating(&req);
         let slot = exchange.map(|x| {
-            let index = x.start(is_mutating(&req));
+            let index = x.start(mutating);
             (x, index)
         });
         let result = self.inner.fetch(req).await;
@@ -266,9 +268,12 @@ impl HttpTransport for ObservingTransport {
         if let Some((exchange, index)) = slot {
             exchange.finish(index, outcome);
         }
-        result.map(|resp| match resp.status().is_success() {
-            true => resp.map(|body| capped(body, cap)),
-            false => resp.map(error_start),
+        result.map(|resp| match (resp.status().is_success(), mutating) {
+            (false, _) => resp.map(|body| first_bytes(body, ERROR_BODY_LIMIT)),
+            // A write's answer: the status and headers are its proof; a body (GCS's object
+            // resource) is small.
+            (true, true) => resp.map(|body| first_bytes(body, CONTROL_ANSWER_LIMIT as usize)),
+            (true, false) => resp.map(|body| capped(body, cap)),
         })
     }
 }
@@ -327,12 +332,13 @@ fn transport_outcome(e: &opendal::Error) -> Outcome {
     }
 }
 
-/// The first [`ERROR_BODY_LIMIT`] bytes of an error answer's body, where every store puts its
-/// code and message: OpenDAL reads an error body whole to parse it, so the rest is never read
-/// (the connection is dropped). Announced as of unknown length, so that OpenDAL does not
-/// take the shorter body for a broken answer.
-fn error_start(body: HttpBody) -> HttpBody {
-    let start = futures::stream::unfold((body, ERROR_BODY_LIMIT), |(mut body, left)| async move {
+/// The first `limit` bytes of a body, handed on as the whole body: an error answer's first
+/// [`ERROR_BODY_LIMIT`] bytes, where every store puts its code and message (OpenDAL reads an
+/// error body whole to parse it), or a write answer's first [`CONTROL_ANSWER_LIMIT`] bytes.
+/// The rest is never read (the connection is dropped). Announced as of unknown length, so
+/// that OpenDAL does not take the shorter body for a broken answer.
+fn first_bytes(body: HttpBody, limit: usize) -> HttpBody {
+    let start = futures::stream::unfold((body, limit), |(mut body, left)| async move {
         use opendal::raw::oio::ReadStream;
         if left == 0 {
             return None;

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use canned::{
     assert_listing_capped, assert_long_record_refused, assert_names_capped, assert_pages_capped,
-    assert_read_no_further, kind_commit, serve, within_deadline, Canned, Reply, GIB, TWENTY_PAGES,
+    assert_read_no_further, kind_commit, serve, within_deadline, Canned, Reply, Request, GIB,
+    TWENTY_PAGES,
 };
 use fence_core::{CasGuard, ConditionalStore, ErrorKind, Key, PutOutcome};
 use fence_opendal::emulator::{self, S3Server};
@@ -126,4 +127,18 @@ async fn error_answers_of_a_gibibyte_are_classified_as_short_ones() {
     assert_eq!(rejected.0, format!("{:?}", PutOutcome::Rejected));
     let absent = answers(error_answer(404, "NoSuchKey", GIB)).await;
     assert_eq!(absent.1, "None");
+}
+
+/// A write answered 200 with its `ETag` and a body of 1 GiB: applied, by its headers; the
+/// body is read no further than its cap.
+#[tokio::test]
+async fn a_write_answered_with_a_long_body_is_classified_by_its_headers() {
+    let long =
+        |_: &Request| Reply::stream(200, "text/xml", GIB, b' ').with_header("ETag", "\"e9\"");
+    let server = serve(long).await;
+    let (store, k) = (store_at(&server), Key::new("k").unwrap());
+    let put = store.put(&k, "ours".into(), CasGuard::Absent);
+    let applied = PutOutcome::Applied(fence_core::Version::new("\"e9\"").unwrap());
+    assert_eq!(within_deadline(put).await.unwrap(), applied);
+    assert_read_no_further(&server);
 }
