@@ -129,7 +129,7 @@ impl Object<'_> {
     pub fn get(&self) -> Result<Option<Record>, Error> {
         match self.holder()? {
             Holder::Absent => Ok(None),
-            Holder::Legacy(file) => read_legacy(self.key, file).map(Some),
+            Holder::Legacy(file) => read_legacy(self.key, file, self.whole()).map(Some),
             Holder::Dir(d) => match self.incarnation(&d)? {
                 None => Ok(None),
                 Some(inc) => {
@@ -248,6 +248,11 @@ impl Object<'_> {
         generations(inc).map_err(|e| fs_error(self.key, "cannot list versions", e))
     }
 
+    /// A whole read within the store's record limit.
+    pub(crate) fn whole(&self) -> Extent {
+        Extent::Whole(self.tree.record_limit)
+    }
+
     /// Version `generation`'s file, its header and (if `whole`) body read; `None` if absent.
     /// `writable` opens it for writing too where permitted, so it can be marked confirmed.
     fn read_version(
@@ -258,8 +263,9 @@ impl Object<'_> {
         writable: bool,
     ) -> Result<Option<Record>, Error> {
         let name = version_file(generation);
+        let extent = if whole { self.whole() } else { Extent::Header };
         match open_file_at(self.key, inc, &name, "a version file", writable)? {
-            Some(file) => read_record(self.key, file, whole).map(Some),
+            Some(file) => read_record(self.key, file, extent).map(Some),
             None => Ok(None),
         }
     }
@@ -459,7 +465,7 @@ impl Object<'_> {
     }
 
     fn legacy_write(&self, file: ReadFile, expected: &Version) -> Result<PutOutcome, Error> {
-        if read_legacy(self.key, file)?.header.version != *expected {
+        if read_legacy(self.key, file, Extent::Header)?.header.version != *expected {
             return Ok(PutOutcome::Rejected);
         }
         Err(Error::new(
@@ -534,7 +540,7 @@ fn mark_successor(key: &Key, inc: BorrowedFd<'_>, old: u64) -> bool {
     let header = |generation: u64| -> Option<Record> {
         let name = version_file(generation);
         let file = open_file_at(key, inc, &name, "a version file", true).ok()??;
-        read_record(key, file, false).ok()
+        read_record(key, file, Extent::Header).ok()
     };
     let (Some(this), Some(next)) = (header(old), header(old + 1)) else {
         return true;
@@ -662,35 +668,46 @@ pub(crate) fn record_bytes(
     (bytes, mark)
 }
 
-/// Reads a version file: its header (checked against the file's length) and, if `whole`,
-/// its body. The body never changes once linked, so the length read at open holds.
-fn read_record(key: &Key, file: ReadFile, whole: bool) -> Result<Record, Error> {
-    read_with(key, file, whole, parse_header)
+/// How much of a version file a read takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Extent {
+    /// The header only.
+    Header,
+    /// Header and body; a body over this record limit is `Corrupt`, read no further.
+    Whole(usize),
 }
 
-/// Reads a record file of the first layout, whole.
-fn read_legacy(key: &Key, file: ReadFile) -> Result<Record, Error> {
-    read_with(key, file, true, parse_legacy_header)
+/// Reads a version file: its header (checked against the file's length) and, for a whole
+/// read, its body. The body never changes once linked, so the length read at open holds.
+fn read_record(key: &Key, file: ReadFile, extent: Extent) -> Result<Record, Error> {
+    read_with(key, file, extent, parse_header)
+}
+
+/// Reads a record file of the first layout.
+pub(crate) fn read_legacy(key: &Key, file: ReadFile, extent: Extent) -> Result<Record, Error> {
+    read_with(key, file, extent, parse_legacy_header)
 }
 
 fn read_with(
     key: &Key,
     mut file: ReadFile,
-    whole: bool,
+    extent: Extent,
     parse: fn(&Key, &[u8]) -> Result<Header, Error>,
 ) -> Result<Record, Error> {
-    let first = if whole {
-        FIRST_READ
-    } else {
-        MAX_HEADER_LEN as u64
+    let first = match extent {
+        Extent::Whole(_) => FIRST_READ,
+        Extent::Header => MAX_HEADER_LEN as u64,
     };
     // A stray huge file costs a page, not its size: the rest is read only once the header
-    // vouches for the length.
+    // vouches for the length, and only within the record limit.
     let mut bytes = vec![0; file.len.min(first) as usize];
     read_exact(key, &mut file.file, &mut bytes)?;
     let header = parse(key, &bytes)?;
     check_length(key, &header, file.len)?;
-    if whole {
+    if let Extent::Whole(limit) = extent {
+        if header.body_len() > limit as u64 {
+            return Err(over_record_limit(key, header.body_len(), limit));
+        }
         let start = bytes.len();
         bytes.resize(file.len as usize, 0);
         read_exact(key, &mut file.file, &mut bytes[start..])?;
@@ -705,4 +722,16 @@ fn read_with(
         file: file.file,
         writable: file.writable,
     })
+}
+
+/// The error of a record longer than the store's record limit: no record this store writes
+/// can be that long.
+fn over_record_limit(key: &Key, len: u64, limit: usize) -> Error {
+    Error::corrupt(
+        key,
+        format!(
+            "a record of {len} bytes is over the store's record limit of {limit} bytes \
+             (with_record_limit raises it); it was read no further"
+        ),
+    )
 }
