@@ -19,7 +19,10 @@
 //!   the drop returns or never lands: the thread checks, right before its commit point, that
 //!   the caller still waits;
 //! - versions are `<generation>-<128 random bits>`: never repeated, also after delete and
-//!   re-create, across restarts and for identical bytes.
+//!   re-create, across restarts and for identical bytes;
+//! - a record of the first layout (one file per key under a `flock`, fence before this
+//!   version) is read as it is and moved to this layout by its first write, keeping its
+//!   version and bytes; a process of the earlier version is refused afterwards.
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
@@ -39,6 +42,7 @@
 mod commit;
 mod create;
 pub mod layout;
+mod migrate;
 mod object;
 mod sys;
 mod tree;

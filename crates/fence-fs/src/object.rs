@@ -38,6 +38,9 @@ use crate::tree::Tree;
 
 /// Tries of a read before it gives up on a version chain that keeps moving.
 const READ_TRIES: usize = 100;
+/// Looks at a key's entry: a first-layout record file is exchanged for an object directory
+/// once, so a second look settles it; more only if the entry is edited by hand.
+const HOLDER_TRIES: usize = 4;
 /// The first read of a whole version file: records up to this size take one read.
 const FIRST_READ: u64 = 4096;
 
@@ -197,28 +200,46 @@ impl Object<'_> {
         }
     }
 
+    /// What the key's entry holds. A record file of the first layout that is migrated
+    /// meanwhile (exchanged for an object directory in one step) is looked at again.
     pub(crate) fn holder(&self) -> Result<Holder, Error> {
-        match open_dir_at(self.parent, self.name) {
-            Ok(fd) => Ok(Holder::Dir(fd)),
-            Err(Errno::NOENT) => Ok(Holder::Absent),
-            Err(Errno::NOTDIR) => self.legacy(),
-            Err(e) => Err(fs_error(self.key, "cannot open the object directory", e)),
+        for _ in 0..HOLDER_TRIES {
+            match open_dir_at(self.parent, self.name) {
+                Ok(fd) => return Ok(Holder::Dir(fd)),
+                Err(Errno::NOENT) => return Ok(Holder::Absent),
+                Err(Errno::NOTDIR) => {
+                    if let Some(holder) = self.legacy()? {
+                        return Ok(holder);
+                    }
+                }
+                Err(e) => return Err(fs_error(self.key, "cannot open the object directory", e)),
+            }
         }
+        Err(Error::new(
+            ErrorKind::Conflict,
+            "fence-fs: the object's entry kept changing between a file and a directory",
+        )
+        .with_key(self.key)
+        .not_committed())
     }
 
     /// The entry is not a directory: a record file of the first layout, or something
-    /// fence-fs did not make.
-    fn legacy(&self) -> Result<Holder, Error> {
+    /// fence-fs did not make; `None` if it is a directory now (migrated meanwhile).
+    fn legacy(&self) -> Result<Option<Holder>, Error> {
         let what = "the object's entry";
+        let now_dir = || type_at(self.parent, self.name) == Ok(FileType::Directory);
         match type_at(self.parent, self.name) {
             Ok(FileType::RegularFile) => {
-                match open_file_at(self.key, self.parent, self.name, what, false)? {
-                    Some(file) => Ok(Holder::Legacy(file)),
-                    None => Ok(Holder::Absent),
+                match open_file_at(self.key, self.parent, self.name, what, false) {
+                    Ok(Some(file)) => Ok(Some(Holder::Legacy(file))),
+                    Ok(None) => Ok(Some(Holder::Absent)),
+                    Err(_) if now_dir() => Ok(None),
+                    Err(e) => Err(e),
                 }
             }
+            Ok(FileType::Directory) => Ok(None),
             Ok(other) => Err(foreign(self.key, what, other)),
-            Err(Errno::NOENT) => Ok(Holder::Absent),
+            Err(Errno::NOENT) => Ok(Some(Holder::Absent)),
             Err(e) => Err(fs_error(self.key, "cannot stat the object's entry", e)),
         }
     }
@@ -315,7 +336,8 @@ impl Object<'_> {
             return Ok(None);
         }
         let first_successor = match &record.header.prev {
-            None => top == 1,
+            // Version 1 of a create, or a migrated first-layout record (marked confirmed).
+            None => top == 1 || record.header.confirmed,
             Some(_) if record.header.confirmed => true,
             Some(prev) => {
                 top > 1
@@ -338,7 +360,10 @@ impl Object<'_> {
     ) -> Result<(PutOutcome, Option<Incarnation>), Error> {
         let d = match self.holder()? {
             Holder::Absent => return Ok((PutOutcome::Rejected, None)),
-            Holder::Legacy(file) => return self.legacy_write(file, expected).map(|o| (o, None)),
+            Holder::Legacy(file) => match self.migrated(file, expected, point, fresh)? {
+                Some(d) => d,
+                None => return Ok((PutOutcome::Rejected, None)),
+            },
             Holder::Dir(d) => d,
         };
         let Some(inc) = self.incarnation(&d)? else {
@@ -462,20 +487,6 @@ impl Object<'_> {
                     .with_source(e)
             })?;
         Ok(mark[0] == CONFIRMED)
-    }
-
-    fn legacy_write(&self, file: ReadFile, expected: &Version) -> Result<PutOutcome, Error> {
-        if read_legacy(self.key, file, Extent::Header)?.header.version != *expected {
-            return Ok(PutOutcome::Rejected);
-        }
-        Err(Error::new(
-            ErrorKind::Unsupported,
-            "this record was written by fence-fs's first layout (a file per key under a lock); \
-             it is read but not rewritten: stop the processes of the old version and start \
-             again in a fresh directory",
-        )
-        .with_key(self.key)
-        .not_committed())
     }
 }
 
