@@ -34,17 +34,19 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use base64::Engine;
-use fence_core::{ConditionalStore, Key};
+use bytes::Bytes;
+use fence_core::{ConditionalStore, ErrorKind, Key};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::exit::{shown, Failure};
+use crate::exit::{describe, shown, Failure};
 
 /// The rules of docs/protocol.md §13.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Rule {
-    /// Not JSON, not an object, or (a v1 data head) no header line.
+    /// Not JSON, not an object, (a v1 data head) no header line, or a record the store will
+    /// not return whole (over its record limit).
     Unparseable,
     /// A field of the wrong JSON type.
     WrongType,
@@ -246,33 +248,47 @@ impl Ctx<'_> {
         Key::new(full).map_err(Failure::from)
     }
 
-    async fn body(&self, rel: &str) -> Result<Option<bytes::Bytes>, Failure> {
+    /// `rel`'s bytes (`None`: gone since the listing). A record the store will not return
+    /// (`Corrupt`: over its record limit, say) is `Some(Err(why))`; any other failure of the
+    /// store ends the check.
+    async fn body(&self, rel: &str) -> Result<Option<Result<Bytes, String>>, Failure> {
         let key = self.key(rel)?;
-        let got = self
-            .store
-            .get(&key)
-            .await
-            .map_err(|e| Failure::from(e).prefixed(&format!("cannot read {}", shown(rel))))?;
-        Ok(got.map(|s| s.body))
+        match self.store.get(&key).await {
+            Ok(got) => Ok(got.map(|s| Ok(s.body))),
+            Err(e) if e.kind() == ErrorKind::Corrupt => Ok(Some(Err(describe(&e)))),
+            Err(e) => Err(Failure::from(e).prefixed(&format!("cannot read {}", shown(rel)))),
+        }
+    }
+
+    /// A record's bytes to check: `None` when it is gone, or unreadable (named in `report`).
+    async fn record(&self, report: &mut Report, rel: &str) -> Result<Option<Bytes>, Failure> {
+        Ok(match self.body(rel).await? {
+            Some(Ok(body)) => Some(body),
+            Some(Err(why)) => {
+                report.add(rel, None, Rule::Unparseable, why);
+                None
+            }
+            None => None,
+        })
     }
 
     async fn check_key(&self, report: &mut Report, key: &str) -> Result<(), Failure> {
         match shape(key) {
             Shape::Lease(node) => {
                 report.checked += 1;
-                if let Some(body) = self.body(key).await? {
+                if let Some(body) = self.record(report, key).await? {
                     check_lease(report, key, node, &body);
                 }
             }
             Shape::Head(cell) => {
                 report.checked += 1;
-                if let Some(body) = self.body(key).await? {
+                if let Some(body) = self.record(report, key).await? {
                     self.check_head(report, key, cell, &body).await?;
                 }
             }
             Shape::DataV1 => {
                 report.checked += 1;
-                if let Some(body) = self.body(key).await? {
+                if let Some(body) = self.record(report, key).await? {
                     check_data_v1(report, key, &body);
                 }
             }
@@ -473,13 +489,14 @@ impl Ctx<'_> {
         (name, len): &(String, u64),
     ) -> Result<(), Failure> {
         match self.body(&format!("cells/{cell}/blobs/{name}")).await? {
+            Some(Err(why)) => report.add(key, Some("blob"), Rule::MissingPayload, why),
             None => report.add(
                 key,
                 Some("blob"),
                 Rule::MissingPayload,
                 format!("payload object {} is not in the store", shown(name)),
             ),
-            Some(b) if b.len() as u64 != *len => report.add(
+            Some(Ok(b)) if b.len() as u64 != *len => report.add(
                 key,
                 Some("blob"),
                 Rule::MissingPayload,
@@ -488,7 +505,7 @@ impl Ctx<'_> {
                     b.len()
                 ),
             ),
-            Some(_) => {}
+            Some(Ok(_)) => {}
         }
         Ok(())
     }
@@ -516,11 +533,12 @@ impl Ctx<'_> {
             Some(p) => own.with_prefix(p).map_err(Failure::from)?,
             None => own,
         };
-        let payload = own
-            .load_payload(cell, &head.payload)
-            .await
-            .map_err(|e| Failure::from(e).prefixed(&format!("cannot read {}", shown(key))))?
-            .unwrap_or_default();
+        let payload = match own.load_payload(cell, &head.payload).await {
+            Ok(payload) => payload.unwrap_or_default(),
+            // A payload object of another length than the head says: `check_blob` named it.
+            Err(e) if e.kind() == ErrorKind::Corrupt => return Ok(()),
+            Err(e) => return Err(Failure::from(e).prefixed(&format!("cannot read {}", shown(key)))),
+        };
         for problem in log_problems(&payload, |name| {
             self.keys.contains(&format!("{logs}{name}"))
         }) {
@@ -653,20 +671,34 @@ pub fn log_problems(payload: &[u8], exists: impl Fn(&str) -> bool) -> Vec<String
         problems.push("runs out of order, not starting at 0, or past `next`".into());
         return problems;
     }
+    // A head may claim any `next` below 2^64: stop at the first few missing records, so the
+    // work is bounded by the records that exist (what `exists` can say yes to) plus these.
     for seq in 0..next {
-        let Some(run) = parsed.iter().rev().find(|r| r.0 <= seq) else {
+        // Runs ascend in `first_seq`: a record's run is the last one starting at or before it.
+        let at = parsed.partition_point(|r| r.0 <= seq);
+        let Some(run) = at.checked_sub(1).and_then(|i| parsed.get(i)) else {
             break;
         };
         let name = match &run.2 {
             None => format!("{seq:020}-{}", run.1),
             Some(t) => format!("{seq:020}-{}-{t}", run.1),
         };
-        if !exists(&name) {
-            problems.push(format!("committed record {name} is missing"));
+        if exists(&name) {
+            continue;
         }
+        if problems.len() == MISSING_NAMED {
+            problems.push(format!(
+                "more committed records below {next} are missing (the first {MISSING_NAMED} are named)"
+            ));
+            break;
+        }
+        problems.push(format!("committed record {name} is missing"));
     }
     problems
 }
+
+/// Missing log records a check names one by one before it says there are more.
+const MISSING_NAMED: usize = 10;
 
 fn check_data_v1(report: &mut Report, key: &str, body: &[u8]) {
     let Some(split) = body.iter().position(|&b| b == b'\n') else {

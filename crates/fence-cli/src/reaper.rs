@@ -30,7 +30,8 @@
 //!
 //! When the command exits, when asked, or when `fence run` dies, every process of the command
 //! gets SIGTERM (and SIGCONT, so stopped ones see it), and SIGKILL after the grace period,
-//! again and again until none is left. Only then does the supervising process exit (with the
+//! again and again until none is left — SIGKILL at once if they are frozen for want of
+//! heartbeats (the lease may have run out meanwhile). Only then does the supervising process exit (with the
 //! command's exit code, or 128 + N), and only then does `fence run` release the lease.
 
 use std::ffi::{CString, OsString};
@@ -415,10 +416,18 @@ impl Reaper {
         }
     }
 
-    /// Starts ending the command (or shortens the grace period of an end under way).
+    /// Starts ending the command (or shortens the grace period of an end under way). A
+    /// command frozen for want of heartbeats is killed where it stands, never continued to
+    /// handle SIGTERM: its end comes from a `fence run` that was silent for longer than
+    /// TTL/3 and has now lost the lease or died, so another holder may already run.
     fn end(&mut self, grace: Duration) {
+        let grace = if self.frozen { Duration::ZERO } else { grace };
         let kill_at = self.clock.mono_ms() + grace.as_millis() as u64;
         match self.phase {
+            Phase::Running if self.frozen => {
+                self.phase = Phase::Ending { kill_at };
+                self.members.kill();
+            }
             Phase::Running => {
                 self.phase = Phase::Ending { kill_at };
                 self.members.terminate();

@@ -60,8 +60,13 @@ fn holder(
 
 /// The next holder of `lease`: its command writes `next-start`, waits, writes `next-end`.
 fn next_holder(store: &Store, lease: &str, log: &Path) -> Command {
+    next_holder_for(store, lease, log, "1")
+}
+
+/// [`next_holder`] whose command waits `secs` seconds between its two lines.
+fn next_holder_for(store: &Store, lease: &str, log: &Path, secs: &str) -> Command {
     let script = format!(
-        "echo next-start >> {log}; sleep 1; echo next-end >> {log}",
+        "echo next-start >> {log}; sleep {secs}; echo next-end >> {log}",
         log = log.display()
     );
     fence(&run_args(
@@ -193,21 +198,36 @@ fn a_fork_hopper_is_gone_before_the_next_holder_starts_in_the_fallback() {
 }
 
 // Case 3: `fence run` stopped; a helper that left the command's process group keeps writing.
+// Woken while the next holder runs, the frozen command must not be continued to handle
+// SIGTERM either: it would run for `--grace` beside the next holder.
 
-fn a_stopped_fence_freezes_a_setsid_helper(mode: &str) {
+/// When the stopped `fence run` is continued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wake {
+    /// Once the next holder is done.
+    AfterNext,
+    /// While the next holder runs.
+    DuringNext,
+}
+
+fn a_stopped_holders_command_never_runs_beside_the_next(mode: &str, wake: Wake) {
     let store = Store::new();
     let mark = Mark::new();
     let log = store.path("log");
     let script = format!(
-        "setsid sh -c 'while :; do echo tick-helper >> {log}; sleep 0.02; done' & \
-         while :; do echo tick-main >> {log}; sleep 0.02; done",
+        "setsid sh -c 'trap \"\" TERM; while :; do echo tick-helper >> {log}; sleep 0.02; done' & \
+         trap '' TERM; while :; do echo tick-main >> {log}; sleep 0.02; done",
         log = log.display()
     );
+    let (grace, next_secs) = match wake {
+        Wake::AfterNext => ("500ms", "1"),
+        Wake::DuringNext => ("3s", "4"),
+    };
     let mut first = holder(
         &store,
         "freeze",
         mode,
-        &["--ttl", "2s", "--grace", "500ms"],
+        &["--ttl", "2s", "--grace", grace],
         &mark,
         &script,
     )
@@ -217,17 +237,23 @@ fn a_stopped_fence_freezes_a_setsid_helper(mode: &str) {
     assert!(wait_for_line(&log, "tick-helper", Duration::from_secs(20)));
     let first_pid = Pid::from_raw(first.id() as i32);
     kill(first_pid, Signal::SIGSTOP).expect("SIGSTOP");
-    let next = next_holder(&store, "freeze", &log).output();
-    kill(first_pid, Signal::SIGCONT).expect("SIGCONT");
-    assert_eq!(
-        next.expect("next").status.code(),
-        Some(0),
-        "the next holder ran"
-    );
+    let mut next = next_holder_for(&store, "freeze", &log, next_secs)
+        .spawn()
+        .expect("spawn the next holder");
+    if wake == Wake::DuringNext {
+        let started = wait_for_line(&log, "next-start", Duration::from_secs(60));
+        kill(first_pid, Signal::SIGCONT).expect("SIGCONT");
+        assert!(started, "the next holder started");
+    }
+    let next = wait_bounded(&mut next, Duration::from_secs(60), "the next holder");
+    if wake == Wake::AfterNext {
+        kill(first_pid, Signal::SIGCONT).expect("SIGCONT");
+    }
+    assert_eq!(next.code(), Some(0), "the next holder ran");
     let beside = lines_between(&log, "next-start", "next-end");
     assert!(
         beside.is_empty(),
-        "the stopped holder's command wrote beside the next holder: {} lines",
+        "the stopped holder's command wrote beside the next holder ({wake:?}): {} lines",
         beside.len()
     );
     let status = wait_bounded(&mut first, Duration::from_secs(30), "the woken holder");
@@ -238,13 +264,25 @@ fn a_stopped_fence_freezes_a_setsid_helper(mode: &str) {
 #[test]
 fn a_stopped_fence_freezes_every_process_of_the_command_in_a_namespace() {
     if namespaces("case 3 in a namespace") {
-        a_stopped_fence_freezes_a_setsid_helper(NAMESPACE);
+        a_stopped_holders_command_never_runs_beside_the_next(NAMESPACE, Wake::AfterNext);
     }
 }
 
 #[test]
 fn a_stopped_fence_freezes_every_process_of_the_command_in_the_fallback() {
-    a_stopped_fence_freezes_a_setsid_helper(FALLBACK);
+    a_stopped_holders_command_never_runs_beside_the_next(FALLBACK, Wake::AfterNext);
+}
+
+#[test]
+fn a_frozen_command_is_killed_not_thawed_once_the_lease_ran_out_in_a_namespace() {
+    if namespaces("a frozen command woken late in a namespace") {
+        a_stopped_holders_command_never_runs_beside_the_next(NAMESPACE, Wake::DuringNext);
+    }
+}
+
+#[test]
+fn a_frozen_command_is_killed_not_thawed_once_the_lease_ran_out_in_the_fallback() {
+    a_stopped_holders_command_never_runs_beside_the_next(FALLBACK, Wake::DuringNext);
 }
 
 // A stopped supervising process: `fence run` wakes to a lost lease, and ends the command
@@ -349,6 +387,72 @@ fn sigkill_of_fence_run_and_both_supervising_processes_ends_a_namespace() {
         "the command outlived every supervisor: {:?}",
         mark.processes()
     );
+}
+
+/// `fence run` killed while the namespace's init is stopped, under a subreaper of the same
+/// session (here an outer `fence run`; as well systemd's user manager, tini, a container's
+/// init, ...): the gate's process group is not orphaned by the death, so the kernel does not
+/// continue the stopped init (as it does, with SIGHUP and SIGCONT, for a group orphaned with
+/// a stopped member). Nothing reads the closed control pipe; the gate, which outlives
+/// `fence run`, kills the init in its place.
+#[test]
+fn sigkill_of_fence_run_while_the_init_is_stopped_ends_the_namespace() {
+    if !namespaces("fence run killed, init stopped") {
+        return;
+    }
+    let store = Store::new();
+    let mark = Mark::new();
+    let (log, inner_pid) = (store.path("log"), store.path("inner.pid"));
+    let command = mark.sh(&format!(
+        "trap '' TERM; echo up >> {log}; while :; do sleep 0.05; done",
+        log = log.display()
+    ));
+    let inner: Vec<&str> = [
+        fence_bin(),
+        "run",
+        "--store",
+        &store.url,
+        "--lease",
+        "inner",
+        "--ttl",
+        "2s",
+        "--containment",
+        "required",
+        "--",
+    ]
+    .into_iter()
+    .chain(command.iter().map(String::as_str))
+    .collect();
+    let quoted: Vec<String> = inner
+        .iter()
+        .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
+        .collect();
+    let outer_script = format!(
+        "{} 2>/dev/null & echo $! > {}; while :; do sleep 1; done",
+        quoted.join(" "),
+        inner_pid.display()
+    );
+    let mut outer = fence(&run_args(
+        &store,
+        "outer",
+        &["--containment", "fallback", "--", "sh", "-c", &outer_script],
+    ))
+    .spawn()
+    .expect("spawn the outer fence run");
+    wait_for_count(&log, "up", 1);
+    let inner_run = common::pid_in(&inner_pid);
+    let init = supervising_process(inner_run as u32, NAMESPACE);
+    kill(init, Signal::SIGSTOP).expect("SIGSTOP the init");
+    common::wait_until("the init stopped", Duration::from_secs(10), || {
+        common::state_of(init.as_raw()) == Some('T')
+    });
+    kill(Pid::from_raw(inner_run), Signal::SIGKILL).expect("SIGKILL the inner fence run");
+    let gone = mark.gone_within(Duration::from_secs(20));
+    let left = mark.processes();
+    let _ = kill(init, Signal::SIGKILL);
+    let _ = kill(Pid::from_raw(outer.id() as i32), Signal::SIGTERM);
+    wait_bounded(&mut outer, Duration::from_secs(30), "the outer fence run");
+    assert!(gone, "the command outlived fence run: {left:?}");
 }
 
 #[test]

@@ -429,3 +429,123 @@ async fn legacy_records_are_notes_and_a_log_missing_a_record_is_flagged() {
     assert_eq!(report.notes.len(), 4, "{:?}", report.notes);
     assert!(report.notes.iter().all(|n| n.rule == Rule::LegacyFormat));
 }
+
+/// A hostile log head (`next` near the end of the sequence) is a finding, not a hang: the
+/// check looks at a bounded number of record names whatever `next` says.
+#[test]
+fn a_log_head_with_a_huge_next_is_checked_in_bounded_work() {
+    let looked = std::cell::Cell::new(0u64);
+    let payload = br#"{"next":18446744073709551614,"runs":[[0,1]]}"#;
+    let problems = fence_cli::check::log_problems(payload, |_| {
+        looked.set(looked.get() + 1);
+        assert!(looked.get() <= 1_000, "looked up {} names", looked.get());
+        false
+    });
+    assert!(!problems.is_empty());
+    assert!(problems.len() <= 20, "{} findings", problems.len());
+}
+
+/// A head whose payload object is of the wrong length, in a cell with log records, is named
+/// as a violation and the check goes on; it is not reported as a store failure.
+#[tokio::test]
+async fn a_wrong_length_payload_object_in_a_log_cell_is_a_finding_not_a_failure() {
+    let store: Arc<dyn ConditionalStore> = Arc::new(MemoryStore::new());
+    for (k, b) in [
+        (
+            "cells/c/own.json",
+            r#"{"v":2,"node":"n","epoch":1,"nonce":"x","blob":{"name":"b1","len":5}}"#,
+        ),
+        ("cells/c/blobs/b1", "abc"),
+        ("cells/c/log/00000000000000000000-1", "r0"),
+        (
+            "nodes/z.json",
+            r#"{"v":1,"node":"y","expires_ms":1,"addr":"","peer_protocol":1,"generation":"g","nonce":"x"}"#,
+        ),
+    ] {
+        let k = Key::new(k).unwrap();
+        store
+            .put(&k, Bytes::from(b), CasGuard::Absent)
+            .await
+            .unwrap();
+    }
+    let report = check(&store, None).await.expect("a report, not a failure");
+    let found: Vec<_> = report
+        .violations
+        .iter()
+        .map(|v| (v.key.as_str(), v.rule))
+        .collect();
+    assert!(
+        found.contains(&("cells/c/own.json", Rule::MissingPayload)),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&("nodes/z.json", Rule::BadIdentity)),
+        "{found:?}"
+    );
+}
+
+/// A store that answers `Corrupt` for one key, as every adapter does for a record above its
+/// record limit.
+#[derive(Debug)]
+struct OneOversized(MemoryStore, Key);
+
+#[async_trait]
+impl ConditionalStore for OneOversized {
+    async fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
+        if key == &self.1 {
+            return Err(Error::corrupt(key, "record above the record limit"));
+        }
+        self.0.get(key).await
+    }
+    async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
+        self.0.put(key, body, guard).await
+    }
+    async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
+        self.0.delete(key, version).await
+    }
+    async fn delete_immutable(&self, key: &Key) -> Result<(), Error> {
+        self.0.delete_immutable(key).await
+    }
+    async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
+        self.0.list(prefix).await
+    }
+    fn capabilities(&self) -> fence_core::Capabilities {
+        self.0.capabilities()
+    }
+}
+
+/// A record the store will not return (over its record limit) is named, and the check goes
+/// on to the other records.
+#[tokio::test]
+async fn a_record_over_the_stores_limit_is_a_finding_and_the_check_goes_on() {
+    let big = Key::new("nodes/big.json").unwrap();
+    let inner = MemoryStore::new();
+    for (k, b) in [
+        ("nodes/big.json", "{}"),
+        (
+            "nodes/z.json",
+            r#"{"v":1,"node":"y","expires_ms":1,"addr":"","peer_protocol":1,"generation":"g","nonce":"x"}"#,
+        ),
+    ] {
+        let k = Key::new(k).unwrap();
+        inner
+            .put(&k, Bytes::from(b), CasGuard::Absent)
+            .await
+            .unwrap();
+    }
+    let store: Arc<dyn ConditionalStore> = Arc::new(OneOversized(inner, big));
+    let report = check(&store, None).await.expect("a report, not a failure");
+    let found: Vec<_> = report
+        .violations
+        .iter()
+        .map(|v| (v.key.as_str(), v.rule))
+        .collect();
+    assert!(
+        found.contains(&("nodes/big.json", Rule::Unparseable)),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&("nodes/z.json", Rule::BadIdentity)),
+        "{found:?}"
+    );
+}

@@ -128,16 +128,22 @@ const HARMLESS: &[&str] = &[
 /// Refuses an operator carrying a layer that is neither built in nor known to be harmless.
 ///
 /// OpenDAL's `Layer` trait names nothing and an operator does not list its layers, but its
-/// `Debug` does (`layers: [ErrorContextLayer, …, RetryLayer { … }]`), so that is read. A
-/// `RetryLayer` replays a write whose answer was lost and then reports the replay's 412 as a
-/// clean `ConditionNotMatch`; a cache or an index layer answers reads from elsewhere; a
-/// capability override can claim a condition the service ignores. An unknown layer, or a
-/// `Debug` that cannot be read, is refused too: fail closed.
+/// `Debug` does (`Operator { service: …, context: …, layers: [ErrorContextLayer, …,
+/// RetryLayer { … }], .. }`), so that is read. A `RetryLayer` replays a write whose answer
+/// was lost and then reports the replay's 412 as a clean `ConditionNotMatch`; a cache or an
+/// index layer answers reads from elsewhere; a capability override can claim a condition the
+/// service ignores. The list is cut out exactly (the service's and the context's own `Debug`
+/// are formatted on their own and stripped, since they may contain anything, even another
+/// operator's list), quoted strings are skipped, and an unknown layer, an entry that names
+/// no type, or a `Debug` that cannot be read is refused: fail closed. Only a layer whose
+/// hand-written `Debug` claims another type's name can pass for it.
 pub(crate) fn check_layers(op: &Operator) -> Result<(), Error> {
     let shown = format!("{op:?}");
-    let names = layer_names(&shown).ok_or_else(|| {
-        unsupported_layer("(unreadable: this OpenDAL version lists its layers differently)")
-    })?;
+    let names = layer_list(op, &shown)
+        .and_then(layer_names)
+        .ok_or_else(|| {
+            unsupported_layer("(unreadable: this OpenDAL version lists its layers differently)")
+        })?;
     match names
         .iter()
         .find(|n| !BUILT_IN.contains(&n.as_str()) && !HARMLESS.contains(&n.as_str()))
@@ -165,23 +171,86 @@ fn unsupported_layer(name: &str) -> Error {
     .not_committed()
 }
 
-/// The names of the top-level entries of the last `layers: [...]` list in `shown`.
-fn layer_names(shown: &str) -> Option<Vec<String>> {
-    let (_, list) = shown.rsplit_once("layers: [")?;
+/// The text between the brackets of `op`'s layer list in `shown` (its `Debug`): what is left
+/// once the exact `Debug` of its service and its context is stripped from the front.
+fn layer_list<'a>(op: &Operator, shown: &'a str) -> Option<&'a str> {
+    let head = format!(
+        "Operator {{ service: {:?}, context: {:?}, layers: [",
+        op.service(),
+        op.context()
+    );
+    shown.strip_prefix(head.as_str())?.strip_suffix("], .. }")
+}
+
+/// The type names of the top-level entries of a `Debug` list's inside (`A, B { x: "]" },
+/// path::C<I> { .. }`); `None` if an entry names no type or the text is unbalanced.
+fn layer_names(list: &str) -> Option<Vec<String>> {
+    if list.trim().is_empty() {
+        return Some(Vec::new());
+    }
     let mut names = Vec::new();
-    let mut depth = 0usize;
-    let mut current = String::new();
-    for c in list.chars() {
+    let mut chars = list.chars();
+    let (mut depth, mut current, mut naming) = (0usize, String::new(), true);
+    while let Some(c) = chars.next() {
         match c {
-            '[' | '{' | '(' => depth += 1,
-            ']' | '}' | ')' if depth == 0 => {
-                push_name(&mut names, &mut current);
-                return Some(names);
+            '"' | '\'' => {
+                skip_quoted(&mut chars, c)?;
+                naming = false;
             }
-            ']' | '}' | ')' => depth -= 1,
-            ',' if depth == 0 => push_name(&mut names, &mut current),
-            c if depth == 0 && (c.is_alphanumeric() || c == '_' || c == ':' || c == '<') => {
+            '<' if depth == 0 && naming => {
+                skip_generics(&mut chars)?;
+                naming = false;
+            }
+            '[' | '{' | '(' => {
+                depth += 1;
+                naming = false;
+            }
+            ']' | '}' | ')' => depth = depth.checked_sub(1)?,
+            ',' if depth == 0 => {
+                names.push(type_name(&current)?);
+                current.clear();
+                naming = true;
+            }
+            c if depth == 0 && naming && (c.is_alphanumeric() || c == '_' || c == ':') => {
                 current.push(c)
+            }
+            c if depth == 0 && c.is_whitespace() && current.is_empty() => {}
+            _ if depth == 0 => naming = false,
+            _ => {}
+        }
+    }
+    if depth != 0 {
+        return None;
+    }
+    names.push(type_name(&current)?);
+    Some(names)
+}
+
+/// Skips a string or char literal of a `Debug` (escaped as Rust does) after its `quote`.
+fn skip_quoted(chars: &mut std::str::Chars<'_>, quote: char) -> Option<()> {
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                chars.next()?;
+            }
+            c if c == quote => return Some(()),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Skips a type's generic arguments after its `<`.
+fn skip_generics(chars: &mut std::str::Chars<'_>) -> Option<()> {
+    let mut depth = 1usize;
+    for c in chars.by_ref() {
+        match c {
+            '<' => depth += 1,
+            '>' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(());
+                }
             }
             _ => {}
         }
@@ -189,14 +258,11 @@ fn layer_names(shown: &str) -> Option<Vec<String>> {
     None
 }
 
-fn push_name(names: &mut Vec<String>, current: &mut String) {
-    // `Foo<Bar>` and `path::Foo` name the type `Foo`.
-    let name = current.split('<').next().unwrap_or("");
-    let name = name.rsplit("::").next().unwrap_or("");
-    if !name.is_empty() {
-        names.push(name.to_string());
-    }
-    current.clear();
+/// `path::Foo` names the type `Foo`; an entry that starts with no identifier names none.
+fn type_name(entry: &str) -> Option<String> {
+    let name = entry.rsplit("::").next().unwrap_or("");
+    let first = name.chars().next()?;
+    (first.is_alphabetic() || first == '_').then(|| name.to_string())
 }
 
 #[cfg(test)]
@@ -266,11 +332,11 @@ mod tests {
 
     #[test]
     fn layer_names_are_read_at_the_top_level_only() {
-        let shown = "Operator { service: S { x: [1, 2] }, context: C, layers: [ErrorContextLayer, \
-                     SimulateLayer { a: Some(1), b: [Inner] }, opendal_layer_retry::RetryLayer<I> \
-                     { builder: E { x: 1 } }, CorrectnessCheckLayer], .. }";
+        let list = "ErrorContextLayer, SimulateLayer { a: Some(1), b: [Inner] }, \
+                    opendal_layer_retry::RetryLayer<I> { builder: E { x: 1 } }, \
+                    CorrectnessCheckLayer";
         assert_eq!(
-            layer_names(shown).unwrap(),
+            layer_names(list).unwrap(),
             [
                 "ErrorContextLayer",
                 "SimulateLayer",
@@ -278,8 +344,25 @@ mod tests {
                 "CorrectnessCheckLayer"
             ]
         );
-        assert_eq!(layer_names("layers: []").unwrap(), Vec::<String>::new());
-        assert_eq!(layer_names("no list here"), None);
-        assert_eq!(layer_names("layers: [Unclosed"), None);
+        assert_eq!(layer_names("").unwrap(), Vec::<String>::new());
+        assert_eq!(layer_names("Unclosed { x"), None);
+        assert_eq!(layer_names("Unopened }"), None);
+    }
+
+    #[test]
+    fn quoted_brackets_and_commas_do_not_end_an_entry() {
+        let list = r#"TimeoutLayer { label: "], \"x\", {" }, RetryLayer, C { c: ']' }"#;
+        assert_eq!(
+            layer_names(list).unwrap(),
+            ["TimeoutLayer", "RetryLayer", "C"]
+        );
+        assert_eq!(layer_names(r#"A { s: "unterminated }"#), None);
+    }
+
+    #[test]
+    fn an_entry_that_names_no_type_is_unreadable() {
+        for list in ["A, , B", "A, ", "<redacted>", "A, ..", "A, 42"] {
+            assert_eq!(layer_names(list), None, "{list}");
+        }
     }
 }

@@ -160,10 +160,11 @@ impl HttpTransport for ObservingTransport {
             let index = x.start(is_mutating(&req));
             (x, index)
         });
+        let sendable = reqwest::Url::parse(&req.uri().to_string()).is_ok();
         let result = self.inner.fetch(req).await;
         let outcome = match &result {
             Ok(resp) => Outcome::Answer(resp.status().as_u16()),
-            Err(e) => transport_outcome(e),
+            Err(e) => transport_outcome(e, sendable),
         };
         if let Some((exchange, index)) = slot {
             exchange.finish(index, outcome);
@@ -188,11 +189,15 @@ pub(crate) fn is_mutating<B>(req: &http::Request<B>) -> bool {
 
 /// What a failed fetch came to, from the reqwest error OpenDAL's transport chains as source.
 /// reqwest's connect timeout is both a connect and a timeout error: connect wins, since no
-/// byte of the request was sent.
-fn transport_outcome(e: &opendal::Error) -> Outcome {
+/// byte of the request was sent. An error of OpenDAL's own (no reqwest source) proves nothing
+/// was sent only for a URL that cannot be parsed (`sendable` false): OpenDAL's transport also
+/// fails *after* the answer came, when it cannot read its `Content-Length` or
+/// `Content-Encoding`, and that answer may be to a write that landed.
+fn transport_outcome(e: &opendal::Error, sendable: bool) -> Outcome {
     let reqwest = std::error::Error::source(e).and_then(|s| s.downcast_ref::<reqwest::Error>());
     match reqwest {
-        None => Outcome::NotSent,
+        None if !sendable => Outcome::NotSent,
+        None => Outcome::Broken,
         Some(r) if r.is_builder() => Outcome::NotSent,
         Some(r) if r.is_connect() => Outcome::Connect,
         Some(r) if r.is_timeout() => Outcome::Timeout,

@@ -89,3 +89,35 @@ fn conditional_delete_is_refused_where_not_offered_and_opt_in_on_s3() {
         .build();
     assert_eq!(zero.unwrap_err().kind(), ErrorKind::InvalidInput);
 }
+
+/// A layer that holds an operator of its own (a mirror, a fallback, a cache) shows that
+/// operator's layer list inside its `Debug`; the check must still see the layers of the
+/// operator it was given, the retry layer before it among them.
+#[test]
+fn a_retry_layer_is_refused_also_before_a_layer_that_holds_an_operator() {
+    #[derive(Debug)]
+    struct Mirror {
+        #[allow(dead_code)] // shown by Debug only
+        backup: Operator,
+    }
+    impl opendal::raw::Layer for Mirror {}
+    let e = refusal(s3().layer(RetryLayer::new()).layer(Mirror { backup: s3() }));
+    assert_eq!(
+        (e.kind(), e.commit()),
+        (ErrorKind::Unsupported, Commit::NotCommitted)
+    );
+}
+
+/// A layer whose `Debug` names no type is unknown, so refused: the check fails closed.
+#[test]
+fn a_layer_whose_debug_names_nothing_is_refused() {
+    struct Quiet;
+    impl std::fmt::Debug for Quiet {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("<redacted>")
+        }
+    }
+    impl opendal::raw::Layer for Quiet {}
+    let e = refusal(s3().layer(Quiet));
+    assert_eq!(e.kind(), ErrorKind::Unsupported);
+}

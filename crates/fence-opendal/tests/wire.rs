@@ -213,3 +213,29 @@ async fn a_connect_timeout_is_not_committed() {
     assert!(err.is_retryable(), "{err:?}");
     drop((listener, queued));
 }
+
+/// An answer OpenDAL's transport cannot read past its status (a `Content-Encoding` that is not
+/// ASCII) came after the write was sent, and the write may have landed: ambiguous, never "not
+/// committed" (OpenDAL's error then has no reqwest source, as when nothing was sent).
+#[tokio::test]
+async fn an_unreadable_answer_to_a_sent_write_is_ambiguous() {
+    let server = serve(|_| {
+        Reply::status(200, "application/octet-stream", "")
+            .with_header("ETag", "\"v2\"")
+            .with_header("Content-Encoding", "gz\u{ef}p")
+    })
+    .await;
+    let store = store_at(&server.endpoint());
+    for guard in guards() {
+        let err = store
+            .put(&key("cells/c1/own.json"), "ours".into(), guard)
+            .await
+            .expect_err("an unreadable answer is never Applied");
+        assert_eq!(err.commit(), Commit::Ambiguous, "{err:?}");
+    }
+    assert_eq!(
+        server.count(|r| r.method == "PUT"),
+        2,
+        "both writes were sent"
+    );
+}

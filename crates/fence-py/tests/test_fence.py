@@ -188,3 +188,38 @@ def test_election_leads_writes_and_hands_over_on_stop(file_url):
     nxt = next(e for e in b if e.kind == "started")
     assert nxt.epoch == started.epoch + 1
     b.stop()
+
+
+def test_ctrl_c_while_the_claim_lands_gives_the_claim_back(file_url):
+    """Ctrl-C arrives just as the awaited cell comes free: the slice under way still claims
+    it, and the wait gives the claim back before it raises KeyboardInterrupt (no cell is left
+    named by a node that nobody is waiting for). The SIGINT handler frees the cell itself, so
+    the claim can only land after the interrupt was seen; a run in which the slice ended
+    before it looked again claims nothing and is tried again."""
+    holder = fence.Fence(file_url, "holder", ttl=0.3).acquire()
+    waiter = fence.Fence(file_url, "waiter", ttl=0.3).acquire()
+    reader = fence.Fence(file_url, "reader")
+    claimed_and_given_back = False
+    for _ in range(8):
+        held = holder.claim("c")
+        held.write(b"data")  # a cell with data reads back with its owner and epoch
+
+        def on_sigint(signum, frame, held=held):
+            held.release()
+            raise KeyboardInterrupt
+
+        old = signal.signal(signal.SIGINT, on_sigint)
+        try:
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+            with pytest.raises(KeyboardInterrupt):
+                waiter.claim("c", timeout=None)
+        finally:
+            signal.signal(signal.SIGINT, old)
+        seen = reader.read("c")
+        assert seen.owner is None, f"the cancelled wait left the cell claimed by {seen.owner}"
+        if seen.epoch == held.epoch + 1:
+            claimed_and_given_back = True
+            break
+    assert claimed_and_given_back
+    waiter.release()
+    holder.release()

@@ -121,8 +121,10 @@ fn every_sabotage_switch_is_caught_by_the_model_check() {
         match report.violations.first() {
             Some(c) => {
                 println!(
-                    "sabotage {switch}: model check counterexample at depth {}",
-                    c.depth
+                    "sabotage {switch}: model check counterexample at depth {} ({} states, {:.1} s)",
+                    c.depth,
+                    report.states,
+                    report.elapsed.as_secs_f64()
                 );
                 println!("{c}\n");
             }

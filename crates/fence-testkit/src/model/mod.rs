@@ -197,18 +197,29 @@ impl ModelConfig {
                 pauses: 1,
                 ..b
             },
-            Sabotage::NoLandedAfterExpiry | Sabotage::ConfirmAtReturn => {
-                ModelConfig { faults: 1, ..b }
-            }
+            // A holder's renewal is refused, so its lease record stays unchanged a tick
+            // longer, and its retry leaves a tick later; then a pause of two ticks.
+            // no-landed-after-expiry: the holder is suspended while the retry travels, and
+            // its answer comes after the old authority ended. confirm-at-return: the observer
+            // stalls while its confirming read travels back, and the retry lands meanwhile.
+            Sabotage::NoLandedAfterExpiry | Sabotage::ConfirmAtReturn => ModelConfig {
+                faults: 1,
+                pauses: 1,
+                pause_ticks: 2,
+                ..b
+            },
             Sabotage::AckWithoutOwnerRead | Sabotage::GcCurrentEpoch => ModelConfig {
                 faults: 1,
                 writes: 1,
                 ..b
             },
             Sabotage::StealLiveOwner => b,
+            // A stall as long as the TTL, ending while node 0 may still choose to write.
             Sabotage::SkipFencedCheck => ModelConfig {
                 writes: 1,
                 pauses: 1,
+                pause_ticks: 3,
+                chaos_ticks: 4,
                 ..b
             },
             Sabotage::ReapplyAfterAmbiguity => ModelConfig {
@@ -243,12 +254,13 @@ impl ModelConfig {
     /// A short name of the scope, as the CI line prints it.
     pub fn scope(&self) -> String {
         let mut s = format!(
-            "{} nodes ({} acting) x 1 cell, ttl {:?} ms, {} faults, {} pause, {} crash, {} writes/node, {} release, {} hand-off, {} co-write, {}+{} ticks of {} ms",
+            "{} nodes ({} acting) x 1 cell, ttl {:?} ms, {} faults, {} pause ({} ticks), {} crash, {} writes/node, {} release, {} hand-off, {} co-write, {}+{} ticks of {} ms",
             self.nodes,
             self.actors,
             self.ttl_ms,
             self.faults,
             self.pauses,
+            self.pause_ticks,
             self.crashes,
             self.writes,
             self.releases,
