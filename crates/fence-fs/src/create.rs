@@ -112,8 +112,11 @@ impl Object<'_> {
         let Some(inc) = self.incarnation(&d)? else {
             return Ok(false);
         };
-        if self.current(&inc)?.header.kind != Kind::Deleted {
-            return Ok(true);
+        match self.current(&inc)? {
+            // Retired by another writer meanwhile: absent.
+            None => return Ok(false),
+            Some(r) if r.header.kind != Kind::Deleted => return Ok(true),
+            Some(_) => {}
         }
         self.retire(&d, &inc)?;
         Ok(false)
@@ -232,7 +235,7 @@ impl Object<'_> {
         };
         if self
             .current(&inc)
-            .is_ok_and(|r| r.header.kind == Kind::Deleted)
+            .is_ok_and(|r| r.is_some_and(|r| r.header.kind == Kind::Deleted))
         {
             let _ = self.retire(&d, &inc);
         }

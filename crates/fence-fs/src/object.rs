@@ -135,10 +135,9 @@ impl Object<'_> {
             Holder::Legacy(file) => read_legacy(self.key, file, self.whole()).map(Some),
             Holder::Dir(d) => match self.incarnation(&d)? {
                 None => Ok(None),
-                Some(inc) => {
-                    let record = self.current(&inc)?;
-                    Ok((record.header.kind != Kind::Deleted).then_some(record))
-                }
+                Some(inc) => Ok(self
+                    .current(&inc)?
+                    .filter(|r| r.header.kind != Kind::Deleted)),
             },
         }
     }
@@ -163,9 +162,7 @@ impl Object<'_> {
             name: &place.name,
         };
         let record = object.current(&place.inc)?;
-        Ok(Some(
-            (record.header.kind != Kind::Deleted).then_some(record),
-        ))
+        Ok(Some(record.filter(|r| r.header.kind != Kind::Deleted)))
     }
 
     /// Whether the object holds a record (for listing): errors count as present, so that
@@ -190,10 +187,11 @@ impl Object<'_> {
                 false
             }
             Ok(Some(inc)) => match self.current(&inc) {
-                Ok(r) if r.header.kind == Kind::Deleted => {
+                Ok(Some(r)) if r.header.kind == Kind::Deleted => {
                     let _ = self.retire(d, &inc);
                     false
                 }
+                Ok(None) => false,
                 _ => true,
             },
             Err(_) => true,
@@ -291,18 +289,20 @@ impl Object<'_> {
         }
     }
 
-    /// The current version of a live incarnation: the highest generation, checked to be the
-    /// one that counts. Retried while writers move the chain on; a chain that stays broken
-    /// (files removed by hand) is `Corrupt`.
-    pub(crate) fn current(&self, inc: &Incarnation) -> Result<Record, Error> {
+    /// The current version of an incarnation: the highest generation, checked to be the
+    /// one that counts. Retried while writers move the chain on. `None` if the incarnation
+    /// was retired (its object deleted) since it was found: its versions are being removed,
+    /// and the key was absent when it was moved. A chain that stays broken in an incarnation
+    /// still in place (files removed by hand) is `Corrupt`.
+    pub(crate) fn current(&self, inc: &Incarnation) -> Result<Option<Record>, Error> {
         let (mut previous, mut unchanged) = (Vec::new(), 0);
         for _ in 0..READ_TRIES {
             let generations = self.generations(inc.fd.as_fd())?;
             let Some(&top) = generations.last() else {
-                return Err(self.corrupt("an incarnation without versions"));
+                return self.broken(inc, "an incarnation without versions");
             };
             if let Some(record) = self.checked(inc.fd.as_fd(), top)? {
-                return Ok(record);
+                return Ok(Some(record));
             }
             unchanged = if generations == previous {
                 unchanged + 1
@@ -310,7 +310,7 @@ impl Object<'_> {
                 0
             };
             if unchanged == 2 {
-                return Err(self.corrupt("its version chain is broken (files removed by hand?)"));
+                return self.broken(inc, "its version chain is broken (files removed by hand?)");
             }
             previous = generations;
         }
@@ -320,6 +320,21 @@ impl Object<'_> {
         )
         .with_key(self.key)
         .not_committed())
+    }
+
+    /// An incarnation whose versions make no chain: retired meanwhile (`None`: absent) if
+    /// its name is gone from the object directory (a unique name never comes back), else
+    /// `Corrupt`.
+    fn broken(&self, inc: &Incarnation, why: &str) -> Result<Option<Record>, Error> {
+        let here = match open_dir_at(self.parent, self.name) {
+            Ok(d) => id_at(d.as_fd(), &inc.name),
+            Err(Errno::NOENT) => Ok(None),
+            Err(e) => Err(e),
+        };
+        match here {
+            Ok(None) => Ok(None),
+            _ => Err(self.corrupt(why)),
+        }
     }
 
     /// Version `top`, if it was the current one at some instant of this call: a first
@@ -410,7 +425,10 @@ impl Object<'_> {
         point.check(self.key)?;
         let version = fresh.version(generation + 1);
         let (bytes, mark) = record_bytes(&version, Some(expected), &change);
-        let temp = Temp::write(self, inc.fd.as_fd(), &bytes, mark)?;
+        let Some(temp) = Temp::write(self, inc.fd.as_fd(), &bytes, mark)? else {
+            // The incarnation was retired meanwhile (its object deleted): `expected` is gone.
+            return Ok(Found::Elsewhere);
+        };
         self.commit_link(inc, generation, &pred, &version, &temp, point)
             .map(Found::Here)
     }
@@ -588,18 +606,22 @@ struct Temp {
 }
 
 impl Temp {
+    /// The temp file of a new version of `inc`; `None` if `inc` was retired and removed
+    /// (a delete's tidy-up): no file can be made in it any more.
     fn write(
         object: &Object<'_>,
         inc: BorrowedFd<'_>,
         bytes: &[u8],
         mark_offset: u64,
-    ) -> Result<Temp, Error> {
+    ) -> Result<Option<Temp>, Error> {
         let bits = object.tree.modes.file;
         let unnamed = OFlags::RDWR | OFlags::TMPFILE | OFlags::CLOEXEC;
         let (fd, named) = match object.tree.unnamed_temps() {
             true => match rustix::fs::openat(inc, ".", unnamed, mode(bits)) {
                 Ok(fd) => (fd, None),
                 Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => Temp::named(object)?,
+                // A removed directory takes no file (Linux answers `EPERM` or `ENOENT`).
+                Err(_) if removed(inc) => return Ok(None),
                 Err(e) => return Err(fs_error(object.key, "cannot create a temp file", e)),
             },
             false => Temp::named(object)?,
@@ -608,11 +630,11 @@ impl Temp {
             .map_err(|e| fs_error(object.key, "cannot set the temp file's mode", e))?;
         let mut file = File::from(fd);
         write_synced(object.key, &mut file, bytes)?;
-        Ok(Temp {
+        Ok(Some(Temp {
             file,
             mark_offset,
             named,
-        })
+        }))
     }
 
     /// A named temp file in the object's `.fence`, flocked.
@@ -655,6 +677,11 @@ impl Drop for Temp {
             let _ = remove(internal.as_fd(), name, false);
         }
     }
+}
+
+/// Whether directory `dir` was removed (no name links to it any more).
+fn removed(dir: BorrowedFd<'_>) -> bool {
+    rustix::fs::fstat(dir).is_ok_and(|s| s.st_nlink == 0)
 }
 
 /// A random 32-hex-digit name part for scratch names no one else uses.
@@ -745,4 +772,33 @@ fn over_record_limit(key: &Key, len: u64, limit: usize) -> Error {
              (with_record_limit raises it); it was read no further"
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::Modes;
+
+    /// A replace that read its predecessor just before a delete retired the incarnation and
+    /// removed it writes its new version into a removed directory: that is absent (the
+    /// caller answers rejected), not the file system's `EPERM` as an error.
+    #[test]
+    fn no_version_is_written_into_a_removed_incarnation() {
+        let root = tempfile::tempdir().unwrap();
+        let tree = Tree::open(root.path(), Modes::default(), false).unwrap();
+        let inc_path = root.path().join("inc");
+        std::fs::create_dir(&inc_path).unwrap();
+        let inc = File::open(&inc_path).unwrap();
+        std::fs::remove_dir(&inc_path).unwrap();
+        let key = Key::new("k").unwrap();
+        let root_dir = File::open(root.path()).unwrap();
+        let object = Object {
+            tree: &tree,
+            key: &key,
+            parent: root_dir.as_fd(),
+            name: "k",
+        };
+        let temp = Temp::write(&object, inc.as_fd(), b"v", 0);
+        assert!(matches!(temp, Ok(None)), "{:?}", temp.err());
+    }
 }
