@@ -38,6 +38,9 @@ use crate::tree::Tree;
 
 /// Tries of a read before it gives up on a version chain that keeps moving.
 const READ_TRIES: usize = 100;
+/// Looks at a key's entry: a first-layout record file is exchanged for an object directory
+/// once, so a second look settles it; more only if the entry is edited by hand.
+const HOLDER_TRIES: usize = 4;
 /// The first read of a whole version file: records up to this size take one read.
 const FIRST_READ: u64 = 4096;
 
@@ -129,7 +132,7 @@ impl Object<'_> {
     pub fn get(&self) -> Result<Option<Record>, Error> {
         match self.holder()? {
             Holder::Absent => Ok(None),
-            Holder::Legacy(file) => read_legacy(self.key, file).map(Some),
+            Holder::Legacy(file) => read_legacy(self.key, file, self.whole()).map(Some),
             Holder::Dir(d) => match self.incarnation(&d)? {
                 None => Ok(None),
                 Some(inc) => Ok(self
@@ -195,28 +198,46 @@ impl Object<'_> {
         }
     }
 
+    /// What the key's entry holds. A record file of the first layout that is migrated
+    /// meanwhile (exchanged for an object directory in one step) is looked at again.
     pub(crate) fn holder(&self) -> Result<Holder, Error> {
-        match open_dir_at(self.parent, self.name) {
-            Ok(fd) => Ok(Holder::Dir(fd)),
-            Err(Errno::NOENT) => Ok(Holder::Absent),
-            Err(Errno::NOTDIR) => self.legacy(),
-            Err(e) => Err(fs_error(self.key, "cannot open the object directory", e)),
+        for _ in 0..HOLDER_TRIES {
+            match open_dir_at(self.parent, self.name) {
+                Ok(fd) => return Ok(Holder::Dir(fd)),
+                Err(Errno::NOENT) => return Ok(Holder::Absent),
+                Err(Errno::NOTDIR) => {
+                    if let Some(holder) = self.legacy()? {
+                        return Ok(holder);
+                    }
+                }
+                Err(e) => return Err(fs_error(self.key, "cannot open the object directory", e)),
+            }
         }
+        Err(Error::new(
+            ErrorKind::Conflict,
+            "fence-fs: the object's entry kept changing between a file and a directory",
+        )
+        .with_key(self.key)
+        .not_committed())
     }
 
     /// The entry is not a directory: a record file of the first layout, or something
-    /// fence-fs did not make.
-    fn legacy(&self) -> Result<Holder, Error> {
+    /// fence-fs did not make; `None` if it is a directory now (migrated meanwhile).
+    fn legacy(&self) -> Result<Option<Holder>, Error> {
         let what = "the object's entry";
+        let now_dir = || type_at(self.parent, self.name) == Ok(FileType::Directory);
         match type_at(self.parent, self.name) {
             Ok(FileType::RegularFile) => {
-                match open_file_at(self.key, self.parent, self.name, what, false)? {
-                    Some(file) => Ok(Holder::Legacy(file)),
-                    None => Ok(Holder::Absent),
+                match open_file_at(self.key, self.parent, self.name, what, false) {
+                    Ok(Some(file)) => Ok(Some(Holder::Legacy(file))),
+                    Ok(None) => Ok(Some(Holder::Absent)),
+                    Err(_) if now_dir() => Ok(None),
+                    Err(e) => Err(e),
                 }
             }
+            Ok(FileType::Directory) => Ok(None),
             Ok(other) => Err(foreign(self.key, what, other)),
-            Err(Errno::NOENT) => Ok(Holder::Absent),
+            Err(Errno::NOENT) => Ok(Some(Holder::Absent)),
             Err(e) => Err(fs_error(self.key, "cannot stat the object's entry", e)),
         }
     }
@@ -246,6 +267,11 @@ impl Object<'_> {
         generations(inc).map_err(|e| fs_error(self.key, "cannot list versions", e))
     }
 
+    /// A whole read within the store's record limit.
+    pub(crate) fn whole(&self) -> Extent {
+        Extent::Whole(self.tree.record_limit)
+    }
+
     /// Version `generation`'s file, its header and (if `whole`) body read; `None` if absent.
     /// `writable` opens it for writing too where permitted, so it can be marked confirmed.
     fn read_version(
@@ -256,8 +282,9 @@ impl Object<'_> {
         writable: bool,
     ) -> Result<Option<Record>, Error> {
         let name = version_file(generation);
+        let extent = if whole { self.whole() } else { Extent::Header };
         match open_file_at(self.key, inc, &name, "a version file", writable)? {
-            Some(file) => read_record(self.key, file, whole).map(Some),
+            Some(file) => read_record(self.key, file, extent).map(Some),
             None => Ok(None),
         }
     }
@@ -324,7 +351,8 @@ impl Object<'_> {
             return Ok(None);
         }
         let first_successor = match &record.header.prev {
-            None => top == 1,
+            // Version 1 of a create, or a migrated first-layout record (marked confirmed).
+            None => top == 1 || record.header.confirmed,
             Some(_) if record.header.confirmed => true,
             Some(prev) => {
                 top > 1
@@ -347,7 +375,10 @@ impl Object<'_> {
     ) -> Result<(PutOutcome, Option<Incarnation>), Error> {
         let d = match self.holder()? {
             Holder::Absent => return Ok((PutOutcome::Rejected, None)),
-            Holder::Legacy(file) => return self.legacy_write(file, expected).map(|o| (o, None)),
+            Holder::Legacy(file) => match self.migrated(file, expected, point, fresh)? {
+                Some(d) => d,
+                None => return Ok((PutOutcome::Rejected, None)),
+            },
             Holder::Dir(d) => d,
         };
         let Some(inc) = self.incarnation(&d)? else {
@@ -475,20 +506,6 @@ impl Object<'_> {
             })?;
         Ok(mark[0] == CONFIRMED)
     }
-
-    fn legacy_write(&self, file: ReadFile, expected: &Version) -> Result<PutOutcome, Error> {
-        if read_legacy(self.key, file)?.header.version != *expected {
-            return Ok(PutOutcome::Rejected);
-        }
-        Err(Error::new(
-            ErrorKind::Unsupported,
-            "this record was written by fence-fs's first layout (a file per key under a lock); \
-             it is read but not rewritten: stop the processes of the old version and start \
-             again in a fresh directory",
-        )
-        .with_key(self.key)
-        .not_committed())
-    }
 }
 
 /// The generations in an incarnation, ascending.
@@ -552,7 +569,7 @@ fn mark_successor(key: &Key, inc: BorrowedFd<'_>, old: u64) -> bool {
     let header = |generation: u64| -> Option<Record> {
         let name = version_file(generation);
         let file = open_file_at(key, inc, &name, "a version file", true).ok()??;
-        read_record(key, file, false).ok()
+        read_record(key, file, Extent::Header).ok()
     };
     let (Some(this), Some(next)) = (header(old), header(old + 1)) else {
         return true;
@@ -689,35 +706,46 @@ pub(crate) fn record_bytes(
     (bytes, mark)
 }
 
-/// Reads a version file: its header (checked against the file's length) and, if `whole`,
-/// its body. The body never changes once linked, so the length read at open holds.
-fn read_record(key: &Key, file: ReadFile, whole: bool) -> Result<Record, Error> {
-    read_with(key, file, whole, parse_header)
+/// How much of a version file a read takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Extent {
+    /// The header only.
+    Header,
+    /// Header and body; a body over this record limit is `Corrupt`, read no further.
+    Whole(usize),
 }
 
-/// Reads a record file of the first layout, whole.
-fn read_legacy(key: &Key, file: ReadFile) -> Result<Record, Error> {
-    read_with(key, file, true, parse_legacy_header)
+/// Reads a version file: its header (checked against the file's length) and, for a whole
+/// read, its body. The body never changes once linked, so the length read at open holds.
+fn read_record(key: &Key, file: ReadFile, extent: Extent) -> Result<Record, Error> {
+    read_with(key, file, extent, parse_header)
+}
+
+/// Reads a record file of the first layout.
+pub(crate) fn read_legacy(key: &Key, file: ReadFile, extent: Extent) -> Result<Record, Error> {
+    read_with(key, file, extent, parse_legacy_header)
 }
 
 fn read_with(
     key: &Key,
     mut file: ReadFile,
-    whole: bool,
+    extent: Extent,
     parse: fn(&Key, &[u8]) -> Result<Header, Error>,
 ) -> Result<Record, Error> {
-    let first = if whole {
-        FIRST_READ
-    } else {
-        MAX_HEADER_LEN as u64
+    let first = match extent {
+        Extent::Whole(_) => FIRST_READ,
+        Extent::Header => MAX_HEADER_LEN as u64,
     };
     // A stray huge file costs a page, not its size: the rest is read only once the header
-    // vouches for the length.
+    // vouches for the length, and only within the record limit.
     let mut bytes = vec![0; file.len.min(first) as usize];
     read_exact(key, &mut file.file, &mut bytes)?;
     let header = parse(key, &bytes)?;
     check_length(key, &header, file.len)?;
-    if whole {
+    if let Extent::Whole(limit) = extent {
+        if header.body_len() > limit as u64 {
+            return Err(over_record_limit(key, header.body_len(), limit));
+        }
         let start = bytes.len();
         bytes.resize(file.len as usize, 0);
         read_exact(key, &mut file.file, &mut bytes[start..])?;
@@ -732,6 +760,18 @@ fn read_with(
         file: file.file,
         writable: file.writable,
     })
+}
+
+/// The error of a record longer than the store's record limit: no record this store writes
+/// can be that long.
+fn over_record_limit(key: &Key, len: u64, limit: usize) -> Error {
+    Error::corrupt(
+        key,
+        format!(
+            "a record of {len} bytes is over the store's record limit of {limit} bytes \
+             (with_record_limit raises it); it was read no further"
+        ),
+    )
 }
 
 #[cfg(test)]
