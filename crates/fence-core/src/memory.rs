@@ -9,7 +9,8 @@ use bytes::Bytes;
 use crate::error::Error;
 use crate::key::Key;
 use crate::store::{
-    Capabilities, CasGuard, ConditionalStore, DeleteOutcome, PutOutcome, Stored, Version,
+    over_put_limit, Capabilities, CasGuard, ConditionalStore, DeleteOutcome, PutOutcome, Stored,
+    Version, DEFAULT_RECORD_LIMIT,
 };
 
 /// An in-process store: every operation takes one lock, so histories are linearizable by
@@ -17,6 +18,9 @@ use crate::store::{
 /// delete and re-create of the same key.
 ///
 /// Use it for tests, simulations and single-process fleets; it does not survive the process.
+///
+/// Its record limit is [`DEFAULT_RECORD_LIMIT`], as on every backend
+/// ([`MemoryStore::with_record_limit`]).
 ///
 /// ```
 /// # tokio_test_block(async {
@@ -33,9 +37,19 @@ use crate::store::{
 /// #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
 /// # }
 /// ```
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryStore {
     state: Mutex<State>,
+    record_limit: usize,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore {
+            state: Mutex::default(),
+            record_limit: DEFAULT_RECORD_LIMIT,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -48,6 +62,25 @@ impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         MemoryStore::default()
+    }
+
+    /// The same store with record limit `bytes` (default [`DEFAULT_RECORD_LIMIT`], 5 MiB),
+    /// declared as [`Capabilities::max_body`]: `put` refuses a larger body with
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput), not committed, and nothing larger is ever stored.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// use fence_core::{CasGuard, ConditionalStore, ErrorKind, Key, MemoryStore};
+    /// let store = MemoryStore::new().with_record_limit(4);
+    /// assert_eq!(store.capabilities().max_body, Some(4));
+    /// let err = store.put(&Key::new("k").unwrap(), "12345".into(), CasGuard::Absent).await;
+    /// assert_eq!(err.unwrap_err().kind(), ErrorKind::InvalidInput);
+    /// # });
+    /// ```
+    #[must_use]
+    pub fn with_record_limit(mut self, bytes: usize) -> Self {
+        self.record_limit = bytes;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -71,6 +104,9 @@ impl ConditionalStore for MemoryStore {
     }
 
     async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
+        if body.len() > self.record_limit {
+            return Err(over_put_limit(key, body.len(), self.record_limit));
+        }
         let mut state = self.lock();
         let current = state.objects.get(key).map(|(_, n)| version_of(*n));
         let holds = match (&guard, &current) {
@@ -109,6 +145,35 @@ impl ConditionalStore for MemoryStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::full()
+        Capabilities::full().with_max_body(self.record_limit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+
+    fn block<T>(f: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    #[test]
+    fn bodies_over_the_record_limit_are_refused_and_not_stored() {
+        let store = MemoryStore::new();
+        assert_eq!(store.capabilities().max_body, Some(DEFAULT_RECORD_LIMIT));
+        let store = store.with_record_limit(3);
+        let key = Key::new("k").unwrap();
+        let err = block(store.put(&key, "abcd".into(), CasGuard::Absent)).unwrap_err();
+        assert_eq!(
+            (err.kind(), err.is_ambiguous(), err.key()),
+            (ErrorKind::InvalidInput, false, Some(&key))
+        );
+        assert_eq!(block(store.get(&key)).unwrap(), None);
+        let applied = block(store.put(&key, "abc".into(), CasGuard::Absent)).unwrap();
+        assert!(matches!(applied, PutOutcome::Applied(_)));
     }
 }

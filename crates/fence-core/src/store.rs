@@ -17,6 +17,25 @@ use crate::key::Key;
 /// hold in memory.
 pub const DEFAULT_RECORD_LIMIT: usize = 5 * 1024 * 1024;
 
+/// The error of every backend's `put` of a body of `len` bytes, over its record limit
+/// `limit`: [`ErrorKind::InvalidInput`] naming the key, not committed (refused before any
+/// I/O).
+///
+/// ```
+/// use fence_core::{store::over_put_limit, Commit, ErrorKind, Key};
+/// let err = over_put_limit(&Key::new("k").unwrap(), 6, 5);
+/// assert_eq!((err.kind(), err.commit()), (ErrorKind::InvalidInput, Commit::NotCommitted));
+/// ```
+pub fn over_put_limit(key: &Key, len: usize, limit: usize) -> Error {
+    let message = format!(
+        "a body of {len} bytes is over the store's record limit of {limit} bytes \
+         (with_record_limit raises it)"
+    );
+    Error::new(ErrorKind::InvalidInput, message)
+        .with_key(key)
+        .not_committed()
+}
+
 /// An opaque version token of one stored object: an S3 ETag, a GCS generation, a file
 /// version. Never empty. Compared only for equality.
 ///

@@ -228,7 +228,11 @@ async fn claim_many_shares_one_lease_read_among_claims_in_flight() {
 
 #[tokio::test(start_paused = true)]
 async fn a_claim_moves_the_head_never_the_payload() {
-    let a = Node::on(Arc::new(MemoryStore::new()), "a");
+    // The 16 MB payload is over the default 5 MiB record limit.
+    let a = Node::on(
+        Arc::new(MemoryStore::new().with_record_limit(32 << 20)),
+        "a",
+    );
     let lease = a.acquire().await;
     let cell = lease.claim("big").await.unwrap();
     cell.write(vec![5u8; 16 << 20]).await.unwrap();

@@ -4,7 +4,10 @@
 //!
 //! The headline ratio pairs the contenders **op by op**: one plain write, the same plain
 //! write run on Tokio's blocking pool and awaited (as fence-fs runs its file work), one
-//! fence-fs CAS, in a rotating order, so that the disk's drift (other processes' I/O on a
+//! fence-fs CAS, and one CAS of the previous implementation (fence-fs's first layout: a
+//! per-key `flock` held across read, check, temp write and rename, re-enacted system call
+//! by system call by the tests' `support/legacy.rs`, run on the blocking pool as its
+//! `FsStore` ran it), in a rotating order, so that the disk's drift (other processes' I/O on a
 //! shared machine swings fsync latency several-fold within seconds) hits all alike. The
 //! middle contender splits fence-fs's cost into the thread hop and its own file work; the
 //! median, p90 and p99 of each show whether a gap is in the typical op or in the tail. The
@@ -23,6 +26,10 @@ use bytes::Bytes;
 use fence_core::{CasGuard, ConditionalStore, Key, PutOutcome};
 use fence_fs::FsStore;
 use object_store::{local::LocalFileSystem, path::Path as ObjectPath, ObjectStore, PutMode};
+
+/// The first layout, as the tests make and write it.
+#[path = "../tests/support/legacy.rs"]
+mod legacy;
 
 const ROUNDS: usize = 10;
 const ROUND_OPS: usize = 30;
@@ -115,6 +122,8 @@ struct Paired {
     /// file work: the cost of the thread hop alone.
     hop: Vec<Duration>,
     fence: Vec<Duration>,
+    /// One CAS of the first layout on the blocking pool: the previous implementation.
+    first: Vec<Duration>,
 }
 
 impl Paired {
@@ -143,17 +152,48 @@ async fn hopped(plain: &Arc<PlainWriter>, i: usize) -> Duration {
     since(start)
 }
 
+/// A `Match` chain of the first layout on one key (its root made by `legacy::open_root`).
+struct FirstLayoutChain {
+    root: PathBuf,
+    key: Key,
+    version: Option<String>,
+}
+
+impl FirstLayoutChain {
+    /// One link, on the blocking pool, awaited.
+    async fn link(&mut self, i: usize) -> Duration {
+        let (root, key, guard) = (self.root.clone(), self.key.clone(), self.version.take());
+        let start = clock();
+        let applied = tokio::task::spawn_blocking(move || {
+            legacy::put(&root, &key, &body(i), guard.as_deref(), i as u128)
+        })
+        .await
+        .unwrap();
+        let took = since(start);
+        let applied = applied.expect("a first-layout write failed");
+        self.version = Some(applied.expect("an uncontended first-layout chain was rejected"));
+        took
+    }
+}
+
 /// The paired run: `pairs` rounds of one plain write, one plain write through the blocking
-/// pool and one chain link, in a rotating order, all driven by the thread that drives the
-/// runtime (as a program awaiting its store calls would).
-async fn paired(plain: &Arc<PlainWriter>, store: &FsStore, key: &Key, pairs: usize) -> Paired {
+/// pool, one chain link and one first-layout chain link, in a rotating order, all driven
+/// by the thread that drives the runtime (as a program awaiting its store calls would).
+async fn paired(
+    plain: &Arc<PlainWriter>,
+    store: &FsStore,
+    key: &Key,
+    first: &mut FirstLayoutChain,
+    pairs: usize,
+) -> Paired {
     let mut guard = CasGuard::Absent;
     let mut out = Paired::default();
     for i in 0..pairs {
-        for turn in 0..3 {
-            match (i + turn) % 3 {
+        for turn in 0..4 {
+            match (i + turn) % 4 {
                 0 => out.plain.push(timed(|| plain.write(i))),
                 1 => out.hop.push(hopped(plain, i).await),
+                2 => out.first.push(first.link(i).await),
                 _ => {
                     let start = clock();
                     chain_link(store, key, &mut guard, i).await;
@@ -196,9 +236,11 @@ fn main() {
     let plain_dir = base.path().join("plain");
     let os_dir = base.path().join("object_store");
     let fs_dir = base.path().join("fence");
-    for d in [&plain_dir, &os_dir, &fs_dir] {
+    let first_dir = base.path().join("first");
+    for d in [&plain_dir, &os_dir, &fs_dir, &first_dir] {
         std::fs::create_dir(d).unwrap();
     }
+    legacy::open_root(&first_dir);
     let store = FsStore::open(&fs_dir).unwrap();
     let local = LocalFileSystem::new_with_prefix(&os_dir).unwrap();
     let plain = Arc::new(PlainWriter::new(&plain_dir));
@@ -206,7 +248,12 @@ fn main() {
         Key::new("cells/c1/own.json").unwrap(),
         Key::new("cells/c2/own.json").unwrap(),
     );
-    let pair = runtime.block_on(paired(&plain, &store, &chain_key, pairs.max(1)));
+    let mut first = FirstLayoutChain {
+        root: first_dir,
+        key: chain_key.clone(),
+        version: None,
+    };
+    let pair = runtime.block_on(paired(&plain, &store, &chain_key, &mut first, pairs.max(1)));
     let (mut t_rmw, mut t_os, mut t_plain_rounds) =
         (Duration::ZERO, Duration::ZERO, Duration::ZERO);
     // Interleaved rounds, so drift of the disk affects every contender alike.
@@ -215,10 +262,11 @@ fn main() {
         t_rmw += timed(|| runtime.block_on(fence_read_modify_cas(&store, &rmw_key, ROUND_OPS)));
         t_os += timed(|| runtime.block_on(object_store_creates(&local, round, ROUND_OPS)));
     }
-    let (plain_rate, hop_rate, chain) = (
+    let (plain_rate, hop_rate, chain, first_rate) = (
         rate(pairs, Paired::total(&pair.plain)),
         rate(pairs, Paired::total(&pair.hop)),
         rate(pairs, Paired::total(&pair.fence)),
+        rate(pairs, Paired::total(&pair.first)),
     );
     let (plain_median, fence_median) = (Paired::median(&pair.plain), Paired::median(&pair.fence));
     let round_ops = ROUNDS * ROUND_OPS;
@@ -235,6 +283,7 @@ fn main() {
     println!("  plain durable loop (tmp+fsync+rename+dir fsync): {plain_rate:>9.0} ops/s");
     println!("  plain durable loop on the blocking pool:         {hop_rate:>9.0} ops/s");
     println!("  fence-fs CAS, Match chain:                       {chain:>9.0} ops/s");
+    println!("  first layout (previous implementation) chain:    {first_rate:>9.0} ops/s");
     println!(
         "  ratio fence-fs chain / plain durable loop: {:.3}x (goal >= 0.95x)",
         chain / plain_rate
@@ -244,6 +293,15 @@ fn main() {
         plain_median.as_secs_f64() * 1e6,
         fence_median.as_secs_f64() * 1e6,
         plain_median.as_secs_f64() / fence_median.as_secs_f64()
+    );
+    println!(
+        "  ratio fence-fs chain / first layout chain: {:.3}x (goal >= 0.95x the old speed)",
+        chain / first_rate
+    );
+    println!(
+        "  median latency: first layout {:.0} us; ratio first layout / fence-fs: {:.3}x",
+        us(Paired::median(&pair.first)),
+        Paired::median(&pair.first).as_secs_f64() / fence_median.as_secs_f64()
     );
     println!(
         "  ratio plain on the blocking pool / plain: {:.3}x (the thread hop alone)",
@@ -256,6 +314,7 @@ fn main() {
     println!("  plain:        {}", spread(&pair.plain));
     println!("  blocking pool:{}", spread(&pair.hop));
     println!("  fence-fs:     {}", spread(&pair.fence));
+    println!("  first layout: {}", spread(&pair.first));
     println!("interleaved rounds ({ROUNDS} x {ROUND_OPS} ops):");
     println!("  plain durable loop:                              {plain_rounds:>9.0} ops/s");
     println!("  fence-fs CAS, read-modify-CAS:                   {rmw:>9.0} ops/s");

@@ -10,8 +10,9 @@
 //!   removed if empty. A create that finds a deleted incarnation still in place does the same
 //!   first.
 //! - Leftovers of writers that died (objects being built, retired incarnations, named temp
-//!   files) are reclaimed by the next create in the directory: an entry still in use is
-//!   flocked by its writer, and the sweep takes only unlocked ones.
+//!   files, first-layout records a migration exchanged out) are reclaimed by the next create
+//!   or migration in the directory: an entry still in use is flocked by its writer, and the
+//!   sweep takes only unlocked ones.
 
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -21,7 +22,9 @@ use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
 
 use crate::commit::CommitPoint;
-use crate::layout::{version_file, Kind, INCARNATION_PREFIX, NEW_PREFIX, OLD_PREFIX, TMP_PREFIX};
+use crate::layout::{
+    version_file, Kind, CONFIRMED, INCARNATION_PREFIX, NEW_PREFIX, OLD_PREFIX, TMP_PREFIX,
+};
 use crate::object::{collect, record_bytes, Change, Fresh, Holder, Incarnation, Object};
 use crate::sys::{
     entries, fs_error, mode, open_dir_at, remove, set_mode, sync_committed, write_synced,
@@ -61,7 +64,13 @@ impl Object<'_> {
                 return Ok(PutOutcome::Rejected);
             }
             if built.is_none() {
-                *built = Some(self.build(body, fresh)?);
+                let base = Base {
+                    generation: 1,
+                    version: fresh.version(1),
+                    body,
+                    confirmed: false,
+                };
+                *built = Some(self.build(&base, fresh)?);
             }
             let placing = built.as_mut().expect("built above");
             let committing = point.enter(self.key)?;
@@ -103,31 +112,33 @@ impl Object<'_> {
         let Some(inc) = self.incarnation(&d)? else {
             return Ok(false);
         };
-        if self.current(&inc)?.header.kind != Kind::Deleted {
-            return Ok(true);
+        match self.current(&inc)? {
+            // Retired by another writer meanwhile: absent.
+            None => return Ok(false),
+            Some(r) if r.header.kind != Kind::Deleted => return Ok(true),
+            Some(_) => {}
         }
         self.retire(&d, &inc)?;
         Ok(false)
     }
 
     /// Builds a complete object directory in the directory's `.fence`: an incarnation
-    /// holding version 1, every entry synced. Nobody else looks at it until it is placed.
+    /// holding `base`, every entry synced. Nobody else looks at it until it is placed.
     /// Between making its directory and locking it, a sweep of another writer may take it
     /// for a dead writer's: then it is built again under a new name.
-    fn build(&self, body: &[u8], fresh: &dyn Fresh) -> Result<Built, Error> {
+    pub(crate) fn build(&self, base: &Base<'_>, fresh: &dyn Fresh) -> Result<Built, Error> {
         let internal = self.tree.internal(self.key, self.parent)?;
         sweep(self, internal.as_fd());
-        let version = fresh.version(1);
         let mut tries = 0;
         loop {
             let name = format!("{NEW_PREFIX}{}", fresh.name());
-            match self.fill(internal.as_fd(), &name, &version, body, fresh) {
+            match self.fill(internal.as_fd(), &name, base, fresh) {
                 Ok(fd) => {
                     return Ok(Built {
                         internal,
                         name,
                         _in_use: fd,
-                        version,
+                        version: base.version.clone(),
                         placed: false,
                     })
                 }
@@ -142,14 +153,13 @@ impl Object<'_> {
         }
     }
 
-    /// Makes new object directory `name` in `internal` with its incarnation and version 1;
+    /// Makes new object directory `name` in `internal` with its incarnation and `base`;
     /// returns it open and flocked (in use: a sweep takes only a dead writer's leftover).
     fn fill(
         &self,
         internal: BorrowedFd<'_>,
         name: &str,
-        version: &Version,
-        body: &[u8],
+        base: &Base<'_>,
         fresh: &dyn Fresh,
     ) -> Result<OwnedFd, Error> {
         let d = self.new_dir(internal, name)?;
@@ -163,7 +173,7 @@ impl Object<'_> {
             fs_error(self.key, "cannot mark a new object directory in use", e)
         })?;
         let inc = self.new_dir(d.as_fd(), &format!("{INCARNATION_PREFIX}{}", fresh.name()))?;
-        self.first_version(inc.as_fd(), version, body)?;
+        self.first_version(inc.as_fd(), base)?;
         for dir in [&inc, &d] {
             rustix::fs::fsync(dir)
                 .map_err(|e| fs_error(self.key, "cannot sync a new directory", e))?;
@@ -181,12 +191,7 @@ impl Object<'_> {
         Ok(dir)
     }
 
-    fn first_version(
-        &self,
-        inc: BorrowedFd<'_>,
-        version: &Version,
-        body: &[u8],
-    ) -> Result<(), Error> {
+    fn first_version(&self, inc: BorrowedFd<'_>, base: &Base<'_>) -> Result<(), Error> {
         let flags = OFlags::WRONLY
             | OFlags::CREATE
             | OFlags::EXCL
@@ -194,11 +199,15 @@ impl Object<'_> {
             | OFlags::NONBLOCK
             | OFlags::CLOEXEC;
         let bits = self.tree.modes.file;
-        let fd = rustix::fs::openat(inc, version_file(1).as_str(), flags, mode(bits))
+        let name = version_file(base.generation);
+        let fd = rustix::fs::openat(inc, name.as_str(), flags, mode(bits))
             .map_err(|e| fs_error(self.key, "cannot create the first version", e))?;
         rustix::fs::fchmod(&fd, mode(bits))
             .map_err(|e| fs_error(self.key, "cannot set a version file's mode", e))?;
-        let (bytes, _) = record_bytes(version, None, &Change::Put(body));
+        let (mut bytes, mark) = record_bytes(&base.version, None, &Change::Put(base.body));
+        if base.confirmed {
+            bytes[mark as usize] = CONFIRMED;
+        }
         write_synced(self.key, &mut File::from(fd), &bytes)
     }
 
@@ -226,26 +235,36 @@ impl Object<'_> {
         };
         if self
             .current(&inc)
-            .is_ok_and(|r| r.header.kind == Kind::Deleted)
+            .is_ok_and(|r| r.is_some_and(|r| r.header.kind == Kind::Deleted))
         {
             let _ = self.retire(&d, &inc);
         }
     }
 }
 
+/// The first version of a new incarnation: version 1 of a create, or a first-layout record
+/// being migrated (its own version at its own generation, marked confirmed: it is the first
+/// version of the incarnation without being version 1).
+pub(crate) struct Base<'b> {
+    pub generation: u64,
+    pub version: Version,
+    pub body: &'b [u8],
+    pub confirmed: bool,
+}
+
 /// A new object directory being built in `.fence`, until it is placed (renamed onto the
 /// key's object directory) or discarded.
-struct Built {
-    internal: OwnedFd,
-    name: String,
+pub(crate) struct Built {
+    pub internal: OwnedFd,
+    pub name: String,
     /// Held open (and flocked) while it is being built and placed.
     _in_use: OwnedFd,
     version: Version,
-    placed: bool,
+    pub placed: bool,
 }
 
 impl Built {
-    fn discard(self) {
+    pub fn discard(self) {
         remove_built(self.internal.as_fd(), &self.name);
     }
 }
@@ -262,8 +281,11 @@ fn sweep(object: &Object<'_>, internal: BorrowedFd<'_>) {
         if name.starts_with(OLD_PREFIX) {
             remove_retired(object, internal, &name);
         } else if name.starts_with(NEW_PREFIX) {
-            if let Some(_held) = abandoned(internal, &name) {
-                remove_built(internal, &name);
+            match abandoned(internal, &name) {
+                Some((_held, FileType::Directory)) => remove_built(internal, &name),
+                // A first-layout record its migrator exchanged out and did not remove.
+                Some((_held, _)) => drop(remove(internal, &name, false)),
+                None => {}
             }
         } else if name.starts_with(TMP_PREFIX) {
             if let Some(_held) = abandoned(internal, &name) {
@@ -273,15 +295,16 @@ fn sweep(object: &Object<'_>, internal: BorrowedFd<'_>) {
     }
 }
 
-/// Scratch entry `name`, locked by this call, if nobody else holds it: a dead writer's (or
-/// one just made and not yet locked, whose writer then makes another). Held while removed.
-fn abandoned(internal: BorrowedFd<'_>, name: &str) -> Option<OwnedFd> {
+/// Scratch entry `name`, locked by this call, with its type, if nobody else holds it: a dead
+/// writer's (or one just made and not yet locked, whose writer then makes another). Held
+/// while removed.
+fn abandoned(internal: BorrowedFd<'_>, name: &str) -> Option<(OwnedFd, FileType)> {
     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(internal, name, flags, Mode::empty()).ok()?;
     let kind = FileType::from_raw_mode(rustix::fs::fstat(&fd).ok()?.st_mode);
     let ours = matches!(kind, FileType::RegularFile | FileType::Directory);
     let locked = ours && rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive).is_ok();
-    locked.then_some(fd)
+    locked.then_some((fd, kind))
 }
 
 /// Removes retired incarnation `name` from `internal`: its versions oldest first, each after

@@ -113,12 +113,14 @@ pub fn version_file(generation: u64) -> String {
     generation.to_string()
 }
 
-/// The generation a version file's name stands for (decimal, no leading zero), if any.
+/// The generation a version file's name stands for (decimal, no leading zero), if any. The
+/// highest `u64` is no generation: a version there could have no successor.
 pub fn generation_of_file(name: &str) -> Option<u64> {
     let canonical = !name.is_empty() && (name == "0" || !name.starts_with('0'));
     (canonical && name.bytes().all(|b| b.is_ascii_digit()))
         .then(|| name.parse().ok())
         .flatten()
+        .filter(|g| *g < u64::MAX)
 }
 
 /// The generation of a version token (`<generation>-<hex>`), if it has one.
@@ -350,6 +352,12 @@ mod tests {
         }
         assert_eq!(generation_of(&version_at(5, [0, 0])), Some(5));
         assert_eq!(generation_of(&Version::new("0-ab").unwrap()), None);
+        let highest = format!("{}-ab", u64::MAX);
+        assert_eq!(generation_of(&Version::new(highest).unwrap()), None);
+        assert_eq!(
+            generation_of_file(&(u64::MAX - 1).to_string()),
+            Some(u64::MAX - 1)
+        );
         assert_eq!(generation_of(&Version::new("abc").unwrap()), None);
         assert_ne!(version_at(1, [1, 0]), version_at(1, [2, 0]));
     }

@@ -19,7 +19,10 @@
 //!   the drop returns or never lands: the thread checks, right before its commit point, that
 //!   the caller still waits;
 //! - versions are `<generation>-<128 random bits>`: never repeated, also after delete and
-//!   re-create, across restarts and for identical bytes.
+//!   re-create, across restarts and for identical bytes;
+//! - a record of the first layout (one file per key under a `flock`, fence before this
+//!   version) is read as it is and moved to this layout by its first write, keeping its
+//!   version and bytes; a process of the earlier version is refused afterwards.
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
@@ -39,6 +42,7 @@
 mod commit;
 mod create;
 pub mod layout;
+mod migrate;
 mod object;
 mod sys;
 mod tree;
@@ -128,6 +132,7 @@ impl fmt::Debug for FsStore {
             .field("file_mode", &format_args!("{:o}", tree.modes.file))
             .field("dir_mode", &format_args!("{:o}", tree.modes.dir))
             .field("read_only", &tree.read_only)
+            .field("record_limit", &tree.record_limit)
             .finish()
     }
 }
@@ -236,9 +241,38 @@ impl FsStore {
     /// Versions stay unique only if no two writers share a seed: use seeded entropy in tests.
     #[must_use]
     pub fn with_entropy(self, entropy: Entropy) -> Self {
+        let tree = self.inner.tree.clone();
+        FsStore::with(tree, entropy)
+    }
+
+    /// The same store with record limit `bytes` (default [`fence_core::DEFAULT_RECORD_LIMIT`],
+    /// 5 MiB), declared as [`Capabilities::max_body`]: `put` refuses a larger body with
+    /// [`ErrorKind::InvalidInput`] before any I/O, not committed, and `get` reads no larger
+    /// record — a version file announcing more (a foreign or damaged file, or one written
+    /// through a handle with a higher limit) is [`ErrorKind::Corrupt`], read no further than
+    /// its first page. The limit bounds what a stray file can make a process hold in memory.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// use fence_core::{CasGuard, ConditionalStore, ErrorKind, Key};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let store = fence_fs::FsStore::open(dir.path()).unwrap().with_record_limit(4);
+    /// assert_eq!(store.capabilities().max_body, Some(4));
+    /// let err = store.put(&Key::new("k").unwrap(), "12345".into(), CasGuard::Absent).await;
+    /// assert_eq!(err.unwrap_err().kind(), ErrorKind::InvalidInput);
+    /// # });
+    /// ```
+    #[must_use]
+    pub fn with_record_limit(self, bytes: usize) -> Self {
+        let mut tree = self.inner.tree.clone();
+        tree.record_limit = bytes;
+        FsStore::with(tree, self.inner.entropy.clone())
+    }
+
+    fn with(tree: Tree, entropy: Entropy) -> Self {
         FsStore {
             inner: Arc::new(Inner {
-                tree: self.inner.tree.clone(),
+                tree,
                 entropy,
                 places: Places::default(),
             }),
@@ -462,6 +496,10 @@ impl ConditionalStore for FsStore {
     }
 
     async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
+        let limit = self.inner.tree.record_limit;
+        if body.len() > limit {
+            return Err(fence_core::store::over_put_limit(key, body.len(), limit));
+        }
         let k = key.clone();
         self.write(key, move |inner, point| inner.put(&k, &body, &guard, point))
             .await
@@ -480,7 +518,7 @@ impl ConditionalStore for FsStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::full()
+        Capabilities::full().with_max_body(self.inner.tree.record_limit)
     }
 }
 

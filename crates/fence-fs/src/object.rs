@@ -38,6 +38,9 @@ use crate::tree::Tree;
 
 /// Tries of a read before it gives up on a version chain that keeps moving.
 const READ_TRIES: usize = 100;
+/// Looks at a key's entry: a first-layout record file is exchanged for an object directory
+/// once, so a second look settles it; more only if the entry is edited by hand.
+const HOLDER_TRIES: usize = 4;
 /// The first read of a whole version file: records up to this size take one read.
 const FIRST_READ: u64 = 4096;
 
@@ -129,13 +132,12 @@ impl Object<'_> {
     pub fn get(&self) -> Result<Option<Record>, Error> {
         match self.holder()? {
             Holder::Absent => Ok(None),
-            Holder::Legacy(file) => read_legacy(self.key, file).map(Some),
+            Holder::Legacy(file) => read_legacy(self.key, file, self.whole()).map(Some),
             Holder::Dir(d) => match self.incarnation(&d)? {
                 None => Ok(None),
-                Some(inc) => {
-                    let record = self.current(&inc)?;
-                    Ok((record.header.kind != Kind::Deleted).then_some(record))
-                }
+                Some(inc) => Ok(self
+                    .current(&inc)?
+                    .filter(|r| r.header.kind != Kind::Deleted)),
             },
         }
     }
@@ -160,9 +162,7 @@ impl Object<'_> {
             name: &place.name,
         };
         let record = object.current(&place.inc)?;
-        Ok(Some(
-            (record.header.kind != Kind::Deleted).then_some(record),
-        ))
+        Ok(Some(record.filter(|r| r.header.kind != Kind::Deleted)))
     }
 
     /// Whether the object holds a record (for listing): errors count as present, so that
@@ -187,38 +187,57 @@ impl Object<'_> {
                 false
             }
             Ok(Some(inc)) => match self.current(&inc) {
-                Ok(r) if r.header.kind == Kind::Deleted => {
+                Ok(Some(r)) if r.header.kind == Kind::Deleted => {
                     let _ = self.retire(d, &inc);
                     false
                 }
+                Ok(None) => false,
                 _ => true,
             },
             Err(_) => true,
         }
     }
 
+    /// What the key's entry holds. A record file of the first layout that is migrated
+    /// meanwhile (exchanged for an object directory in one step) is looked at again.
     pub(crate) fn holder(&self) -> Result<Holder, Error> {
-        match open_dir_at(self.parent, self.name) {
-            Ok(fd) => Ok(Holder::Dir(fd)),
-            Err(Errno::NOENT) => Ok(Holder::Absent),
-            Err(Errno::NOTDIR) => self.legacy(),
-            Err(e) => Err(fs_error(self.key, "cannot open the object directory", e)),
+        for _ in 0..HOLDER_TRIES {
+            match open_dir_at(self.parent, self.name) {
+                Ok(fd) => return Ok(Holder::Dir(fd)),
+                Err(Errno::NOENT) => return Ok(Holder::Absent),
+                Err(Errno::NOTDIR) => {
+                    if let Some(holder) = self.legacy()? {
+                        return Ok(holder);
+                    }
+                }
+                Err(e) => return Err(fs_error(self.key, "cannot open the object directory", e)),
+            }
         }
+        Err(Error::new(
+            ErrorKind::Conflict,
+            "fence-fs: the object's entry kept changing between a file and a directory",
+        )
+        .with_key(self.key)
+        .not_committed())
     }
 
     /// The entry is not a directory: a record file of the first layout, or something
-    /// fence-fs did not make.
-    fn legacy(&self) -> Result<Holder, Error> {
+    /// fence-fs did not make; `None` if it is a directory now (migrated meanwhile).
+    fn legacy(&self) -> Result<Option<Holder>, Error> {
         let what = "the object's entry";
+        let now_dir = || type_at(self.parent, self.name) == Ok(FileType::Directory);
         match type_at(self.parent, self.name) {
             Ok(FileType::RegularFile) => {
-                match open_file_at(self.key, self.parent, self.name, what, false)? {
-                    Some(file) => Ok(Holder::Legacy(file)),
-                    None => Ok(Holder::Absent),
+                match open_file_at(self.key, self.parent, self.name, what, false) {
+                    Ok(Some(file)) => Ok(Some(Holder::Legacy(file))),
+                    Ok(None) => Ok(Some(Holder::Absent)),
+                    Err(_) if now_dir() => Ok(None),
+                    Err(e) => Err(e),
                 }
             }
+            Ok(FileType::Directory) => Ok(None),
             Ok(other) => Err(foreign(self.key, what, other)),
-            Err(Errno::NOENT) => Ok(Holder::Absent),
+            Err(Errno::NOENT) => Ok(Some(Holder::Absent)),
             Err(e) => Err(fs_error(self.key, "cannot stat the object's entry", e)),
         }
     }
@@ -248,6 +267,11 @@ impl Object<'_> {
         generations(inc).map_err(|e| fs_error(self.key, "cannot list versions", e))
     }
 
+    /// A whole read within the store's record limit.
+    pub(crate) fn whole(&self) -> Extent {
+        Extent::Whole(self.tree.record_limit)
+    }
+
     /// Version `generation`'s file, its header and (if `whole`) body read; `None` if absent.
     /// `writable` opens it for writing too where permitted, so it can be marked confirmed.
     fn read_version(
@@ -258,24 +282,27 @@ impl Object<'_> {
         writable: bool,
     ) -> Result<Option<Record>, Error> {
         let name = version_file(generation);
+        let extent = if whole { self.whole() } else { Extent::Header };
         match open_file_at(self.key, inc, &name, "a version file", writable)? {
-            Some(file) => read_record(self.key, file, whole).map(Some),
+            Some(file) => read_record(self.key, file, extent).map(Some),
             None => Ok(None),
         }
     }
 
-    /// The current version of a live incarnation: the highest generation, checked to be the
-    /// one that counts. Retried while writers move the chain on; a chain that stays broken
-    /// (files removed by hand) is `Corrupt`.
-    pub(crate) fn current(&self, inc: &Incarnation) -> Result<Record, Error> {
+    /// The current version of an incarnation: the highest generation, checked to be the
+    /// one that counts. Retried while writers move the chain on. `None` if the incarnation
+    /// was retired (its object deleted) since it was found: its versions are being removed,
+    /// and the key was absent when it was moved. A chain that stays broken in an incarnation
+    /// still in place (files removed by hand) is `Corrupt`.
+    pub(crate) fn current(&self, inc: &Incarnation) -> Result<Option<Record>, Error> {
         let (mut previous, mut unchanged) = (Vec::new(), 0);
         for _ in 0..READ_TRIES {
             let generations = self.generations(inc.fd.as_fd())?;
             let Some(&top) = generations.last() else {
-                return Err(self.corrupt("an incarnation without versions"));
+                return self.broken(inc, "an incarnation without versions");
             };
             if let Some(record) = self.checked(inc.fd.as_fd(), top)? {
-                return Ok(record);
+                return Ok(Some(record));
             }
             unchanged = if generations == previous {
                 unchanged + 1
@@ -283,7 +310,7 @@ impl Object<'_> {
                 0
             };
             if unchanged == 2 {
-                return Err(self.corrupt("its version chain is broken (files removed by hand?)"));
+                return self.broken(inc, "its version chain is broken (files removed by hand?)");
             }
             previous = generations;
         }
@@ -293,6 +320,21 @@ impl Object<'_> {
         )
         .with_key(self.key)
         .not_committed())
+    }
+
+    /// An incarnation whose versions make no chain: retired meanwhile (`None`: absent) if
+    /// its name is gone from the object directory (a unique name never comes back), else
+    /// `Corrupt`.
+    fn broken(&self, inc: &Incarnation, why: &str) -> Result<Option<Record>, Error> {
+        let here = match open_dir_at(self.parent, self.name) {
+            Ok(d) => id_at(d.as_fd(), &inc.name),
+            Err(Errno::NOENT) => Ok(None),
+            Err(e) => Err(e),
+        };
+        match here {
+            Ok(None) => Ok(None),
+            _ => Err(self.corrupt(why)),
+        }
     }
 
     /// Version `top`, if it was the current one at some instant of this call: a first
@@ -309,7 +351,8 @@ impl Object<'_> {
             return Ok(None);
         }
         let first_successor = match &record.header.prev {
-            None => top == 1,
+            // Version 1 of a create, or a migrated first-layout record (marked confirmed).
+            None => top == 1 || record.header.confirmed,
             Some(_) if record.header.confirmed => true,
             Some(prev) => {
                 top > 1
@@ -332,7 +375,10 @@ impl Object<'_> {
     ) -> Result<(PutOutcome, Option<Incarnation>), Error> {
         let d = match self.holder()? {
             Holder::Absent => return Ok((PutOutcome::Rejected, None)),
-            Holder::Legacy(file) => return self.legacy_write(file, expected).map(|o| (o, None)),
+            Holder::Legacy(file) => match self.migrated(file, expected, point, fresh)? {
+                Some(d) => d,
+                None => return Ok((PutOutcome::Rejected, None)),
+            },
             Holder::Dir(d) => d,
         };
         let Some(inc) = self.incarnation(&d)? else {
@@ -379,7 +425,10 @@ impl Object<'_> {
         point.check(self.key)?;
         let version = fresh.version(generation + 1);
         let (bytes, mark) = record_bytes(&version, Some(expected), &change);
-        let temp = Temp::write(self, inc.fd.as_fd(), &bytes, mark)?;
+        let Some(temp) = Temp::write(self, inc.fd.as_fd(), &bytes, mark)? else {
+            // The incarnation was retired meanwhile (its object deleted): `expected` is gone.
+            return Ok(Found::Elsewhere);
+        };
         self.commit_link(inc, generation, &pred, &version, &temp, point)
             .map(Found::Here)
     }
@@ -457,20 +506,6 @@ impl Object<'_> {
             })?;
         Ok(mark[0] == CONFIRMED)
     }
-
-    fn legacy_write(&self, file: ReadFile, expected: &Version) -> Result<PutOutcome, Error> {
-        if read_legacy(self.key, file)?.header.version != *expected {
-            return Ok(PutOutcome::Rejected);
-        }
-        Err(Error::new(
-            ErrorKind::Unsupported,
-            "this record was written by fence-fs's first layout (a file per key under a lock); \
-             it is read but not rewritten: stop the processes of the old version and start \
-             again in a fresh directory",
-        )
-        .with_key(self.key)
-        .not_committed())
-    }
 }
 
 /// The generations in an incarnation, ascending.
@@ -534,7 +569,7 @@ fn mark_successor(key: &Key, inc: BorrowedFd<'_>, old: u64) -> bool {
     let header = |generation: u64| -> Option<Record> {
         let name = version_file(generation);
         let file = open_file_at(key, inc, &name, "a version file", true).ok()??;
-        read_record(key, file, false).ok()
+        read_record(key, file, Extent::Header).ok()
     };
     let (Some(this), Some(next)) = (header(old), header(old + 1)) else {
         return true;
@@ -571,18 +606,22 @@ struct Temp {
 }
 
 impl Temp {
+    /// The temp file of a new version of `inc`; `None` if `inc` was retired and removed
+    /// (a delete's tidy-up): no file can be made in it any more.
     fn write(
         object: &Object<'_>,
         inc: BorrowedFd<'_>,
         bytes: &[u8],
         mark_offset: u64,
-    ) -> Result<Temp, Error> {
+    ) -> Result<Option<Temp>, Error> {
         let bits = object.tree.modes.file;
         let unnamed = OFlags::RDWR | OFlags::TMPFILE | OFlags::CLOEXEC;
         let (fd, named) = match object.tree.unnamed_temps() {
             true => match rustix::fs::openat(inc, ".", unnamed, mode(bits)) {
                 Ok(fd) => (fd, None),
                 Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => Temp::named(object)?,
+                // A removed directory takes no file (Linux answers `EPERM` or `ENOENT`).
+                Err(_) if removed(inc) => return Ok(None),
                 Err(e) => return Err(fs_error(object.key, "cannot create a temp file", e)),
             },
             false => Temp::named(object)?,
@@ -591,11 +630,11 @@ impl Temp {
             .map_err(|e| fs_error(object.key, "cannot set the temp file's mode", e))?;
         let mut file = File::from(fd);
         write_synced(object.key, &mut file, bytes)?;
-        Ok(Temp {
+        Ok(Some(Temp {
             file,
             mark_offset,
             named,
-        })
+        }))
     }
 
     /// A named temp file in the object's `.fence`, flocked.
@@ -640,6 +679,11 @@ impl Drop for Temp {
     }
 }
 
+/// Whether directory `dir` was removed (no name links to it any more).
+fn removed(dir: BorrowedFd<'_>) -> bool {
+    rustix::fs::fstat(dir).is_ok_and(|s| s.st_nlink == 0)
+}
+
 /// A random 32-hex-digit name part for scratch names no one else uses.
 fn random_name() -> String {
     let entropy = fence_core::Entropy::from_os();
@@ -662,35 +706,46 @@ pub(crate) fn record_bytes(
     (bytes, mark)
 }
 
-/// Reads a version file: its header (checked against the file's length) and, if `whole`,
-/// its body. The body never changes once linked, so the length read at open holds.
-fn read_record(key: &Key, file: ReadFile, whole: bool) -> Result<Record, Error> {
-    read_with(key, file, whole, parse_header)
+/// How much of a version file a read takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Extent {
+    /// The header only.
+    Header,
+    /// Header and body; a body over this record limit is `Corrupt`, read no further.
+    Whole(usize),
 }
 
-/// Reads a record file of the first layout, whole.
-fn read_legacy(key: &Key, file: ReadFile) -> Result<Record, Error> {
-    read_with(key, file, true, parse_legacy_header)
+/// Reads a version file: its header (checked against the file's length) and, for a whole
+/// read, its body. The body never changes once linked, so the length read at open holds.
+fn read_record(key: &Key, file: ReadFile, extent: Extent) -> Result<Record, Error> {
+    read_with(key, file, extent, parse_header)
+}
+
+/// Reads a record file of the first layout.
+pub(crate) fn read_legacy(key: &Key, file: ReadFile, extent: Extent) -> Result<Record, Error> {
+    read_with(key, file, extent, parse_legacy_header)
 }
 
 fn read_with(
     key: &Key,
     mut file: ReadFile,
-    whole: bool,
+    extent: Extent,
     parse: fn(&Key, &[u8]) -> Result<Header, Error>,
 ) -> Result<Record, Error> {
-    let first = if whole {
-        FIRST_READ
-    } else {
-        MAX_HEADER_LEN as u64
+    let first = match extent {
+        Extent::Whole(_) => FIRST_READ,
+        Extent::Header => MAX_HEADER_LEN as u64,
     };
     // A stray huge file costs a page, not its size: the rest is read only once the header
-    // vouches for the length.
+    // vouches for the length, and only within the record limit.
     let mut bytes = vec![0; file.len.min(first) as usize];
     read_exact(key, &mut file.file, &mut bytes)?;
     let header = parse(key, &bytes)?;
     check_length(key, &header, file.len)?;
-    if whole {
+    if let Extent::Whole(limit) = extent {
+        if header.body_len() > limit as u64 {
+            return Err(over_record_limit(key, header.body_len(), limit));
+        }
         let start = bytes.len();
         bytes.resize(file.len as usize, 0);
         read_exact(key, &mut file.file, &mut bytes[start..])?;
@@ -705,4 +760,45 @@ fn read_with(
         file: file.file,
         writable: file.writable,
     })
+}
+
+/// The error of a record longer than the store's record limit: no record this store writes
+/// can be that long.
+fn over_record_limit(key: &Key, len: u64, limit: usize) -> Error {
+    Error::corrupt(
+        key,
+        format!(
+            "a record of {len} bytes is over the store's record limit of {limit} bytes \
+             (with_record_limit raises it); it was read no further"
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::Modes;
+
+    /// A replace that read its predecessor just before a delete retired the incarnation and
+    /// removed it writes its new version into a removed directory: that is absent (the
+    /// caller answers rejected), not the file system's `EPERM` as an error.
+    #[test]
+    fn no_version_is_written_into_a_removed_incarnation() {
+        let root = tempfile::tempdir().unwrap();
+        let tree = Tree::open(root.path(), Modes::default(), false).unwrap();
+        let inc_path = root.path().join("inc");
+        std::fs::create_dir(&inc_path).unwrap();
+        let inc = File::open(&inc_path).unwrap();
+        std::fs::remove_dir(&inc_path).unwrap();
+        let key = Key::new("k").unwrap();
+        let root_dir = File::open(root.path()).unwrap();
+        let object = Object {
+            tree: &tree,
+            key: &key,
+            parent: root_dir.as_fd(),
+            name: "k",
+        };
+        let temp = Temp::write(&object, inc.as_fd(), b"v", 0);
+        assert!(matches!(temp, Ok(None)), "{:?}", temp.err());
+    }
 }

@@ -45,6 +45,8 @@ pub struct Tree {
     pub modes: Modes,
     /// Opened for reading only: nothing below the root is created or written.
     pub read_only: bool,
+    /// The largest body written or read ([`fence_core::DEFAULT_RECORD_LIMIT`] unless set).
+    pub record_limit: usize,
     /// New versions are written to unnamed files (`O_TMPFILE`) and linked through
     /// `/proc/self/fd`: nothing is left behind by a writer that dies. Else named temp files.
     unnamed_temps: bool,
@@ -236,6 +238,7 @@ impl Tree {
             durable: Arc::default(),
             modes,
             read_only,
+            record_limit: fence_core::DEFAULT_RECORD_LIMIT,
             unnamed_temps: Path::new("/proc/self/fd").is_dir(),
         })
     }

@@ -488,3 +488,73 @@ async fn something_foreign_at_any_path_of_a_key_is_refused_in_time() {
         }
     }
 }
+
+/// The record limit (default `DEFAULT_RECORD_LIMIT`, declared as `max_body`): a larger put
+/// is refused with `InvalidInput` before any I/O — not even the key's directory is made —
+/// and one at the limit applies.
+#[tokio::test]
+async fn puts_over_the_record_limit_are_refused_before_any_io() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let default = Some(fence_core::DEFAULT_RECORD_LIMIT);
+    assert_eq!(store.capabilities().max_body, default);
+    let store = store.with_record_limit(10);
+    assert_eq!(store.capabilities().max_body, Some(10));
+    let k = key("limited/k");
+    for guard in [
+        CasGuard::Absent,
+        CasGuard::Match(fence_core::Version::new("1-ab").unwrap()),
+    ] {
+        let err = store
+            .put(&k, Bytes::from(vec![b'x'; 11]), guard)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (err.kind(), err.commit(), err.key()),
+            (ErrorKind::InvalidInput, Commit::NotCommitted, Some(&k))
+        );
+    }
+    assert!(!dir.path().join("limited").exists(), "nothing was made");
+    let at_limit = store.put(&k, Bytes::from(vec![b'x'; 10]), CasGuard::Absent);
+    assert!(matches!(at_limit.await.unwrap(), PutOutcome::Applied(_)));
+}
+
+/// No record longer than the record limit is read: one written through a handle with a
+/// higher limit, or a version file of 6 MiB put there by hand, is `Corrupt` (naming the
+/// key), read no further than its first page.
+#[tokio::test]
+async fn records_over_the_record_limit_are_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap().with_record_limit(1000);
+    let big = key("big");
+    let high = store.clone().with_record_limit(4000);
+    high.put(&big, Bytes::from(vec![b'b'; 2000]), CasGuard::Absent)
+        .await
+        .unwrap();
+    assert_eq!(high.get(&big).await.unwrap().unwrap().body.len(), 2000);
+    let err = store.get(&big).await.unwrap_err();
+    assert_eq!((err.kind(), err.key()), (ErrorKind::Corrupt, Some(&big)));
+
+    let huge = key("huge");
+    let v = match store
+        .put(&huge, "small".into(), CasGuard::Absent)
+        .await
+        .unwrap()
+    {
+        PutOutcome::Applied(v) => v,
+        PutOutcome::Rejected => panic!("create rejected"),
+    };
+    let len: u64 = 6 << 20;
+    let file = incarnation(dir.path(), &huge).join("1");
+    let header = format!("fence-fs 2 {v} - put {len} u\n");
+    std::fs::write(&file, &header).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_len(header.len() as u64 + len)
+        .unwrap();
+    let default = FsStore::open(dir.path()).unwrap();
+    let err = default.get(&huge).await.unwrap_err();
+    assert_eq!((err.kind(), err.key()), (ErrorKind::Corrupt, Some(&huge)));
+}

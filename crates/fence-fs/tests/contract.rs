@@ -350,40 +350,9 @@ async fn superseded_versions_do_not_pile_up() {
     assert_eq!(&store.get(&k).await.unwrap().unwrap().body[..], b"next");
 }
 
-/// A record of the first layout (one file per key, `fence-fs 1` header) is read with its
-/// version; a write over it is refused (`Unsupported`, not committed), a create rejected.
-#[tokio::test]
-async fn records_of_the_first_layout_are_read_not_rewritten() {
-    let (dir, store) = fresh();
-    std::fs::create_dir(dir.path().join("old")).unwrap();
-    std::fs::write(
-        dir.path().join("old/rec.fence"),
-        "fence-fs 1 3-ab12 5\nhello",
-    )
-    .unwrap();
-    let k = key("old/rec");
-    let stored = store.get(&k).await.unwrap().unwrap();
-    assert_eq!(
-        (&stored.body[..], stored.version.as_str()),
-        (&b"hello"[..], "3-ab12")
-    );
-    let err = store
-        .put(&k, "x".into(), CasGuard::Match(stored.version.clone()))
-        .await
-        .unwrap_err();
-    assert_eq!(
-        (err.kind(), err.commit()),
-        (ErrorKind::Unsupported, Commit::NotCommitted)
-    );
-    assert_eq!(
-        store.put(&k, "x".into(), CasGuard::Absent).await.unwrap(),
-        PutOutcome::Rejected
-    );
-    assert_eq!(store.list(None).await.unwrap(), [k]);
-}
-
 /// Leftovers of writers that died while building a create or writing a named temp file (not
-/// locked by anyone) and retired incarnations are reclaimed by the next create there.
+/// locked by anyone), retired incarnations and first-layout records a killed migration
+/// exchanged out are reclaimed by the next create there.
 #[tokio::test]
 async fn dead_writers_leftovers_are_reclaimed_by_the_next_create() {
     let (dir, store) = fresh();
@@ -391,6 +360,7 @@ async fn dead_writers_leftovers_are_reclaimed_by_the_next_create() {
     std::fs::create_dir_all(internal.join("new-00ff/i00ff")).unwrap();
     std::fs::write(internal.join("new-00ff/i00ff/1"), "half").unwrap();
     std::fs::write(internal.join("tmp-00ff"), "half").unwrap();
+    std::fs::write(internal.join("new-00fe"), "fence-fs 1 3-ab12 5\nhello").unwrap();
     std::fs::create_dir_all(internal.join("old-i00aa")).unwrap();
     std::fs::write(
         internal.join("old-i00aa/7"),

@@ -10,7 +10,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use fence_core::{CasGuard, ConditionalStore, Entropy, Key, PutOutcome};
 use fence_fs::FsStore;
-use support::{files_below, version_files};
+use support::legacy::{self, Refused};
+use support::{block, files_below, version_files};
 
 mod support;
 
@@ -22,23 +23,12 @@ fn worker(args: &[&str]) -> Command {
     cmd
 }
 
-fn block<T>(f: impl std::future::Future<Output = T>) -> T {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap()
-        .block_on(f)
-}
-
-#[test]
-fn eight_processes_increment_without_lost_updates() {
-    const PROCESSES: usize = 8;
-    const EACH: u64 = 200;
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().to_str().unwrap();
-    let children: Vec<Child> = (0..PROCESSES)
+/// Runs `processes` workers that each increment counter `key` `each` times; the total.
+fn increment_in_processes(root: &Path, key: &Key, processes: usize, each: u64) -> u64 {
+    let root_str = root.to_str().unwrap();
+    let children: Vec<Child> = (0..processes)
         .map(|_| {
-            worker(&["incr", root, "counters/shared", &EACH.to_string()])
+            worker(&["incr", root_str, key.as_str(), &each.to_string()])
                 .spawn()
                 .unwrap()
         })
@@ -46,12 +36,39 @@ fn eight_processes_increment_without_lost_updates() {
     for mut child in children {
         assert!(child.wait().unwrap().success(), "a worker failed");
     }
-    let store = FsStore::open(dir.path()).unwrap();
-    let stored = block(store.get(&Key::new("counters/shared").unwrap()))
-        .unwrap()
-        .unwrap();
-    let total: u64 = std::str::from_utf8(&stored.body).unwrap().parse().unwrap();
+    let store = FsStore::open(root).unwrap();
+    let stored = block(store.get(key)).unwrap().unwrap();
+    std::str::from_utf8(&stored.body).unwrap().parse().unwrap()
+}
+
+#[test]
+fn eight_processes_increment_without_lost_updates() {
+    const PROCESSES: usize = 8;
+    const EACH: u64 = 200;
+    let dir = tempfile::tempdir().unwrap();
+    let key = Key::new("counters/shared").unwrap();
+    let total = increment_in_processes(dir.path(), &key, PROCESSES, EACH);
     assert_eq!(total, PROCESSES as u64 * EACH, "lost updates");
+}
+
+/// A store of the earlier version (one file per key under a lock) holding counter `key` at
+/// 5: processes of this version increment it — the first write migrates it — and lose no
+/// update.
+#[test]
+fn processes_increment_a_first_layout_counter_without_lost_updates() {
+    const PROCESSES: usize = 4;
+    const EACH: u64 = 50;
+    let dir = tempfile::tempdir().unwrap();
+    legacy::open_root(dir.path());
+    let key = Key::new("counters/old").unwrap();
+    let mut version = None;
+    for i in 1..=5u128 {
+        let body = i.to_string().into_bytes();
+        let v = legacy::put(dir.path(), &key, &body, version.as_deref(), i);
+        version = v.unwrap();
+    }
+    let total = increment_in_processes(dir.path(), &key, PROCESSES, EACH);
+    assert_eq!(total, 5 + PROCESSES as u64 * EACH, "lost updates");
 }
 
 /// Checks a crash-writer body: `seq=N;len=L;` then filler up to exactly L bytes, the filler
@@ -215,6 +232,111 @@ fn after_crashes_cas_still_works(store: &FsStore, key: &Key, root: &Path) {
         ],
         "left behind"
     );
+}
+
+/// Kills of the migration crash test: `FENCE_FS_MIGRATION_KILLS`, default 100 (CI's share,
+/// about 10 s on a loaded 2-core machine).
+fn migration_kills() -> usize {
+    std::env::var("FENCE_FS_MIGRATION_KILLS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100)
+}
+
+/// A crash-writer body of `seq = 0` (what the earlier version wrote), `len` bytes long.
+fn first_body(len: usize) -> Vec<u8> {
+    let mut body = format!("seq=0;len={len};").into_bytes();
+    body.resize(len, b'a');
+    body
+}
+
+/// SIGKILLs of a writer at random moments of its first writes of a record of the earlier
+/// version (up to 1 MiB, so that migrating it takes a while): in the middle of the
+/// migration, before it or after. Each time the key holds one whole record — the old one
+/// with its version and bytes, or one the writer wrote, never older than its last
+/// acknowledged write — a process of the earlier version reads the old record or is
+/// refused, and the record's version applies exactly once. A create in the directory then
+/// sweeps every half-done migration.
+#[test]
+fn sigkilled_migrations_leave_one_whole_record() {
+    let kills = migration_kills();
+    let dir = tempfile::tempdir().unwrap();
+    legacy::open_root(dir.path());
+    let root = dir.path().to_str().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let entropy = Entropy::from_os();
+    let (mut before, mut after, mut half_done) = (0, 0, 0);
+    let internal = dir.path().join("mig/.fence");
+    let scratch = |prefix: &str| {
+        std::fs::read_dir(&internal)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with(prefix))
+            .count()
+    };
+    for round in 0..kills {
+        let key = Key::new(format!("mig/r{round}")).unwrap();
+        let body = first_body(16 + entropy.below(256 << 10) as usize);
+        let random = u128::from(entropy.next_u64());
+        let old = legacy::put(dir.path(), &key, &body, None, random)
+            .unwrap()
+            .unwrap();
+        let mut child = worker(&["crash-writer", root, key.as_str()])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "ready\n");
+        std::thread::sleep(Duration::from_micros(entropy.below(25_000)));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+        let ack = rest
+            .lines()
+            .filter_map(|l| l.strip_prefix("ack ")?.parse().ok())
+            .max()
+            .unwrap_or(0);
+        let migrated = !legacy::record_file(dir.path(), &key).is_file();
+        *(if migrated { &mut after } else { &mut before }) += 1;
+        half_done += usize::from(scratch("new-") > 0);
+        let stored = block(store.get(&key)).unwrap().expect("never absent");
+        let seq = check_crash_body(&stored.body);
+        assert!(
+            seq >= ack,
+            "write {ack} was acknowledged, the record holds {seq}"
+        );
+        if seq == 0 {
+            assert_eq!(
+                (stored.version.as_str(), &stored.body[..]),
+                (&*old, &body[..])
+            );
+        }
+        match legacy::get(dir.path(), &key) {
+            Ok(Some((v, b))) => assert!(!migrated && v == old && b == body),
+            Err(Refused::Corrupt(_)) => assert!(migrated),
+            other => panic!("round {round}: the earlier version read {other:?}"),
+        }
+        let guard = CasGuard::Match(stored.version);
+        let applied = block(store.put(&key, "after".into(), guard.clone())).unwrap();
+        assert!(matches!(applied, PutOutcome::Applied(_)), "round {round}");
+        let again = block(store.put(&key, "again".into(), guard)).unwrap();
+        assert_eq!(again, PutOutcome::Rejected, "round {round}");
+    }
+    block(store.put(
+        &Key::new("mig/final").unwrap(),
+        "x".into(),
+        CasGuard::Absent,
+    ))
+    .unwrap();
+    println!(
+        "{kills} kills: {before} before the record was exchanged, {after} after; {half_done} \
+         left a migration half-done; 0 torn, 0 lost, 0 split"
+    );
+    assert!(before > 0 && after > 0, "the kills must land on both sides");
+    assert_eq!(scratch("new-"), 0, "half-done migrations are swept");
 }
 
 fn spawn_lease_contender(root: &str, node: &str) -> Child {

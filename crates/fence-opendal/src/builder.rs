@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use fence_core::{Error, ErrorKind, DEFAULT_RECORD_LIMIT};
+use fence_wire::listing::ListingLimits;
 use opendal::Operator;
 
 use crate::dialect::{check_layers, choose};
@@ -12,8 +13,9 @@ use crate::OpendalStore;
 /// The lease TTL the timeouts derive from when none is given.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
 
-/// The slack over the record limit an answer body may have (headers of a multipart answer,
-/// a listing page's XML) before the transport cuts it off.
+/// The slack over the record limit a successful answer's body may have (headers of a
+/// multipart answer) before the transport cuts it off. Listing pages and error answers have
+/// caps of their own.
 const BODY_SLACK: u64 = 64 * 1024;
 
 /// Settings of an [`OpendalStore`]; [`build`](OpendalStoreBuilder::build) checks the operator.
@@ -42,6 +44,7 @@ pub struct OpendalStoreBuilder {
     lease_ttl: Duration,
     conditional_delete: Option<bool>,
     record_limit: usize,
+    listing_limits: ListingLimits,
 }
 
 impl OpendalStoreBuilder {
@@ -52,6 +55,7 @@ impl OpendalStoreBuilder {
             lease_ttl: DEFAULT_LEASE_TTL,
             conditional_delete: None,
             record_limit: DEFAULT_RECORD_LIMIT,
+            listing_limits: ListingLimits::DEFAULT,
         }
     }
 
@@ -85,6 +89,15 @@ impl OpendalStoreBuilder {
     #[must_use]
     pub fn with_record_limit(mut self, bytes: usize) -> Self {
         self.record_limit = bytes;
+        self
+    }
+
+    /// The bounds of one `list` (default [`ListingLimits::DEFAULT`]): names, answer bytes
+    /// and pages, counted as OpenDAL's lister reads them; a listing past them fails with
+    /// [`ErrorKind::Unsupported`] saying which.
+    #[must_use]
+    pub fn with_listing_limits(mut self, limits: ListingLimits) -> Self {
+        self.listing_limits = limits;
         self
     }
 
@@ -125,6 +138,7 @@ impl OpendalStoreBuilder {
             dialect,
             cas_timeout,
             self.record_limit,
+            self.listing_limits,
         ))
     }
 }

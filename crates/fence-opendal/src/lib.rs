@@ -20,7 +20,10 @@
 //!   that carried the write, not committed only with proof (refused connect, 3xx, 4xx),
 //!   ambiguous otherwise. The table is in `docs/opendal.md`.
 //! - **Bounded**: bodies up to the record limit ([`fence_core::DEFAULT_RECORD_LIMIT`]); a
-//!   larger object reads as `Corrupt`, and every answer body is cut off past the limit.
+//!   larger object reads as `Corrupt`, and every answer body is cut off past the limit; an
+//!   error answer is read up to its first 4 KiB; a listing stops at fence-wire's
+//!   [`ListingLimits`](fence_wire::listing::ListingLimits) (names, bytes, pages) as on the
+//!   other adapters.
 //!
 //! The S3 service advertises its conditions whatever the server does: only the contract
 //! probe (`fence probe opendal+s3://…`) tells an honest S3-compatible server from a liar.

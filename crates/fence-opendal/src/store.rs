@@ -9,6 +9,7 @@ use fence_core::{
     Capabilities, CasGuard, ConditionalStore, DeleteOutcome, Error, ErrorKind, Key, PutOutcome,
     Stored, Version,
 };
+use fence_wire::listing::{ListingCap, ListingLimits};
 use futures::TryStreamExt;
 use opendal::options::{DeleteOptions, ListOptions, WriteOptions};
 use opendal::{EntryMode, Metadata, Operator};
@@ -33,8 +34,10 @@ const MAX_OBJECT_NAME: usize = 1024;
 ///
 /// The operator's HTTP transport is replaced by fence's: OpenDAL's reqwest transport over a
 /// client of its own that never follows redirects, bounded by the write deadline, that records
-/// what each request came to (for classification) and cuts every answer body at the record
-/// limit plus 64 KiB. Every write is one `write_options` call with the whole body (one
+/// what each request came to (for classification) and cuts every answer body at its cap (the
+/// record limit plus 64 KiB; an error's first 4 KiB; a write's first 64 KiB; a listing page within the listing's
+/// [`ListingLimits`], set by [`with_listing_limits`](crate::OpendalStoreBuilder::with_listing_limits)).
+/// Every write is one `write_options` call with the whole body (one
 /// request on S3 and Azure; a resumable session of one chunk on GCS), never retried.
 ///
 /// ```
@@ -61,6 +64,7 @@ pub struct OpendalStore {
     dialect: Dialect,
     cas_timeout: Duration,
     record_limit: usize,
+    listing_limits: ListingLimits,
 }
 
 impl OpendalStore {
@@ -80,12 +84,14 @@ impl OpendalStore {
         dialect: Dialect,
         cas_timeout: Duration,
         record_limit: usize,
+        listing_limits: ListingLimits,
     ) -> OpendalStore {
         OpendalStore {
             op,
             dialect,
             cas_timeout,
             record_limit,
+            listing_limits,
         }
     }
 
@@ -210,6 +216,8 @@ impl OpendalStore {
         let read = exchange.observe(self.open_and_read(&path));
         let (meta, body) = match read.await {
             Ok(found) => found,
+            // The transport cut the answer off past the record limit.
+            Err(_) if exchange.body_cut() => return Err(self.too_large(key)),
             Err(e) => {
                 let last = exchange.attempts().last().copied();
                 return match classify_read(e.kind(), last.as_ref()) {
@@ -222,13 +230,7 @@ impl OpendalStore {
             }
         };
         let Some(body) = body else {
-            return Err(Error::corrupt(
-                key,
-                format!(
-                    "the object is larger than the record limit ({} bytes)",
-                    self.record_limit
-                ),
-            ));
+            return Err(self.too_large(key));
         };
         let token = self
             .token_of(&meta)
@@ -240,11 +242,23 @@ impl OpendalStore {
         }))
     }
 
-    /// The read's metadata, and its body unless it is over the record limit (`None`).
+    fn too_large(&self, key: &Key) -> Error {
+        let limit = self.record_limit;
+        Error::corrupt(
+            key,
+            format!("the object is larger than the record limit ({limit} bytes)"),
+        )
+    }
+
+    /// The read's metadata, and its body unless it is over the record limit (`None`; not a
+    /// byte of it read if its announced length is).
     async fn open_and_read(&self, path: &str) -> opendal::Result<(Metadata, Option<Bytes>)> {
         let reader = self.op.reader(path).await?;
         let mut stream = reader.into_stream(..).await?;
         let meta = stream.metadata().await?;
+        if meta.content_length() > self.record_limit as u64 {
+            return Ok((meta, None));
+        }
         let mut body = BytesMut::new();
         while let Some(chunk) = stream.try_next().await? {
             if body.len() + chunk.len() > self.record_limit {
@@ -257,20 +271,18 @@ impl OpendalStore {
         Ok((meta, Some(body.freeze())))
     }
 
+    /// The keys under `prefix`, read page by page within the listing limits.
     async fn list_keys(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
         let dir = match prefix {
             Some(p) => format!("{}/", self.path_of(p)?),
             None => String::new(),
         };
-        let exchange = Exchange::default();
-        let opts = ListOptions {
-            recursive: true,
-            ..ListOptions::default()
-        };
-        let listing = exchange.observe(self.op.list_options(&dir, opts));
-        let entries = match listing.await {
-            Ok(entries) => entries,
-            Err(e) => {
+        let exchange = Exchange::listing(self.listing_limits);
+        let listed = exchange.observe(self.list_files(&dir)).await;
+        let mut keys = match (listed, exchange.listing_cap()) {
+            (_, Some(cap)) | (Ok(Err(cap)), None) => return Err(cap.error()),
+            (Ok(Ok(keys)), None) => keys,
+            (Err(e), None) => {
                 let last = exchange.attempts().last().copied();
                 match classify_read(e.kind(), last.as_ref()) {
                     None => Vec::new(),
@@ -278,11 +290,6 @@ impl OpendalStore {
                 }
             }
         };
-        let mut keys: Vec<Key> = entries
-            .iter()
-            .filter(|e| e.metadata().mode() == EntryMode::FILE)
-            .filter_map(|e| Key::new(e.path()).ok())
-            .collect();
         if let Some(p) = prefix {
             // A listing of `p/` leaves out the object `p` itself.
             if self.fetch(p).await?.is_some() {
@@ -292,6 +299,32 @@ impl OpendalStore {
         keys.sort();
         keys.dedup();
         Ok(keys)
+    }
+
+    /// The fence keys of the files OpenDAL's lister reads under `dir`, entry by entry (it
+    /// asks for a page only when the last one is used up), stopping at the limit of names:
+    /// every name counts, also those that are no fence key; only `dir` itself, which OpenDAL
+    /// may list first, does not. The transport counts the pages and bytes.
+    async fn list_files(&self, dir: &str) -> opendal::Result<Result<Vec<Key>, ListingCap>> {
+        let opts = ListOptions {
+            recursive: true,
+            ..ListOptions::default()
+        };
+        let mut lister = self.op.lister_options(dir, opts).await?;
+        let (mut names, mut keys) = (0usize, Vec::new());
+        while let Some(entry) = lister.try_next().await? {
+            if entry.path() == dir {
+                continue;
+            }
+            names += 1;
+            if names > self.listing_limits.names {
+                return Ok(Err(ListingCap::Names(self.listing_limits.names)));
+            }
+            if entry.metadata().mode() == EntryMode::FILE {
+                keys.extend(Key::new(entry.path()).ok());
+            }
+        }
+        Ok(Ok(keys))
     }
 }
 

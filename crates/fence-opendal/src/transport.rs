@@ -11,9 +11,13 @@
 //! for the write's success.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fence_wire::client::CONTROL_ANSWER_LIMIT;
+use fence_wire::error_body::ERROR_BODY_LIMIT;
+use fence_wire::listing::{ListingCap, ListingLimits, MAX_LISTING_PAGE};
 use futures::StreamExt;
 use opendal::{Buffer, HttpBody, HttpTransport, HttpTransporter};
 use opendal_http_transport_reqwest::ReqwestTransport;
@@ -75,11 +79,43 @@ tokio::task_local! {
 }
 
 /// The requests of one store operation, in the order they were sent. No attempt recorded
-/// means the operation never reached the network.
+/// means the operation never reached the network. A listing's exchange also counts its pages
+/// and answer bytes against its [`ListingLimits`].
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Exchange(Arc<Mutex<Vec<Attempt>>>);
+pub(crate) struct Exchange {
+    attempts: Arc<Mutex<Vec<Attempt>>>,
+    listing: Option<Arc<Mutex<PageCount>>>,
+    /// Whether an answer body was cut off at its cap.
+    cut: Arc<AtomicBool>,
+}
 
 impl Exchange {
+    /// The exchange of a listing within `limits`: each request is one page, asked for only
+    /// while pages are left, its answer cut off past what is left of the bytes (at most
+    /// [`MAX_LISTING_PAGE`]).
+    pub(crate) fn listing(limits: ListingLimits) -> Exchange {
+        let count = PageCount {
+            limits,
+            pages: 0,
+            bytes: 0,
+            hit: None,
+        };
+        Exchange {
+            listing: Some(Arc::new(Mutex::new(count))),
+            ..Exchange::default()
+        }
+    }
+
+    /// Whether an answer body of this exchange was longer than its cap (and cut off there).
+    pub(crate) fn body_cut(&self) -> bool {
+        self.cut.load(Ordering::Relaxed)
+    }
+
+    /// The listing limit this exchange's transport hit, if any.
+    pub(crate) fn listing_cap(&self) -> Option<ListingCap> {
+        self.listing.as_ref().and_then(|c| lock(c).hit)
+    }
+
     /// Runs `operation` (an OpenDAL call) with its HTTP requests recorded here. OpenDAL sends
     /// the requests of a read, a single-shot write, a delete and a listing from inside the
     /// operation's own future, so a task-local reaches the transport without OpenDAL's help.
@@ -92,7 +128,7 @@ impl Exchange {
     }
 
     fn start(&self, mutating: bool) -> usize {
-        let mut attempts = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut attempts = lock(&self.attempts);
         attempts.push(Attempt {
             mutating,
             outcome: Outcome::Pending,
@@ -101,7 +137,7 @@ impl Exchange {
     }
 
     fn finish(&self, index: usize, outcome: Outcome) {
-        let mut attempts = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut attempts = lock(&self.attempts);
         if let Some(attempt) = attempts.get_mut(index) {
             attempt.outcome = outcome;
         }
@@ -109,7 +145,68 @@ impl Exchange {
 
     /// Every request so far.
     pub(crate) fn attempts(&self) -> Vec<Attempt> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        lock(&self.attempts).clone()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A listing's pages and answer bytes so far, against its limits (the names are counted by
+/// the store, as OpenDAL's lister hands them over).
+#[derive(Debug)]
+struct PageCount {
+    limits: ListingLimits,
+    pages: usize,
+    bytes: u64,
+    /// The limit hit, once one is.
+    hit: Option<ListingCap>,
+}
+
+impl PageCount {
+    /// Before a page is asked for: how far its answer may be read (the most bytes, and the
+    /// cap it hits past them), or the cap hit if no page may be asked for any more.
+    fn ask(&mut self) -> Result<(u64, ListingCap), ListingCap> {
+        if self.pages >= self.limits.pages {
+            return Err(*self.hit.insert(ListingCap::Pages(self.limits.pages)));
+        }
+        self.pages += 1;
+        let left = self.limits.bytes.saturating_sub(self.bytes);
+        Ok(match left < MAX_LISTING_PAGE {
+            true => (left, ListingCap::Bytes(self.limits.bytes)),
+            false => (MAX_LISTING_PAGE, ListingCap::Page(MAX_LISTING_PAGE)),
+        })
+    }
+}
+
+/// How far one answer body is read: `cap` bytes; past them the exchange's `cut` is set (and
+/// a listing page's `over` hit). A listing page's bytes count into the listing's.
+#[derive(Debug, Clone, Default)]
+struct BodyCap {
+    cap: u64,
+    exchange: Option<Exchange>,
+    over: Option<ListingCap>,
+}
+
+impl BodyCap {
+    /// Counts `len` more bytes of the answer (`seen` in all): `false` once past the cap.
+    fn take(&self, len: u64, seen: u64) -> bool {
+        let within = seen <= self.cap;
+        let Some(exchange) = &self.exchange else {
+            return within;
+        };
+        if !within {
+            exchange.cut.store(true, Ordering::Relaxed);
+        }
+        if let Some(count) = &exchange.listing {
+            let mut count = lock(count);
+            count.bytes = count.bytes.saturating_add(len);
+            if let (false, Some(over)) = (within, self.over) {
+                count.hit.get_or_insert(over);
+            }
+        }
+        within
     }
 }
 
@@ -156,8 +253,11 @@ impl ObservingTransport {
 
 impl HttpTransport for ObservingTransport {
     async fn fetch(&self, req: http::Request<Buffer>) -> opendal::Result<http::Response<HttpBody>> {
-        let slot = Exchange::current().map(|x| {
-            let index = x.start(is_mutating(&req));
+        let exchange = Exchange::current();
+        let cap = self.body_cap(exchange.as_ref())?;
+        let mutating = is_mutating(&req);
+        let slot = exchange.map(|x| {
+            let index = x.start(mutating);
             (x, index)
         });
         let sendable = reqwest::Url::parse(&req.uri().to_string()).is_ok();
@@ -169,8 +269,40 @@ impl HttpTransport for ObservingTransport {
         if let Some((exchange, index)) = slot {
             exchange.finish(index, outcome);
         }
-        let cap = self.body_cap;
-        result.map(|resp| resp.map(|body| capped(body, cap)))
+        result.map(|resp| match (resp.status().is_success(), mutating) {
+            (false, _) => resp.map(|body| first_bytes(body, ERROR_BODY_LIMIT)),
+            // A write's answer: the status and headers are its proof; a body (GCS's object
+            // resource) is small.
+            (true, true) => resp.map(|body| first_bytes(body, CONTROL_ANSWER_LIMIT as usize)),
+            (true, false) => resp.map(|body| capped(body, cap)),
+        })
+    }
+}
+
+impl ObservingTransport {
+    /// How far the answer to the next request of `exchange` may be read; an error, and no
+    /// request sent, if it would be a listing page past the listing's limit of pages.
+    fn body_cap(&self, exchange: Option<&Exchange>) -> opendal::Result<BodyCap> {
+        let cap = BodyCap {
+            cap: self.body_cap,
+            exchange: exchange.cloned(),
+            over: None,
+        };
+        let Some(count) = exchange.and_then(|x| x.listing.as_ref()) else {
+            return Ok(cap);
+        };
+        let asked = lock(count).ask();
+        match asked {
+            Ok((page, over)) => Ok(BodyCap {
+                cap: page,
+                over: Some(over),
+                ..cap
+            }),
+            Err(_) => Err(opendal::Error::new(
+                opendal::ErrorKind::Unexpected,
+                "the listing reached its limit of pages",
+            )),
+        }
     }
 }
 
@@ -205,18 +337,41 @@ fn transport_outcome(e: &opendal::Error, sendable: bool) -> Outcome {
     }
 }
 
+/// The first `limit` bytes of a body, handed on as the whole body: an error answer's first
+/// [`ERROR_BODY_LIMIT`] bytes, where every store puts its code and message (OpenDAL reads an
+/// error body whole to parse it), or a write answer's first [`CONTROL_ANSWER_LIMIT`] bytes.
+/// The rest is never read (the connection is dropped). Announced as of unknown length, so
+/// that OpenDAL does not take the shorter body for a broken answer.
+fn first_bytes(body: HttpBody, limit: usize) -> HttpBody {
+    let start = futures::stream::unfold((body, limit), |(mut body, left)| async move {
+        use opendal::raw::oio::ReadStream;
+        if left == 0 {
+            return None;
+        }
+        match body.read().await {
+            Ok(buf) if buf.is_empty() => None,
+            Ok(buf) => {
+                let take = buf.len().min(left);
+                Some((Ok(buf.slice(..take)), (body, left - take)))
+            }
+            Err(e) => Some((Err(e), (body, 0))),
+        }
+    });
+    HttpBody::new(Box::pin(start), None)
+}
+
 /// The body, cut off with an error once more than `cap` bytes arrived.
-fn capped(body: HttpBody, cap: u64) -> HttpBody {
+fn capped(body: HttpBody, cap: BodyCap) -> HttpBody {
     body.map_inner(|stream| {
         Box::new(stream.scan(0u64, move |seen, item| {
             let item = item.and_then(|buf| {
                 *seen = seen.saturating_add(buf.len() as u64);
-                match *seen > cap {
-                    true => Err(opendal::Error::new(
+                match cap.take(buf.len() as u64, *seen) {
+                    false => Err(opendal::Error::new(
                         opendal::ErrorKind::Unexpected,
-                        format!("the answer is larger than {cap} bytes"),
+                        format!("the answer is larger than {} bytes", cap.cap),
                     )),
-                    false => Ok(buf),
+                    true => Ok(buf),
                 }
             });
             futures::future::ready(Some(item))
@@ -312,7 +467,11 @@ mod tests {
         let chunks = futures::stream::iter(
             [b"abc".as_slice(), b"def", b"g"].map(|b| Ok(Buffer::from(b.to_vec()))),
         );
-        let mut body = capped(HttpBody::new(chunks, None), 6);
+        let cap = BodyCap {
+            cap: 6,
+            ..BodyCap::default()
+        };
+        let mut body = capped(HttpBody::new(chunks, None), cap);
         assert_eq!(body.read().await.unwrap().to_vec(), b"abc");
         assert_eq!(body.read().await.unwrap().to_vec(), b"def");
         assert!(body.read().await.is_err(), "the 7th byte is over the cap");

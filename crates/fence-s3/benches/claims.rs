@@ -101,11 +101,14 @@ fn names(backends: &[Backend]) -> String {
 
 async fn backends() -> Vec<Backend> {
     let dir = tempfile::tempdir().expect("temp dir");
-    let fs = FsStore::open(dir.path()).expect("fs store");
+    // The 16 MB cell's payload object is over the default 5 MiB record limit.
+    let fs = FsStore::open(dir.path())
+        .expect("fs store")
+        .with_record_limit(32 << 20);
     let mut all = vec![
         Backend {
             name: "memory",
-            store: Arc::new(MemoryStore::new()),
+            store: Arc::new(MemoryStore::new().with_record_limit(32 << 20)),
             _dir: None,
             lasting: false,
         },

@@ -5,6 +5,8 @@
 
 #[path = "../../fence-wire/tests/support/canned.rs"]
 mod canned;
+#[path = "../../fence-wire/tests/support/s3_listing.rs"]
+mod s3_listing;
 
 use std::time::Duration;
 
@@ -15,6 +17,7 @@ use canned::{
 };
 use fence_core::{CasGuard, Commit, ConditionalStore, ErrorKind, Key, PutOutcome, Version};
 use fence_s3::{S3Store, S3StoreBuilder};
+use s3_listing::{endless_listing, gibibyte_pages, is_listing};
 
 fn builder(server: &Canned) -> S3StoreBuilder {
     S3Store::builder()
@@ -128,40 +131,6 @@ async fn a_write_answered_with_a_long_body_is_classified_by_its_headers() {
     assert_read_no_further(&server);
 }
 
-fn listing_page(page: u64, names: u64) -> String {
-    let mut xml = format!(
-        "<?xml version=\"1.0\"?><ListBucketResult><IsTruncated>true</IsTruncated>\
-         <NextContinuationToken>t{}</NextContinuationToken>",
-        page + 1
-    );
-    for i in 0..names {
-        xml.push_str(&format!(
-            "<Contents><Key>fleet/cells/c{page}-{i}/own.json</Key><Size>10</Size>\
-             <LastModified>2026-12-01T07:00:00.000Z</LastModified></Contents>"
-        ));
-    }
-    xml + "</ListBucketResult>"
-}
-
-fn is_listing(r: &Request) -> bool {
-    r.target.contains("list-type=2")
-}
-
-/// Every listing page continues with the next (`continuation-token=t<N>`), without end.
-fn endless_listing(names_per_page: u64) -> impl Fn(&Request) -> Reply + Send + Sync {
-    move |r: &Request| match is_listing(r) {
-        true => {
-            let page = r.query_number("continuation-token=t").unwrap_or(0);
-            Reply::status(200, "application/xml", listing_page(page, names_per_page))
-        }
-        false => Reply::status(
-            404,
-            "application/xml",
-            "<Error><Code>NoSuchKey</Code></Error>",
-        ),
-    }
-}
-
 /// A listing whose pages never end stops at the limit of names, with an error that says so.
 #[tokio::test]
 async fn a_listing_that_never_ends_stops_at_its_limit_of_names() {
@@ -179,12 +148,7 @@ async fn empty_pages_that_never_end_stop_at_the_limit_of_pages() {
 /// One listing page of 1 GiB: read up to the page limit, then refused.
 #[tokio::test]
 async fn a_listing_page_of_a_gibibyte_is_read_no_further() {
-    let head = "<?xml version=\"1.0\"?><ListBucketResult><Contents><Key>";
-    let server = serve(move |r: &Request| match is_listing(r) {
-        true => Reply::stream(200, "application/xml", GIB, b'a').with_body_start(head),
-        false => Reply::status(404, "application/xml", ""),
-    })
-    .await;
+    let server = serve(gibibyte_pages).await;
     assert_listing_capped(&store_at(&server), None).await;
     assert_read_no_further(&server);
 }

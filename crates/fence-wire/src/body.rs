@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
-use fence_core::{Error, ErrorKind, Key};
+use fence_core::{Error, Key};
 use futures::{Stream, StreamExt};
 use http_body::{Body, Frame, SizeHint};
 
@@ -105,7 +105,7 @@ where
 }
 
 /// The error of a read whose object is longer than the store's record limit: no record of
-/// this store can be that long. [`ErrorKind::Corrupt`] naming the key, not committed; the
+/// this store can be that long. [`fence_core::ErrorKind::Corrupt`] naming the key, not committed; the
 /// body was read no further than the limit.
 ///
 /// ```
@@ -147,17 +147,7 @@ where
     }
 }
 
-/// The error of a `put` of a body longer than the store's record limit: refused before any
-/// I/O ([`ErrorKind::InvalidInput`], not committed).
-pub fn over_put_limit(key: &Key, len: usize, limit: usize) -> Error {
-    let message = format!(
-        "a body of {len} bytes is over the store's record limit of {limit} bytes \
-         (with_record_limit raises it)"
-    );
-    Error::new(ErrorKind::InvalidInput, message)
-        .with_key(key)
-        .not_committed()
-}
+pub use fence_core::store::over_put_limit;
 
 /// The chunks of a reqwest answer's body as a stream (reqwest's own `bytes_stream` needs its
 /// `stream` feature).
@@ -352,6 +342,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fence_core::ErrorKind;
     use futures::executor::block_on;
     use http_body_util::{BodyExt, Full, StreamBody};
 

@@ -158,6 +158,13 @@ pub fn collectable(epoch: Option<u64>, claim_epoch: u64, current: bool, flaws: F
     older && !current
 }
 
+/// The epoch a payload object's name states (`<epoch>-<nonce>`, as fence names them), or
+/// `None` for a name fence did not write. With [`collectable`], the rule that decides which
+/// objects of a listing a claim may delete.
+pub fn blob_epoch(name: &str) -> Option<u64> {
+    name.split('-').next().and_then(|e| e.parse::<u64>().ok())
+}
+
 /// Whether an object found at a log record's name is the record this append wrote (an
 /// ambiguous create that landed): only if its bytes are exactly ours. Anything else belongs
 /// to another writer (an orphan, another claim of the epoch) and is never taken as ours.
@@ -383,6 +390,8 @@ mod tests {
         );
         assert!(!collectable(Some(2), 3, true, f), "the head points at it");
         assert!(!collectable(None, 3, false, f), "not a name fence wrote");
+        assert_eq!(blob_epoch("12-ab3f"), Some(12));
+        assert_eq!(blob_epoch("notes.txt"), None);
         assert!(record_is_ours(b"rec", b"rec", f));
         assert!(!record_is_ours(b"orphan", b"rec", f));
     }

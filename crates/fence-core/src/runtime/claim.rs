@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::decide::claim::{ClaimEnd, ClaimFlow, ClaimStep};
 use crate::decide::claimed::{
-    admit, collectable, Base, CellEnd, CellStep, CellWrite, Change, Refusal,
+    admit, blob_epoch, collectable, Base, CellEnd, CellStep, CellWrite, Change, Refusal,
 };
 use crate::error::{Commit, Error, ErrorKind};
 use crate::flaws::sabotaged;
@@ -821,9 +821,8 @@ impl CellClaim {
             let Some(name) = key.as_str().rsplit('/').next() else {
                 continue;
             };
-            let epoch = name.split('-').next().and_then(|e| e.parse::<u64>().ok());
             let current = current.as_deref() == Some(name);
-            if collectable(epoch, self.epoch, current, fence.flaws) {
+            if collectable(blob_epoch(name), self.epoch, current, fence.flaws) {
                 bounded(&fence.clock, bound(), own.store().delete_immutable(&key)).await?;
                 deleted += 1;
             }

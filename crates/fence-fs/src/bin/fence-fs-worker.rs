@@ -2,9 +2,10 @@
 //!
 //! - `fence-fs-worker incr ROOT KEY N`: N compare-and-swap increments of a decimal counter;
 //! - `fence-fs-worker crash-writer ROOT KEY`: rewrites KEY by CAS forever with
-//!   self-describing bodies (`seq=N;len=L;` then filler), printing `ack N` once write N is
-//!   acknowledged; after each write it creates a payload object `KEY.p/N` and deletes the
-//!   one before (as a head's payload objects are collected), until killed;
+//!   self-describing bodies (`seq=N;len=L;` then filler), printing `ready` once the store is
+//!   open and `ack N` once write N is acknowledged; after each write it creates a payload
+//!   object `KEY.p/N` and deletes the one before (as a head's payload objects are
+//!   collected), until killed;
 //! - `fence-fs-worker writer ROOT KEY BYTES`: read-modify-CAS of KEY with BODY-sized
 //!   bodies forever, until killed;
 //! - `fence-fs-worker cycle ROOT CELL`: as node `cycler`, claims CELL's owner record at the
@@ -127,6 +128,9 @@ pub fn crash_body(seq: u64, len: usize) -> Vec<u8> {
 async fn crash_writer(store: &FsStore, key: &Key) -> Result<(), Error> {
     let entropy = Entropy::from_os();
     let mut out = std::io::stdout().lock();
+    writeln!(out, "ready")
+        .and_then(|()| out.flush())
+        .map_err(io_error("stdout"))?;
     loop {
         let (guard, seq) = match store.get(key).await? {
             None => (CasGuard::Absent, 0),

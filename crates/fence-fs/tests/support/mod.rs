@@ -5,6 +5,17 @@ use std::path::{Path, PathBuf};
 
 use fence_core::Key;
 
+pub mod legacy;
+
+/// Runs `f` to completion on a fresh current-thread runtime with time enabled.
+pub fn block<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
 /// Every file and directory below `dir` (not `dir` itself), without following symlinks.
 pub fn files_below(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {

@@ -6,9 +6,11 @@
 //! [`ClaimFlow`](fence_core::decide::claim::ClaimFlow) (claim, resume, takeover, seal),
 //! [`CellWrite`](fence_core::decide::claimed::CellWrite) and
 //! [`admit`](fence_core::decide::claimed::admit) (fenced writes, release, hand-off, and the
-//! lease check before them), and [`HeadWrite`](fence_core::decide::write::HeadWrite) (the
-//! settlement of every head write by evidence). The tokio runtime drives the very same
-//! machines. Only the world around them is the model's: a store with versions, a network
+//! lease check before them), [`HeadWrite`](fence_core::decide::write::HeadWrite) (the
+//! settlement of every head write by evidence), and the payload collection rule
+//! ([`blob_epoch`](fence_core::decide::claimed::blob_epoch) and
+//! [`collectable`](fence_core::decide::claimed::collectable)). The tokio runtime drives the
+//! very same machines and rules. Only the world around them is the model's: a store with versions, a network
 //! whose requests can be held up, answered late, lost or refused, clocks (monotonic and wall,
 //! skewed, suspended), pauses, crashes and restarts, and a co-writer at the cell's epoch
 //! (`update_cell`, as `fence put` is).
@@ -83,6 +85,9 @@ pub struct ModelConfig {
     pub hand_offs: u8,
     /// Writes by a co-writer at the cell's epoch (`update_cell`), at most.
     pub co_writes: u8,
+    /// Collections of unused payload objects (`collect_garbage`) in all, at most. With
+    /// any, the co-writer's data goes to payload objects (nodes write inline data).
+    pub collections: u8,
     /// Ticks during which faults and choices happen.
     pub chaos_ticks: u32,
     /// Quiet ticks after them, by the end of which some node must hold the cell.
@@ -111,6 +116,7 @@ impl ModelConfig {
             releases: 0,
             hand_offs: 0,
             co_writes: 0,
+            collections: 0,
             chaos_ticks: 2,
             settle_ticks: 10,
             exception: None,
@@ -155,6 +161,19 @@ impl ModelConfig {
         }
     }
 
+    /// Two nodes claiming one cell, node 0 pausing once (a stall or a suspension) and
+    /// collecting unused payload objects once, and a co-writer at the cell's epoch whose
+    /// data goes to a payload object: the scope of the payload collection rule, checked in
+    /// every CI run.
+    pub fn collection() -> Self {
+        ModelConfig {
+            pauses: 1,
+            co_writes: 1,
+            collections: 1,
+            ..ModelConfig::bare()
+        }
+    }
+
     /// [`quick`](Self::quick) with one faulty answer (held up, lost, refused or late).
     pub fn faulty() -> Self {
         ModelConfig {
@@ -182,6 +201,7 @@ impl ModelConfig {
         self.releases = 0;
         self.hand_offs = 0;
         self.co_writes = 0;
+        self.collections = 0;
         self
     }
 
@@ -208,9 +228,16 @@ impl ModelConfig {
                 pause_ticks: 2,
                 ..b
             },
-            Sabotage::AckWithoutOwnerRead | Sabotage::GcCurrentEpoch => ModelConfig {
+            Sabotage::AckWithoutOwnerRead => ModelConfig {
                 faults: 1,
                 writes: 1,
+                ..b
+            },
+            // The co-writer's payload object of the claim's epoch is listed before its head
+            // write lands.
+            Sabotage::GcCurrentEpoch => ModelConfig {
+                co_writes: 1,
+                collections: 1,
                 ..b
             },
             Sabotage::StealLiveOwner => b,
@@ -254,7 +281,7 @@ impl ModelConfig {
     /// A short name of the scope, as the CI line prints it.
     pub fn scope(&self) -> String {
         let mut s = format!(
-            "{} nodes ({} acting) x 1 cell, ttl {:?} ms, {} faults, {} pause ({} ticks), {} crash, {} writes/node, {} release, {} hand-off, {} co-write, {}+{} ticks of {} ms",
+            "{} nodes ({} acting) x 1 cell, ttl {:?} ms, {} faults, {} pause ({} ticks), {} crash, {} writes/node, {} release, {} hand-off, {} co-write, {} collection, {}+{} ticks of {} ms",
             self.nodes,
             self.actors,
             self.ttl_ms,
@@ -266,6 +293,7 @@ impl ModelConfig {
             self.releases,
             self.hand_offs,
             self.co_writes,
+            self.collections,
             self.chaos_ticks,
             self.settle_ticks,
             self.tick_ms

@@ -37,6 +37,10 @@ impl PropertyName {
     }
 }
 
+/// The name of the property that readers never find the cell corrupt: the head never points
+/// at a payload object that is not (or no longer) in the store.
+pub const NO_DANGLING_HEAD: &str = "no head points at a missing payload object";
+
 /// The name of the exclusion property.
 pub const EXCLUSION: &str = "no two nodes believe they hold the cell at once";
 
@@ -72,6 +76,10 @@ pub(crate) fn all() -> Vec<Property<FenceModel>> {
         }),
         Property::always(NoWriteWithoutLease.name(), |_, w: &World| {
             holds(w, NoWriteWithoutLease)
+        }),
+        Property::always(NO_DANGLING_HEAD, |_, w: &World| {
+            let blob = w.store.head.as_ref().and_then(|(h, _)| h.payload.blob());
+            blob.is_none_or(|b| w.store.blobs.contains(&b.name))
         }),
         Property::always(EXCLUSION, |m: &FenceModel, w: &World| {
             (0..w.nodes.len()).filter(|n| m.believes(w, *n)).count() <= 1

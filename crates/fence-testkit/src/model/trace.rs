@@ -75,6 +75,9 @@ fn op(o: &Op) -> String {
             head.payload
         ),
         Op::GetHead => "get head".into(),
+        Op::PutBlob { name } => format!("create payload object {name}"),
+        Op::ListBlobs => "list payload objects".into(),
+        Op::DeleteBlob { name } => format!("delete payload object {name}"),
     }
 }
 
@@ -108,6 +111,7 @@ fn describe(model: &FenceModel, w: &World, action: &Action) -> String {
         Action::Release(n) => format!("n{n}: releases the cell"),
         Action::HandOff(n) => format!("n{n}: hands the cell off"),
         Action::CoWrite => "co-writer: update_cell at the current epoch".into(),
+        Action::Collect(n) => format!("n{n}: collects unused payload objects"),
         Action::Pause(n, true) => format!("n{n}: SUSPENDED (monotonic clock stops)"),
         Action::Pause(n, false) => format!("n{n}: STALLED"),
         Action::Crash(n) => format!("n{n}: CRASH"),

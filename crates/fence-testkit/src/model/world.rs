@@ -2,13 +2,15 @@
 //! the faults — and its transitions.
 
 use fence_core::decide::claim::{ClaimEnd, ClaimFlow, ClaimStep};
-use fence_core::decide::claimed::{admit, Base, CellEnd, CellStep, CellWrite, Change};
+use fence_core::decide::claimed::{
+    admit, blob_epoch, collectable, Base, CellEnd, CellStep, CellWrite, Change,
+};
 use fence_core::decide::write::{HeadWrite, PutAnswer, ReadAnswer, Settled, WriteStep};
 use fence_core::decide::{
     Flaws, Holder, LeaseConfig, LeaseCore, LeaseEffect, LeaseEvent, Now, Observation,
     ObservedLease, ReadResult, WriteResult,
 };
-use fence_core::record::{CellHead, CellPayload, HeadFormat, NodeLeaseRecord};
+use fence_core::record::{BlobRef, CellHead, CellPayload, HeadFormat, NodeLeaseRecord};
 use fence_core::{CasGuard, Version};
 use stateright::{Model, Property};
 
@@ -35,6 +37,8 @@ pub struct LeaseObj {
 pub struct Store {
     pub(crate) leases: Vec<Option<(LeaseObj, Version)>>,
     pub(crate) head: Option<(CellHead, Version)>,
+    /// The cell's payload objects, by name (sorted).
+    pub(crate) blobs: Vec<String>,
     lease_versions: Vec<u16>,
     head_versions: u16,
 }
@@ -64,6 +68,8 @@ pub enum Thread {
     Task,
     /// The co-writer.
     Co,
+    /// A node's payload collection.
+    Gc,
 }
 
 /// A request.
@@ -81,6 +87,12 @@ pub enum Op {
     },
     /// Read the cell head.
     GetHead,
+    /// Create a payload object (names are unique).
+    PutBlob { name: String },
+    /// List the cell's payload objects.
+    ListBlobs,
+    /// Delete a payload object.
+    DeleteBlob { name: String },
 }
 
 /// What the store answered.
@@ -92,6 +104,10 @@ pub enum Outcome {
     Lease(Option<(LeaseObj, Version)>),
     /// A head read.
     Head(Option<(CellHead, Version)>),
+    /// A payload object created or deleted.
+    Done,
+    /// A listing of payload objects.
+    Names(Vec<String>),
 }
 
 /// Where a request is.
@@ -194,12 +210,16 @@ pub struct Node {
     writes_left: u8,
     retry_at: u64,
     last_written: Option<CellPayload>,
+    /// A payload collection under way: `None` until its listing came back.
+    collecting: Option<Option<Vec<String>>>,
 }
 
 /// The co-writer: `update_cell` at the cell's current epoch.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CoWriter {
     left: u8,
+    /// Its payload object is being created; the head write follows.
+    storing: bool,
     pub(crate) write: Option<(HeadWrite, CellHead, u8)>,
     reading: bool,
     tries: u8,
@@ -213,6 +233,7 @@ struct Budget {
     crashes: u8,
     releases: u8,
     hand_offs: u8,
+    collections: u8,
 }
 
 /// What the properties need of the past.
@@ -293,6 +314,8 @@ pub enum Action {
     HandOff(u8),
     /// The co-writer starts a write at the cell's epoch.
     CoWrite,
+    /// Node `n` collects the cell's unused payload objects.
+    Collect(u8),
     /// Node `n` is paused (`true`: suspended, its monotonic clock stops).
     Pause(u8, bool),
     /// Node `n`'s process crashes.
@@ -399,6 +422,7 @@ impl FenceModel {
             writes_left: self.cfg.writes,
             retry_at: 0,
             last_written: None,
+            collecting: None,
         }
         .with_lag_of(n)
     }
@@ -437,8 +461,18 @@ pub(crate) fn payload(id: u8) -> CellPayload {
 pub(crate) fn id_of(p: &CellPayload) -> Option<u8> {
     match p {
         CellPayload::Inline(b) => std::str::from_utf8(b).ok()?.strip_prefix('d')?.parse().ok(),
-        _ => None,
+        CellPayload::Blob(b) => b.name.rsplit_once("-d")?.1.parse().ok(),
+        CellPayload::Empty => None,
     }
+}
+
+/// The payload of data write `id` at `epoch`, kept in a payload object named as fence names
+/// them (`<epoch>-<unique>`).
+fn blob_payload(epoch: u64, id: u8) -> CellPayload {
+    CellPayload::Blob(BlobRef {
+        name: format!("{epoch}-d{id}"),
+        len: 2,
+    })
 }
 
 enum Next {
@@ -876,7 +910,7 @@ impl FenceModel {
                 LeaseEvent::Read(ReadResult::Found(observed(obj, v)))
             }
             (Some(Outcome::Lease(None)), _) => LeaseEvent::Read(ReadResult::Absent),
-            (Some(Outcome::Head(_)), _) => return,
+            (Some(Outcome::Head(_) | Outcome::Done | Outcome::Names(_)), _) => return,
             (None, Op::PutLease { .. }) if refused => {
                 LeaseEvent::Written(WriteResult::NotCommitted)
             }
@@ -886,9 +920,57 @@ impl FenceModel {
         self.lease_step(w, n, event);
     }
 
+    // ----- payload collection --------------------------------------------------------------
+
+    /// `Claim::collect_garbage`: list the cell's payload objects, read the head, delete each
+    /// object the core's rule ([`collectable`] of its [`blob_epoch`]) lets the claim's epoch
+    /// delete.
+    fn start_collect(&self, w: &mut World, n: usize) {
+        w.nodes[n].collecting = Some(None);
+        let bound = self.bound(w, n);
+        self.send(w, n, Thread::Gc, Op::ListBlobs, bound);
+    }
+
+    fn gc_answer(&self, w: &mut World, n: usize, outcome: Option<Outcome>) {
+        let bound = self.bound(w, n);
+        let node = &mut w.nodes[n];
+        match (node.collecting.take(), outcome) {
+            (Some(None), Some(Outcome::Names(names))) => {
+                node.collecting = Some(Some(names));
+                self.send(w, n, Thread::Gc, Op::GetHead, bound);
+            }
+            (Some(Some(names)), Some(Outcome::Head(head))) => {
+                let Some(epoch) = node.claim.as_ref().map(|c| c.epoch) else {
+                    return;
+                };
+                let current = head.as_ref().and_then(|(h, _)| h.payload.blob().cloned());
+                for name in names {
+                    let is_current = current.as_ref().is_some_and(|b| b.name == name);
+                    if collectable(blob_epoch(&name), epoch, is_current, self.flaws) {
+                        self.send(w, n, Thread::Gc, Op::DeleteBlob { name }, bound);
+                    }
+                }
+            }
+            // A delete's answer, or a failed request (the collection gives up).
+            _ => {}
+        }
+    }
+
     // ----- the co-writer -------------------------------------------------------------------
 
     fn co_answer(&self, w: &mut World, outcome: Option<Outcome>, refused: bool) {
+        if w.co.storing {
+            w.co.storing = false;
+            let stored = matches!(outcome, Some(Outcome::Done));
+            let step = match w.co.write.as_mut() {
+                Some((write, _, _)) if stored => write.start(),
+                _ => {
+                    w.co.write = None;
+                    return;
+                }
+            };
+            return self.co_step(w, step);
+        }
         if w.co.reading {
             w.co.reading = false;
             let Some(Outcome::Head(Some((head, version)))) = outcome else {
@@ -905,7 +987,7 @@ impl FenceModel {
             Some(Outcome::Head(h)) => write.on_read(ReadAnswer::Head(h)),
             None if refused => write.on_put(PutAnswer::NotCommitted { retryable: true }),
             None => write.on_put(PutAnswer::Ambiguous),
-            Some(Outcome::Lease(_)) => return,
+            Some(Outcome::Lease(_) | Outcome::Done | Outcome::Names(_)) => return,
         };
         self.co_step(w, step);
     }
@@ -917,9 +999,15 @@ impl FenceModel {
         };
         w.co.tries += 1;
         let id = 200 + w.co.tries;
+        // With collections in the scope, the co-writer's data goes to a payload object.
+        let data = if self.cfg.collections > 0 {
+            blob_payload(head.epoch, id)
+        } else {
+            payload(id)
+        };
         let body = CellHead {
             nonce: format!("co-{}", w.co.tries),
-            payload: payload(id),
+            payload: data,
             format: HeadFormat::V2,
             ..head
         };
@@ -930,6 +1018,15 @@ impl FenceModel {
             body.epoch,
         )
         .with_flaws(self.flaws);
+        if let Some(blob) = body.payload.blob() {
+            let op = Op::PutBlob {
+                name: blob.name.clone(),
+            };
+            w.co.write = Some((write, body, id));
+            w.co.storing = true;
+            let bound = self.lease_cfg[0].attempt_max_ms;
+            return self.send(w, CO as usize, Thread::Co, op, bound);
+        }
         let step = write.start();
         w.co.write = Some((write, body, id));
         self.co_step(w, step);
@@ -1001,6 +1098,17 @@ impl FenceModel {
                 w.store.head = Some((head, v.clone()));
                 Outcome::Put(Some(v))
             }
+            Op::PutBlob { name } => {
+                if let Err(at) = w.store.blobs.binary_search(&name) {
+                    w.store.blobs.insert(at, name);
+                }
+                Outcome::Done
+            }
+            Op::ListBlobs => Outcome::Names(w.store.blobs.clone()),
+            Op::DeleteBlob { name } => {
+                w.store.blobs.retain(|b| *b != name);
+                Outcome::Done
+            }
         }
     }
 
@@ -1036,6 +1144,7 @@ impl FenceModel {
         match req.thread {
             Thread::Lease => self.lease_answer(w, from, &req.op, outcome, refused),
             Thread::Task => self.task_answer(w, from, outcome, refused),
+            Thread::Gc => self.gc_answer(w, from, outcome),
             Thread::Co => {}
         }
         self.drop_claim_if_lease_over(w, from);
@@ -1106,7 +1215,9 @@ impl FenceModel {
             out.push(Action::Pause(n as u8, false));
             out.push(Action::Pause(n as u8, true));
         }
-        let idle_claim = node.task.is_none() && node.claim.as_ref().is_some_and(|c| !c.ended);
+        let idle_claim = node.task.is_none()
+            && node.collecting.is_none()
+            && node.claim.as_ref().is_some_and(|c| !c.ended);
         if idle_claim {
             if node.writes_left > 0 {
                 out.push(Action::Write(n as u8));
@@ -1116,6 +1227,9 @@ impl FenceModel {
             }
             if b.hand_offs > 0 {
                 out.push(Action::HandOff(n as u8));
+            }
+            if b.collections > 0 {
+                out.push(Action::Collect(n as u8));
             }
         }
     }
@@ -1190,12 +1304,14 @@ impl Model for FenceModel {
             store: Store {
                 leases: vec![None; self.cfg.nodes],
                 head: None,
+                blobs: Vec::new(),
                 lease_versions: vec![0; self.cfg.nodes],
                 head_versions: 0,
             },
             net: Vec::new(),
             co: CoWriter {
                 left: self.cfg.co_writes,
+                storing: false,
                 write: None,
                 reading: false,
                 tries: 0,
@@ -1206,6 +1322,7 @@ impl Model for FenceModel {
                 crashes: self.cfg.crashes,
                 releases: self.cfg.releases,
                 hand_offs: self.cfg.hand_offs,
+                collections: self.cfg.collections,
             },
             hist: History::default(),
         };
@@ -1340,6 +1457,10 @@ impl Model for FenceModel {
                 w.budget.hand_offs -= 1;
                 self.start_change(&mut w, n as usize, ChangeKind::HandOff);
             }
+            Action::Collect(n) => {
+                w.budget.collections -= 1;
+                self.start_collect(&mut w, n as usize);
+            }
             Action::CoWrite => {
                 w.co.left -= 1;
                 w.co.reading = true;
@@ -1385,6 +1506,7 @@ impl FenceModel {
         node.lease = None;
         node.task = None;
         node.claim = None;
+        node.collecting = None;
         node.paused_until = None;
         node.suspended = false;
         let from = n as u8;
