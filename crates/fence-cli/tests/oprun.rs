@@ -150,9 +150,11 @@ fn a_shorter_timeout_than_the_ttl_succeeds_on_a_later_run() {
 #[test]
 fn one_shot_runs_never_take_over_a_live_holder() {
     let (store, rt, mark) = (Store::new(), Runtime::new(), Mark::new());
-    let mut holder = start_holder(&rt, &store, "live", "2s", &mark);
-    // Runs close together and runs more than a TTL apart: every one is busy.
-    for pause in [0, 2_500, 100, 2_500, 2_500] {
+    // TTL 5 s: renewals every 1.7 s have slack on a loaded machine (with 2 s, a holder
+    // whose renewals ran late for a whole TTL was once taken over: rightly, it had lapsed).
+    let mut holder = start_holder(&rt, &store, "live", "5s", &mark);
+    // Runs close together and runs more than the holder's TTL apart: every one is busy.
+    for pause in [0, 5_500, 100, 5_500] {
         minute(pause);
         let (code, _) = rt.one_shot(&store, "live", "2s");
         assert_eq!(code, Some(75), "a one-shot run took over a renewing holder");
