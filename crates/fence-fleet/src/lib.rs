@@ -21,15 +21,19 @@
 #![deny(missing_docs)]
 
 pub mod assign;
+mod assignment;
 mod fleet;
 mod follow;
+mod leader;
 pub mod log;
 pub mod membership;
 mod run;
 mod shard;
+mod watch;
 
 pub use fleet::{Drained, Events, Fleet, FleetBuilder, MemberFilter};
 pub use follow::{follow, named_mine, owners, Follow, Owner};
+pub use leader::LEADER_CELL;
 pub use shard::{CellEvent, Shard, StopReason};
 
 /// docs/fleet.md, compiled as doctests so its examples cannot rot.

@@ -1,34 +1,41 @@
-//! The fleet's task: one round after another of membership, placement, takeovers, hand-offs
-//! and head polls. Protocol glue; every decision it makes is guarded by the core's epochs.
+//! The fleet's task: one round after another of reading this node's assignment, taking and
+//! giving cells, watching, polling heads and (on one node) leading. Protocol glue; every
+//! decision it makes is guarded by the core's epochs.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use fence_core::decide::{Liveness, Now, Observation};
 use fence_core::record::CellHead;
-use fence_core::runtime::{CellClaim, Fence, LeaseKeeper};
-use fence_core::{Error, ErrorKind};
+use fence_core::runtime::{CellClaim, ClaimStatus, Fence, LeaseKeeper};
+use fence_core::{CasGuard, Error, ErrorKind};
 use futures::StreamExt;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
-use crate::assign::assign;
+use crate::assignment::{self, Assignment, Notice, NoticeKind};
 use crate::fleet::{acquire, lock, Command, Drained, Inner, Settings};
 use crate::follow::read_heads;
-use crate::membership::{judge_nodes, read_members, Member, Members};
-use crate::shard::{CellEvent, Shard, StopReason};
+use crate::leader::{Leader, Timing, LEADER_CELL};
+use crate::membership::{Member, Members};
+use crate::shard::{CellEvent, End, Shard, StopReason};
+use crate::watch::Schedule;
 
 /// A held cell as the task keeps it.
 struct Held {
     shard: Shard,
-    stop: Arc<watch::Sender<Option<StopReason>>>,
     since_mono: u64,
     watcher: JoinHandle<()>,
-    /// Set by whoever announced the shard's end first: its watcher (at once, when the claim
-    /// learns it is over) or the task.
-    announced: Arc<AtomicBool>,
+}
+
+/// A hand-off whose outcome is not known yet (its write got no answer): settled by evidence
+/// before anything is told.
+struct Unsettled {
+    end: Arc<End>,
+    to: String,
+    epoch: u64,
 }
 
 /// The last head this node read of a cell.
@@ -36,24 +43,33 @@ struct Held {
 struct Seen {
     owner: Option<String>,
     epoch: u64,
-    generation: Option<String>,
 }
 
 impl Seen {
     fn of(head: Option<&CellHead>) -> Seen {
-        match head {
-            Some(h) => Seen {
-                owner: h.node.clone(),
-                epoch: h.epoch,
-                generation: h.generation.clone(),
-            },
-            None => Seen {
-                owner: None,
-                epoch: 0,
-                generation: None,
-            },
+        Seen {
+            owner: head.and_then(|h| h.node.clone()),
+            epoch: head.map_or(0, |h| h.epoch),
         }
     }
+}
+
+/// What this node's assignment record says, as last read.
+#[derive(Default)]
+struct Mine {
+    term: u64,
+    leader: String,
+    targets: BTreeSet<String>,
+    heirs: BTreeMap<String, String>,
+    moves: BTreeMap<String, String>,
+}
+
+/// A node this node watches.
+struct Watching {
+    heirs: BTreeMap<String, String>,
+    schedule: Schedule,
+    /// This node tombstoned its lease: its heirs were told to take its cells.
+    tombstoned: bool,
 }
 
 pub(crate) struct Run {
@@ -65,19 +81,39 @@ pub(crate) struct Run {
     /// predecessor the caller vouched for.
     vouched: HashSet<String>,
     cells: Vec<String>,
+    known: HashSet<String>,
     held: BTreeMap<String, Held>,
+    unsettled: BTreeMap<String, Unsettled>,
     seen: HashMap<String, Seen>,
     /// Cells the store names as this node's with no claim of this process.
     orphans: BTreeSet<String>,
-    view: Vec<String>,
-    view_since: u64,
-    target: BTreeMap<String, String>,
-    next_scan: u64,
+    mine: Mine,
+    /// Cells to take because their node died (cell → since, wall ms).
+    inherit: BTreeMap<String, u64>,
+    /// Cells handed to this node (cell → since, wall ms).
+    handed: BTreeMap<String, u64>,
+    /// Cells another node asked for (cell → asker).
+    asked: BTreeMap<String, String>,
+    /// Notices acted on, and when they were written.
+    processed: HashSet<Notice>,
+    /// Target cells held by another node, and since when (monotonic ms).
+    waiting: HashMap<String, u64>,
+    asked_at: HashMap<String, u64>,
+    watching: BTreeMap<String, Watching>,
+    leader: Option<Leader>,
+    next_leader_check: u64,
+    joined: bool,
+    next_read: u64,
+    next_take: u64,
     next_poll: u64,
+    next_follow: u64,
     events: mpsc::UnboundedSender<CellEvent>,
     commands: mpsc::Receiver<Command>,
     lost_tx: mpsc::UnboundedSender<()>,
     lost_rx: mpsc::UnboundedReceiver<()>,
+    /// When (monotonic ms) the lease's authority runs out unless renewed, for the task that
+    /// stops every shard then even while a round waits on the store.
+    expiry: watch::Sender<u64>,
     /// A drain was answered while the lease was lost: the task ends.
     done: bool,
 }
@@ -102,6 +138,15 @@ impl Run {
         let mut vouched: HashSet<String> = s.predecessor.iter().cloned().collect();
         vouched.insert(lease.generation());
         let (lost_tx, lost_rx) = mpsc::unbounded_channel();
+        let known = cells.iter().cloned().collect();
+        let expiry = watch::channel(u64::MAX).0;
+        let guard = guard_lease(
+            inner.clone(),
+            fence.clone(),
+            expiry.subscribe(),
+            lost_tx.clone(),
+        );
+        tokio::spawn(guard);
         Run {
             inner,
             fence,
@@ -109,18 +154,31 @@ impl Run {
             lease,
             vouched,
             cells,
+            known,
             held: BTreeMap::new(),
+            unsettled: BTreeMap::new(),
             seen: HashMap::new(),
             orphans: BTreeSet::new(),
-            view: Vec::new(),
-            view_since: 0,
-            target: BTreeMap::new(),
-            next_scan: 0,
+            mine: Mine::default(),
+            inherit: BTreeMap::new(),
+            handed: BTreeMap::new(),
+            asked: BTreeMap::new(),
+            processed: HashSet::new(),
+            waiting: HashMap::new(),
+            asked_at: HashMap::new(),
+            watching: BTreeMap::new(),
+            leader: None,
+            next_leader_check: 0,
+            joined: false,
+            next_read: 0,
+            next_take: 0,
             next_poll: 0,
+            next_follow: 0,
             events,
             commands,
             lost_tx,
             lost_rx,
+            expiry,
             done: false,
         }
     }
@@ -129,12 +187,21 @@ impl Run {
         self.fence.clock().mono_ms()
     }
 
+    fn wall(&self) -> u64 {
+        self.fence.clock().wall_ms()
+    }
+
     fn me(&self) -> String {
         self.inner.node.clone()
     }
 
     fn emit(&self, event: CellEvent) {
         let _ = self.events.send(event);
+    }
+
+    /// The oldest notice still acted on (wall ms).
+    fn oldest_notice(&self) -> u64 {
+        self.wall().saturating_sub(self.s.notices_ms)
     }
 
     pub(crate) async fn run(mut self) {
@@ -175,123 +242,81 @@ impl Run {
             }
         }
     }
+
     /// One round; returns when the next one is due.
     async fn round(&mut self) -> u64 {
         self.reap().await;
-        let members = self.read_view().await;
+        let mut for_leader = Vec::new();
         let now = self.now();
-        let mut wanted: BTreeSet<String> = self
-            .target
-            .iter()
-            .filter(|(c, n)| **n == self.inner.node && !self.held.contains_key(*c))
-            .map(|(c, _)| c.clone())
-            .collect();
-        let mut fresh = HashSet::new();
-        if now >= self.next_scan {
-            fresh = self.scan().await;
-            self.next_scan = now.saturating_add(self.s.scan_ms);
+        if now >= self.next_read {
+            for_leader = self.read_assignment().await;
+            self.next_read = now.saturating_add(self.s.interval_ms);
         }
-        wanted.extend(self.orphans.iter().cloned());
-        self.take(wanted, &members, &fresh).await;
-        let stable = now.saturating_sub(self.view_since) >= self.s.settle_ms;
-        if stable {
-            self.shed(&members).await;
+        self.settle_unsettled().await;
+        self.answer_asks().await;
+        if now >= self.next_take {
+            self.take().await;
+            self.shed().await;
+            self.next_take = now.saturating_add(self.take_every());
         }
+        self.watch().await;
+        let now = self.now();
         if let Some(every) = self.s.head_poll_ms {
             if now >= self.next_poll {
                 self.poll_heads().await;
                 self.next_poll = now.saturating_add(every);
             }
         }
-        self.next_wake(&members, stable)
+        if let Some(every) = self.s.follow_ms {
+            if now >= self.next_follow {
+                self.follow_all().await;
+                self.next_follow = now.saturating_add(every);
+            }
+        }
+        self.lead(for_leader).await;
+        self.publish_members();
+        self.next_wake()
     }
 
-    fn next_wake(&self, members: &Members, stable: bool) -> u64 {
+    fn pending(&self) -> bool {
+        let targets = self.mine.targets.iter();
+        targets.clone().any(|c| !self.held.contains_key(c))
+            || !self.inherit.is_empty()
+            || !self.handed.is_empty()
+            || !self.orphans.is_empty()
+            || !self.unsettled.is_empty()
+            || self.held.keys().any(|c| !self.mine.targets.contains(c))
+    }
+
+    /// How often cells are taken and given: every interval, four times as often while a
+    /// cell is on its way.
+    fn take_every(&self) -> u64 {
+        if self.pending() {
+            (self.s.interval_ms / 4).max(self.fence.config().poll_ms())
+        } else {
+            self.s.interval_ms
+        }
+    }
+
+    fn next_wake(&self) -> u64 {
         let now = self.now();
-        let pending = self.orphans.len()
-            + self
-                .target
-                .iter()
-                .filter(|(c, n)| **n == self.inner.node && !self.held.contains_key(*c))
-                .count();
-        let mut every = self.s.interval_ms;
-        if pending > 0 || self.has_excess() {
-            every = (every / 4).max(self.fence.config().poll_ms());
-        }
-        let mut at = now.saturating_add(every);
-        if let Some(r) = members.recheck_mono.filter(|r| *r > now) {
-            at = at.min(r);
-        }
+        let mut at = self.next_read.min(self.next_take).max(now + 1);
         if self.s.head_poll_ms.is_some() {
             at = at.min(self.next_poll.max(now + 1));
         }
-        if !stable {
-            at = at.min(
-                self.view_since
-                    .saturating_add(self.s.settle_ms)
-                    .max(now + 1),
-            );
+        for w in self.watching.values() {
+            at = at.min(w.schedule.next_mono.max(now + 1));
         }
-        at
+        // The moment the lease's authority would run out unrenewed: every shard stops then.
+        let remaining = u64::try_from(self.lease.remaining().as_millis()).unwrap_or(u64::MAX);
+        let expires = now.saturating_add(remaining).saturating_add(1);
+        self.expiry
+            .send_if_modified(|e| std::mem::replace(e, expires) != expires);
+        at.min(expires)
     }
 
-    fn has_excess(&self) -> bool {
-        self.held
-            .keys()
-            .any(|c| self.target.get(c).is_some_and(|n| *n != self.inner.node))
-    }
-
-    // ----- membership ----------------------------------------------------------------------
-
-    async fn read_view(&mut self) -> Members {
-        let bound = Duration::from_millis(self.bound_ms());
-        let mut members = match read_members(&self.fence, bound).await {
-            Ok(m) => m,
-            Err(e) => {
-                // The nodes last listed are judged again by fresh reads: a view kept whole
-                // would show a node that died since live for as long as listings fail, and
-                // its cells would never be taken over.
-                debug!(node = %self.inner.node, error = %e, "membership listing failed; last listed nodes read again");
-                let last = self.last_listed();
-                match judge_nodes(&self.fence, last, bound).await {
-                    Ok(m) => m,
-                    Err(_) => lock(&self.inner.members).clone(),
-                }
-            }
-        };
-        if let Some(f) = &self.s.filter {
-            members.live.retain(|m| f(&m.node));
-            members.gone.retain(|n| f(n));
-        }
-        if !members.is_live(&self.inner.node) {
-            members.live.push(Member {
-                node: self.me(),
-                generation: Some(self.lease.generation()),
-                addr: String::new(),
-            });
-            members.live.sort_by(|a, b| a.node.cmp(&b.node));
-        }
-        let nodes = members.live_nodes();
-        if nodes != self.view {
-            info!(node = %self.inner.node, live = ?nodes, "membership changed");
-            self.view_since = self.now();
-            self.target = assign(&self.cells, &nodes);
-            self.view = nodes;
-        }
-        *lock(&self.inner.members) = members.clone();
-        members
-    }
-
-    /// The other nodes of the last view, live or gone.
-    fn last_listed(&self) -> Vec<String> {
-        let view = lock(&self.inner.members);
-        let live = view.live.iter().map(|m| m.node.clone());
-        let all = live.chain(view.gone.iter().cloned());
-        all.filter(|n| *n != self.inner.node).collect()
-    }
-
-    /// The bound of one read of a round: an attempt's longest, but no longer than an interval
-    /// (a slow store must not hold up the rounds that notice losses and deaths).
+    /// The bound of one request of a round: an attempt's longest, but no longer than an
+    /// interval (a slow store must not hold up the rounds that notice losses and deaths).
     fn bound_ms(&self) -> u64 {
         let cfg = self.fence.config();
         cfg.attempt_max_ms
@@ -299,11 +324,159 @@ impl Run {
             .max(cfg.attempt_min_ms)
     }
 
-    fn receivers(&self) -> Receivers {
-        Receivers {
-            fence: self.fence.clone(),
-            bound_ms: self.bound_ms(),
+    // ----- the assignment ------------------------------------------------------------------
+
+    /// Reads this node's assignment record; returns the notices addressed to the leader.
+    async fn read_assignment(&mut self) -> Vec<Notice> {
+        let me = self.me();
+        let a = match assignment::read(&self.fence, &me, self.bound_ms()).await {
+            Ok(Some((a, _))) => a,
+            Ok(None) => Assignment::empty(&me),
+            Err(e) => {
+                debug!(node = %me, error = %e, "assignment read failed");
+                return Vec::new();
+            }
+        };
+        if a.generation != self.lease.generation() || a.leaving {
+            self.write_own(false).await;
         }
+        if a.term >= self.mine.term {
+            self.follow_assignment(&a);
+        }
+        self.hear(a.notices)
+    }
+
+    /// Writes this node's own part of its record: its generation, and whether it is leaving.
+    async fn write_own(&self, leaving: bool) -> bool {
+        let generation = self.lease.generation();
+        let me = self.me();
+        let own = |a: &mut Assignment| {
+            let changed = a.generation != generation || a.leaving != leaving;
+            a.generation = generation.clone();
+            a.leaving = leaving;
+            changed
+        };
+        let r = assignment::edit(&self.fence, &me, self.bound_ms(), true, own).await;
+        if let Err(e) = &r {
+            debug!(node = %me, error = %e, "own record not written");
+        }
+        r.is_ok()
+    }
+
+    fn follow_assignment(&mut self, a: &Assignment) {
+        let known = |c: &String| self.known.contains(c);
+        self.mine = Mine {
+            term: a.term,
+            leader: a.leader.clone(),
+            targets: a.cells.iter().filter(|c| known(c)).cloned().collect(),
+            heirs: a.heirs.clone(),
+            moves: a.moves.clone(),
+        };
+        let me = self.me();
+        let listed: BTreeSet<&String> = a.watch.iter().map(|w| &w.node).collect();
+        self.watching.retain(|n, _| listed.contains(n));
+        for w in a.watch.iter().filter(|w| w.node != me) {
+            let entry = self.watching.entry(w.node.clone()).or_insert(Watching {
+                heirs: BTreeMap::new(),
+                schedule: Schedule::default(),
+                tombstoned: false,
+            });
+            entry.heirs = w.heirs.clone();
+        }
+    }
+
+    /// Takes in new notices; returns those addressed to the leader.
+    fn hear(&mut self, notices: Vec<Notice>) -> Vec<Notice> {
+        let oldest = self.oldest_notice();
+        self.processed.retain(|n| n.at >= oldest);
+        self.inherit.retain(|_, at| *at >= oldest);
+        self.handed.retain(|_, at| *at >= oldest);
+        let mut for_leader = Vec::new();
+        for n in notices {
+            if n.at < oldest || self.processed.contains(&n) {
+                continue;
+            }
+            self.processed.insert(n.clone());
+            let cell_known = self.known.contains(&n.cell);
+            match n.kind {
+                // The leadership handed to this node: resumed at the next check, now.
+                NoticeKind::Handed if n.cell == LEADER_CELL => self.next_leader_check = 0,
+                NoticeKind::Inherit if cell_known => {
+                    self.inherit.insert(n.cell, n.at);
+                    self.next_take = 0;
+                }
+                NoticeKind::Handed if cell_known => {
+                    self.handed.insert(n.cell, n.at);
+                    self.next_take = 0;
+                }
+                NoticeKind::Ask if cell_known => {
+                    self.asked.insert(n.cell, n.node);
+                }
+                NoticeKind::Joined | NoticeKind::Leaving | NoticeKind::Gone => for_leader.push(n),
+                _ => {}
+            }
+        }
+        for_leader
+    }
+
+    fn notice(&self, kind: NoticeKind, cell: &str, node: &str) -> Notice {
+        Notice {
+            at: self.wall(),
+            kind,
+            cell: cell.to_owned(),
+            node: node.to_owned(),
+        }
+    }
+
+    /// Posts notices, one edit per recipient, `concurrency` at a time.
+    async fn post(&self, by_node: BTreeMap<String, Vec<Notice>>) {
+        let (fence, oldest, bound) = (&self.fence, self.oldest_notice(), self.bound_ms());
+        let sent: Vec<(String, Result<(), Error>)> = futures::stream::iter(by_node)
+            .map(|(to, notices)| async move {
+                let r = assignment::notify(fence, &to, notices, oldest, bound).await;
+                (to, r)
+            })
+            .buffer_unordered(self.s.concurrency)
+            .collect()
+            .await;
+        for (to, r) in sent {
+            if let Err(e) = r {
+                debug!(node = %self.inner.node, to, error = %e, "notice not posted");
+            }
+        }
+    }
+
+    /// What this node knows of the fleet, for [`Fleet::members`](crate::Fleet::members).
+    fn publish_members(&self) {
+        let mut live: BTreeMap<String, Option<String>> = BTreeMap::new();
+        live.insert(self.me(), Some(self.lease.generation()));
+        if let Some(l) = &self.leader {
+            for (n, m) in &l.members {
+                live.insert(
+                    n.clone(),
+                    Some(m.generation.clone()).filter(|g| !g.is_empty()),
+                );
+            }
+        }
+        let named = self.watching.keys().chain(self.mine.heirs.values());
+        let named = named.chain(self.mine.moves.values());
+        for n in named.chain(std::iter::once(&self.mine.leader)) {
+            if !n.is_empty() {
+                live.entry(n.clone()).or_insert(None);
+            }
+        }
+        let members = Members {
+            live: live
+                .into_iter()
+                .map(|(node, generation)| Member {
+                    node,
+                    generation,
+                    addr: String::new(),
+                })
+                .collect(),
+            ..Members::default()
+        };
+        *lock(&self.inner.members) = members;
     }
 
     // ----- heads ---------------------------------------------------------------------------
@@ -322,11 +495,11 @@ impl Run {
     }
 
     /// Records the owner this node now knows `cell` has — from a read of its head, or from
-    /// this node's own claim, resume or hand-off — and announces it when it changed, so the
-    /// `NewOwner` events alone always name the last owner known.
+    /// this node's own claim, resume, hand-off or release — and announces it when it changed,
+    /// so the `NewOwner` events alone always name the last owner this node knows.
     fn learned(&mut self, cell: &str, seen: Seen) {
         let before = self.seen.insert(cell.to_owned(), seen.clone());
-        if before.as_ref().map(|b| &b.owner) != Some(&seen.owner) {
+        if before.as_ref() != Some(&seen) {
             self.emit(CellEvent::NewOwner {
                 cell: cell.to_owned(),
                 owner: seen.owner,
@@ -335,59 +508,77 @@ impl Run {
         }
     }
 
-    /// Records what a read of `cell`'s head showed; announces a new owner.
+    /// Records what a read of `cell`'s head showed.
     fn saw(&mut self, cell: &str, head: Option<&CellHead>) {
         let seen = Seen::of(head);
-        self.learned(cell, seen.clone());
         let mine = seen.owner.as_deref() == Some(self.inner.node.as_str());
-        if mine && !self.held.contains_key(cell) {
+        self.learned(cell, seen);
+        if mine && !self.held.contains_key(cell) && !self.unsettled.contains_key(cell) {
             self.orphans.insert(cell.to_owned());
         } else {
             self.orphans.remove(cell);
         }
     }
 
-    /// Reads every cell's head not held; returns the cells read.
-    async fn scan(&mut self) -> HashSet<String> {
+    /// Reads every cell's head not held (opt-in: [`FleetBuilder::scan`](crate::FleetBuilder::scan)).
+    async fn follow_all(&mut self) {
         let cells: Vec<String> = self
             .cells
             .iter()
             .filter(|c| !self.held.contains_key(*c))
             .cloned()
             .collect();
-        let read = self.read_heads(cells).await;
-        let mut fresh = HashSet::new();
-        for (cell, head) in read {
+        for (cell, head) in self.read_heads(cells).await {
             self.saw(&cell, head.as_ref());
-            fresh.insert(cell);
         }
-        fresh
     }
 
     // ----- taking cells --------------------------------------------------------------------
 
-    async fn take(&mut self, wanted: BTreeSet<String>, members: &Members, fresh: &HashSet<String>) {
+    /// Takes what this node should hold: its target cells, cells it inherits from a dead
+    /// node, cells handed to it, and cells the store names as its own.
+    async fn take(&mut self) {
+        let now = self.now();
+        let mut wanted: BTreeSet<String> = self.mine.targets.clone();
+        wanted.extend(self.inherit.keys().cloned());
+        wanted.extend(self.handed.keys().cloned());
+        wanted.extend(self.orphans.iter().cloned());
+        wanted.retain(|c| !self.held.contains_key(c) && !self.unsettled.contains_key(c));
+        self.waiting.retain(|c, _| wanted.contains(c));
         if wanted.is_empty() {
             return;
         }
-        // A cell last seen with a live foreign owner is read first (it waits for that owner's
-        // hand-off); any other is taken at once: the claim reads the head itself, and resumes
-        // it without a new epoch when a generation this process vouches for wrote it.
-        let waits = |run: &Run, cell: &String| {
-            run.seen.get(cell).is_none_or(|s| {
-                s.owner
-                    .as_ref()
-                    .is_some_and(|o| *o != run.inner.node && members.is_live(o))
-            })
+        let me = self.me();
+        let give_up = 2 * self.s.scan_ms;
+        // Taken at once: cells with no live owner known, or one this node was told is gone;
+        // a cell a live node holds is read, and waited for (it hands it over).
+        let sure = |run: &Run, c: &String| {
+            run.inherit.contains_key(c)
+                || run.handed.contains_key(c)
+                || run.orphans.contains(c)
+                || run
+                    .waiting
+                    .get(c)
+                    .is_some_and(|t| now.saturating_sub(*t) >= give_up)
+                || run
+                    .seen
+                    .get(c)
+                    .is_some_and(|s| s.owner.as_ref().is_none_or(|o| *o == me))
         };
-        let (unsure, mut take): (Vec<String>, Vec<String>) = wanted
-            .into_iter()
-            .partition(|c| !fresh.contains(c) && waits(self, c));
+        let (mut take, unsure): (Vec<String>, Vec<String>) =
+            wanted.into_iter().partition(|c| sure(self, c));
         for (cell, head) in self.read_heads(unsure).await {
             self.saw(&cell, head.as_ref());
-            take.push(cell);
+            let free = head
+                .as_ref()
+                .is_none_or(|h| h.node.as_ref().is_none_or(|o| *o == me));
+            if free {
+                take.push(cell);
+            } else {
+                self.waiting.entry(cell).or_insert(now);
+            }
         }
-        take.retain(|c| self.seen.get(c).is_none_or(|_| !waits(self, c)));
+        self.ask_for_waited().await;
         if take.is_empty() {
             return;
         }
@@ -398,7 +589,11 @@ impl Run {
             .await;
         for (cell, r) in results {
             match r {
-                Ok((claim, resumed)) => self.install(claim, resumed),
+                Ok((claim, resumed)) => {
+                    self.inherit.remove(&cell);
+                    self.handed.remove(&cell);
+                    self.install(claim, resumed);
+                }
                 Err(e) => {
                     // Read it first next time: its owner may be live, or it moved.
                     self.seen.remove(&cell);
@@ -410,6 +605,34 @@ impl Run {
                     }
                 }
             }
+        }
+    }
+
+    /// Asks the holder of each target cell waited for too long to hand it over (at most once
+    /// per `scan`): after a restart, or a hand-off it does not know of, it may not know it
+    /// holds the cell.
+    async fn ask_for_waited(&mut self) {
+        let now = self.now();
+        let patience = self.s.settle_ms + self.s.min_hold_ms + 2 * self.s.interval_ms;
+        let mut asks: BTreeMap<String, Vec<Notice>> = BTreeMap::new();
+        let me = self.me();
+        for (cell, since) in &self.waiting {
+            let due = now.saturating_sub(*since) >= patience
+                && self
+                    .asked_at
+                    .get(cell)
+                    .is_none_or(|t| now.saturating_sub(*t) >= self.s.scan_ms);
+            let owner = self.seen.get(cell).and_then(|s| s.owner.clone());
+            if let Some(owner) = owner.filter(|o| due && *o != me) {
+                let n = self.notice(NoticeKind::Ask, cell, &me);
+                asks.entry(owner).or_default().push(n);
+            }
+        }
+        for n in asks.values().flatten() {
+            self.asked_at.insert(n.cell.clone(), now);
+        }
+        if !asks.is_empty() {
+            self.post(asks).await;
         }
     }
 
@@ -438,73 +661,40 @@ impl Run {
 
     fn install(&mut self, claim: CellClaim, resumed: bool) {
         let cell = claim.cell().to_owned();
-        let (shard, stop) = Shard::new(claim);
-        let stop = Arc::new(stop);
-        let announced = Arc::new(AtomicBool::new(false));
-        let watcher = {
-            let claim = shard.claim.clone();
-            let (tx, events, announced) =
-                (self.lost_tx.clone(), self.events.clone(), announced.clone());
-            let (receivers, stop) = (self.receivers(), stop.clone());
-            tokio::spawn(async move {
-                let how = claim.lost().await;
-                if let Some(reason) = StopReason::of(how) {
-                    let reason = receivers.name(claim.cell(), reason).await;
-                    stop.send_replace(Some(reason.clone()));
-                    if !announced.swap(true, Ordering::SeqCst) {
-                        let _ = events.send(CellEvent::Stopped {
-                            cell: claim.cell().to_owned(),
-                            epoch: claim.epoch(),
-                            reason,
-                        });
-                    }
-                }
-                let _ = tx.send(());
-            })
-        };
+        let shard = Shard::new(claim, self.events.clone());
+        let watcher = tokio::spawn(watch_claim(
+            shard.clone(),
+            self.fence.clone(),
+            self.bound_ms(),
+            self.lost_tx.clone(),
+        ));
         info!(node = %self.inner.node, cell, epoch = shard.epoch(), resumed, "cell started");
         self.orphans.remove(&cell);
         lock(&self.inner.shards).insert(cell.clone(), shard.clone());
-        self.held.insert(
-            cell.clone(),
-            Held {
-                shard: shard.clone(),
-                stop,
-                since_mono: self.now(),
-                watcher,
-                announced,
-            },
-        );
         let epoch = shard.epoch();
+        let since_mono = self.now();
+        let held = Held {
+            shard: shard.clone(),
+            since_mono,
+            watcher,
+        };
+        self.held.insert(cell.clone(), held);
         self.emit(CellEvent::Started { shard, resumed });
-        let generation = Some(self.lease.generation());
-        let owner = Some(self.me());
-        self.learned(
-            &cell,
-            Seen {
-                owner,
-                epoch,
-                generation,
-            },
-        );
+        let me = Some(self.me());
+        self.learned(&cell, Seen { owner: me, epoch });
     }
 
-    /// Forgets `cell`'s shard, announcing why it stopped.
-    fn remove(&mut self, cell: &str, reason: StopReason) {
-        let Some(h) = self.held.remove(cell) else {
-            return;
-        };
+    /// Forgets `cell`'s shard; tells `reason` unless a reason was told already.
+    fn remove(&mut self, cell: &str, reason: Option<StopReason>) -> Option<Held> {
+        let h = self.held.remove(cell)?;
         h.watcher.abort();
-        h.stop.send_replace(Some(reason.clone()));
+        h.shard.end.stop_acting();
         lock(&self.inner.shards).remove(cell);
-        info!(node = %self.inner.node, cell, epoch = h.shard.epoch(), ?reason, "cell stopped");
-        if !h.announced.swap(true, Ordering::SeqCst) {
-            self.emit(CellEvent::Stopped {
-                cell: cell.to_owned(),
-                epoch: h.shard.epoch(),
-                reason,
-            });
+        if let Some(r) = reason {
+            info!(node = %self.inner.node, cell, epoch = h.shard.epoch(), reason = ?r, "cell stopped");
+            h.shard.end.finish(r);
         }
+        Some(h)
     }
 
     // ----- losing cells --------------------------------------------------------------------
@@ -515,16 +705,19 @@ impl Run {
             self.lease_lost().await;
             return;
         }
-        let ended: Vec<(String, StopReason)> = self
+        let ended: Vec<String> = self
             .held
             .iter()
-            .filter_map(|(c, h)| h.shard.stopped().map(|r| (c.clone(), r)))
+            .filter(|(_, h)| h.shard.stopped().is_some())
+            .map(|(c, _)| c.clone())
             .collect();
-        let receivers = self.receivers();
-        for (cell, reason) in ended {
-            let reason = receivers.name(&cell, reason).await;
-            self.remove(&cell, reason);
+        for cell in ended {
+            self.remove(&cell, None);
             self.seen.remove(&cell);
+        }
+        if self.leader.as_ref().is_some_and(|l| !l.claim.is_held()) {
+            info!(node = %self.inner.node, "no longer leading");
+            self.leader = None;
         }
     }
 
@@ -532,11 +725,17 @@ impl Run {
         let cells: Vec<String> = self.held.keys().cloned().collect();
         for cell in cells {
             if let Some(h) = self.held.get(&cell) {
-                h.stop.send_replace(Some(reason.clone()));
+                h.shard.end.stop_acting();
                 h.shard.claim.close().await;
             }
-            self.remove(&cell, reason.clone());
+            self.remove(&cell, Some(reason.clone()));
             self.orphans.insert(cell);
+        }
+        for (_, u) in std::mem::take(&mut self.unsettled) {
+            u.end.finish(reason.clone());
+        }
+        if let Some(l) = self.leader.take() {
+            l.claim.close().await;
         }
     }
 
@@ -574,7 +773,8 @@ impl Run {
                     *lock(&self.inner.generation) = generation.clone();
                     self.lease = lease;
                     self.emit(CellEvent::Acquired { generation });
-                    self.next_scan = 0;
+                    self.joined = false;
+                    self.next_leader_check = 0;
                     return;
                 }
                 Err(_) if self.commands.is_closed() => return,
@@ -609,143 +809,535 @@ impl Run {
         }
     }
 
-    /// Reads the heads of held cells; stops those that are no longer this node's.
+    /// Reads the heads of held cells (and of the leadership cell); stops those that are no
+    /// longer this node's.
     async fn poll_heads(&mut self) {
-        let cells: Vec<String> = self.held.keys().cloned().collect();
+        let mut cells: Vec<String> = self.held.keys().cloned().collect();
+        if self.leader.is_some() {
+            cells.push(LEADER_CELL.to_owned());
+        }
         for (cell, head) in self.read_heads(cells).await {
+            if cell == LEADER_CELL {
+                let term = self.leader.as_ref().map_or(0, |l| l.term);
+                if !head
+                    .as_ref()
+                    .is_some_and(|h| h.is_owned_by(&self.inner.node, term))
+                {
+                    if let Some(l) = self.leader.take() {
+                        warn!(node = %self.inner.node, "head poll: leadership superseded");
+                        l.claim.close().await;
+                    }
+                }
+                continue;
+            }
             let Some(h) = self.held.get(&cell) else {
                 continue;
             };
             let epoch = h.shard.epoch();
-            let ours = head
+            if head
                 .as_ref()
-                .is_some_and(|hd| hd.is_owned_by(&self.inner.node, epoch));
-            if ours {
+                .is_some_and(|hd| hd.is_owned_by(&self.inner.node, epoch))
+            {
                 continue;
             }
             let found = head.as_ref().map_or(0, |hd| hd.epoch);
             warn!(node = %self.inner.node, cell, epoch, found, "head poll: cell superseded");
-            h.stop
-                .send_replace(Some(StopReason::Superseded { epoch: found }));
+            h.shard.end.stop_acting();
             h.shard.claim.close().await;
-            self.remove(&cell, StopReason::Superseded { epoch: found });
+            self.remove(&cell, Some(StopReason::Superseded { epoch: found }));
             self.saw(&cell, head.as_ref());
         }
     }
 
     // ----- giving cells away ---------------------------------------------------------------
 
-    /// Hands off every held cell whose target is another live node, once held long enough.
-    async fn shed(&mut self, members: &Members) {
+    /// Hands off every held cell the placement moved elsewhere, once held long enough;
+    /// releases a cell placed elsewhere with no receiver named, once held a `scan`.
+    async fn shed(&mut self) {
+        if self.mine.term == 0 {
+            return;
+        }
         let now = self.now();
-        let moves: Vec<(String, String)> = self
-            .held
-            .iter()
-            .filter(|(_, h)| now.saturating_sub(h.since_mono) >= self.s.min_hold_ms)
-            .filter_map(|(c, _)| {
-                let to = self.target.get(c)?;
-                (*to != self.inner.node && members.is_live(to)).then(|| (c.clone(), to.clone()))
-            })
-            .collect();
-        self.hand_off_all(moves, members).await;
+        let me = self.me();
+        let mut moves = Vec::new();
+        let mut release = Vec::new();
+        for (c, h) in &self.held {
+            let held_for = now.saturating_sub(h.since_mono);
+            if self.mine.targets.contains(c) || held_for < self.s.min_hold_ms {
+                continue;
+            }
+            match self.mine.moves.get(c).filter(|to| **to != me) {
+                Some(to) => moves.push((c.clone(), to.clone())),
+                None if held_for >= self.s.scan_ms.max(self.s.min_hold_ms) => {
+                    release.push(c.clone())
+                }
+                None => {}
+            }
+        }
+        self.hand_off_all(moves, false).await;
+        self.release_cells(release).await;
+    }
+
+    /// Answers asks for cells: one held (or named this node's) that is not this node's by
+    /// the placement is handed to the node that asked.
+    async fn answer_asks(&mut self) {
+        let asks = std::mem::take(&mut self.asked);
+        let mut moves = Vec::new();
+        for (cell, asker) in asks {
+            if self.mine.targets.contains(&cell) || asker == self.inner.node {
+                continue;
+            }
+            if !self.held.contains_key(&cell) {
+                self.adopt_all(vec![cell.clone()]).await;
+            }
+            if self.held.contains_key(&cell) {
+                moves.push((cell, asker));
+            }
+        }
+        self.hand_off_all(moves, true).await;
     }
 
     async fn hand_off_asked(&mut self, cell: &str, to: &str) -> Result<u64, Error> {
-        let members = lock(&self.inner.members).clone();
         if !self.held.contains_key(cell) {
             return Err(invalid(format!("cell {cell} is not held by this node")));
         }
-        if to == self.inner.node || !members.is_live(to) {
+        if to == self.inner.node || !self.is_live(to).await {
             return Err(invalid(format!("{to} is not another live member")));
         }
         let mut done = self
-            .hand_off_all(vec![(cell.to_owned(), to.to_owned())], &members)
+            .hand_off_all(vec![(cell.to_owned(), to.to_owned())], true)
             .await;
         done.pop()
             .map_or_else(|| Err(invalid("no hand-off made".into())), |(_, r)| r)
     }
 
-    /// Hands off `moves` (cell, receiver), `concurrency` at a time.
+    /// Whether `node`'s lease is live by one read (judged by the observation rule).
+    async fn is_live(&self, node: &str) -> bool {
+        let observer = self.fence.observer();
+        match observer.observe(&self.fence, node, self.bound_ms()).await {
+            Ok(o) => {
+                let now = now_of(&self.fence);
+                o.lease.is_some() && o.judge(now, self.fence.config()) != Liveness::Dead
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The lease generation of each receiver that takes cells now — its record names one
+    /// and it is not leaving — by one read of its record.
+    async fn receivers(&self, nodes: BTreeSet<String>) -> BTreeMap<String, String> {
+        let (fence, bound) = (&self.fence, self.bound_ms());
+        let read: Vec<(String, Option<String>)> = futures::stream::iter(nodes)
+            .map(|n| async move {
+                let a = assignment::read(fence, &n, bound).await;
+                let ready = a.ok().flatten().map(|(a, _)| a);
+                let generation = ready.filter(|a| !a.leaving && !a.generation.is_empty());
+                (n, generation.map(|a| a.generation))
+            })
+            .buffer_unordered(self.s.concurrency)
+            .collect()
+            .await;
+        read.into_iter()
+            .filter_map(|(n, g)| g.map(|g| (n, g)))
+            .collect()
+    }
+
+    /// Hands off `moves` (cell, receiver), `concurrency` at a time; receivers that are
+    /// leaving or unknown are refused. With `notify`, each receiver is told in its record.
     async fn hand_off_all(
         &mut self,
         moves: Vec<(String, String)>,
-        members: &Members,
+        notify: bool,
     ) -> Vec<(String, Result<u64, Error>)> {
+        if moves.is_empty() {
+            return Vec::new();
+        }
+        let ready = self
+            .receivers(moves.iter().map(|(_, to)| to.clone()).collect())
+            .await;
+        let mut out = Vec::new();
         let mut jobs = Vec::new();
         for (cell, to) in moves {
-            let Some(h) = self.held.get(&cell) else {
+            let (Some(h), Some(generation)) = (self.held.get(&cell), ready.get(&to)) else {
+                let e = invalid(format!(
+                    "{to} is leaving or unknown; {cell} not handed to it"
+                ));
+                out.push((cell, Err(e)));
                 continue;
             };
-            let epoch = h.shard.epoch().saturating_add(1);
-            // The application stops acting first.
-            h.stop.send_replace(Some(StopReason::HandedOff {
-                to: to.clone(),
-                epoch,
-            }));
-            let generation = members.generation(&to).map(str::to_owned);
-            jobs.push((cell, to, generation, h.shard.claim.clone()));
+            // The application stops acting first; why, it learns once known.
+            h.shard.end.stop_acting();
+            jobs.push((cell, to, generation.clone(), h.shard.claim.clone()));
         }
         let results: Vec<(String, String, Result<u64, Error>)> = futures::stream::iter(jobs)
             .map(|(cell, to, generation, claim)| async move {
-                let r = claim.hand_off(&to, generation.as_deref()).await;
+                let r = claim.hand_off(&to, Some(&generation)).await;
                 (cell, to, r)
             })
             .buffer_unordered(self.s.concurrency)
             .collect()
             .await;
-        let mut out = Vec::new();
+        let mut told: BTreeMap<String, Vec<Notice>> = BTreeMap::new();
         for (cell, to, r) in results {
-            match &r {
-                Ok(epoch) => {
-                    self.remove(
-                        &cell,
-                        StopReason::HandedOff {
-                            to: to.clone(),
-                            epoch: *epoch,
-                        },
-                    );
-                    let seen = Seen {
-                        owner: Some(to),
-                        epoch: *epoch,
-                        generation: None,
-                    };
-                    self.learned(&cell, seen);
-                }
-                Err(e) => {
-                    warn!(node = %self.inner.node, cell, to, error = %e, "hand-off failed");
-                    self.remove(&cell, StopReason::Closed);
-                    // Read again next round: adopted back if it is still ours.
-                    self.seen.remove(&cell);
-                    self.orphans.insert(cell.clone());
-                }
+            self.handed_off(&cell, &to, &r);
+            if r.is_ok() && notify {
+                let n = self.notice(NoticeKind::Handed, &cell, &self.me());
+                told.entry(to).or_default().push(n);
             }
             out.push((cell, r));
         }
+        self.post(told).await;
         out
     }
 
+    /// Tells what a hand-off of `cell` to `to` did — only what is known: landed, not made,
+    /// or (no verdict) left to [`settle_unsettled`](Self::settle_unsettled).
+    fn handed_off(&mut self, cell: &str, to: &str, r: &Result<u64, Error>) {
+        let Some(h) = self.remove(cell, None) else {
+            return;
+        };
+        match r {
+            Ok(epoch) => {
+                let handed = StopReason::HandedOff {
+                    to: to.to_owned(),
+                    epoch: *epoch,
+                };
+                info!(node = %self.inner.node, cell, to, epoch, "cell handed off");
+                h.shard.end.finish(handed);
+                let seen = Seen {
+                    owner: Some(to.to_owned()),
+                    epoch: *epoch,
+                };
+                self.learned(cell, seen);
+            }
+            Err(e) if e.commit() == fence_core::Commit::NotCommitted => {
+                warn!(node = %self.inner.node, cell, to, error = %e, "hand-off not made");
+                let reason = if self.lease.is_held() {
+                    StopReason::Closed
+                } else {
+                    StopReason::LeaseLost
+                };
+                h.shard.end.finish(reason);
+                // Still this node's in the store: adopted again next round.
+                self.seen.remove(cell);
+                self.orphans.insert(cell.to_owned());
+            }
+            Err(e) => {
+                warn!(node = %self.inner.node, cell, to, error = %e, "hand-off unsettled");
+                let u = Unsettled {
+                    end: h.shard.end.clone(),
+                    to: to.to_owned(),
+                    epoch: h.shard.epoch().saturating_add(1),
+                };
+                self.unsettled.insert(cell.to_owned(), u);
+            }
+        }
+    }
+
+    /// Settles hand-offs that got no verdict, by evidence: adopting the cell again (a seal
+    /// at its epoch, after which the hand-off can never land) says it was not handed off; a
+    /// head naming the receiver at the next epoch says it was.
+    async fn settle_unsettled(&mut self) {
+        let cells: Vec<String> = self.unsettled.keys().cloned().collect();
+        for cell in cells {
+            match self.lease.adopt(&cell).await {
+                Ok(claim) => {
+                    if let Some(u) = self.unsettled.remove(&cell) {
+                        u.end.finish(StopReason::Closed);
+                    }
+                    self.install(claim, true);
+                    continue;
+                }
+                Err(e) if !self.lease.is_held() => {
+                    debug!(cell, error = %e, "hand-off unsettled; lease lost");
+                    continue;
+                }
+                Err(_) => {}
+            }
+            let read = self.fence.ownership().read_head(&cell);
+            let Some(Ok(head)) = self.fence.clock().timeout(self.bound_ms(), read).await else {
+                continue;
+            };
+            let head = head.map(|(h, _)| h);
+            let me = self.inner.node.clone();
+            if head
+                .as_ref()
+                .is_some_and(|h| h.node.as_deref() == Some(me.as_str()))
+            {
+                continue; // still ours: the adopt failed for another reason; again next round
+            }
+            let Some(u) = self.unsettled.remove(&cell) else {
+                continue;
+            };
+            let landed = head
+                .as_ref()
+                .is_some_and(|h| h.epoch == u.epoch && h.node.as_deref() == Some(u.to.as_str()));
+            let reason = if landed {
+                StopReason::HandedOff {
+                    to: u.to.clone(),
+                    epoch: u.epoch,
+                }
+            } else {
+                StopReason::Superseded {
+                    epoch: head.as_ref().map_or(0, |h| h.epoch),
+                }
+            };
+            u.end.finish(reason);
+            self.saw(&cell, head.as_ref());
+        }
+    }
+
+    /// Releases `cells` (held), `concurrency` at a time; returns those released.
+    async fn release_cells(&mut self, cells: Vec<String>) -> BTreeSet<String> {
+        let shards: Vec<Shard> = cells
+            .iter()
+            .filter_map(|c| self.held.get(c).map(|h| h.shard.clone()))
+            .collect();
+        for s in &shards {
+            s.end.stop_acting();
+        }
+        let results: Vec<(String, Result<(), Error>)> = futures::stream::iter(shards)
+            .map(|s| async move { (s.cell().to_owned(), s.claim.release_shared().await) })
+            .buffer_unordered(self.s.concurrency)
+            .collect()
+            .await;
+        let mut released = BTreeSet::new();
+        for (cell, r) in results {
+            match r {
+                Ok(()) => {
+                    let epoch = self.held.get(&cell).map_or(0, |h| h.shard.epoch());
+                    self.remove(&cell, Some(StopReason::Released));
+                    self.learned(&cell, Seen { owner: None, epoch });
+                    self.orphans.remove(&cell);
+                    released.insert(cell);
+                }
+                Err(e) => {
+                    warn!(node = %self.inner.node, cell, error = %e, "release failed");
+                    let reason = if self.lease.is_held() {
+                        StopReason::Closed
+                    } else {
+                        StopReason::LeaseLost
+                    };
+                    self.remove(&cell, Some(reason));
+                    self.orphans.insert(cell);
+                }
+            }
+        }
+        released
+    }
+
+    // ----- watching ------------------------------------------------------------------------
+
+    /// Reads the lease of each watched node whose read is due; handles a death.
+    async fn watch(&mut self) {
+        let now = self.now();
+        let due: Vec<String> = self
+            .watching
+            .iter()
+            .filter(|(_, w)| w.schedule.due(now))
+            .map(|(n, _)| n.clone())
+            .collect();
+        let margin = (self.fence.config().poll_ms() / 2).max(1);
+        let ttl = self.fence.config().ttl_ms;
+        for node in due {
+            let read = self
+                .fence
+                .observer()
+                .observe(&self.fence, &node, self.bound_ms());
+            let seen = read.await;
+            let now = now_of(&self.fence);
+            let Some(w) = self.watching.get_mut(&node) else {
+                continue;
+            };
+            let o = match seen {
+                Ok(o) => o,
+                Err(e) => {
+                    debug!(node, error = %e, "watched lease not read");
+                    w.schedule.after_failure(now.mono_ms, margin);
+                    continue;
+                }
+            };
+            let verdict = o.judge(now, self.fence.config());
+            w.schedule.after_read(&o, verdict, now, ttl, margin);
+            if verdict != Liveness::Dead || o.lease.is_none() {
+                continue;
+            }
+            // Until the leader re-plans without it, the death is told again each `scan`.
+            w.schedule.next_mono = now.mono_ms.saturating_add(self.s.scan_ms);
+            let (heirs, tombstoned) = (w.heirs.clone(), w.tombstoned);
+            match self.bury(&node, &o, heirs, tombstoned).await {
+                Some(t) => {
+                    if let Some(w) = self.watching.get_mut(&node) {
+                        w.tombstoned |= t;
+                    }
+                }
+                None => {
+                    if let Some(w) = self.watching.get_mut(&node) {
+                        w.schedule.after_failure(now.mono_ms, margin);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A watched node is dead by this node's observation: tombstones its lease (a released
+    /// record written by compare-and-swap over the version observed, so it lands only if
+    /// the holder never renewed since — and then it never can), and tells the heirs of its
+    /// cells (unless it released its lease itself: it handed or released its cells) and the
+    /// leader. Returns whether this node tombstoned it (`tombstoned`: it did before), or
+    /// `None` if it must be tried again.
+    async fn bury(
+        &mut self,
+        node: &str,
+        seen: &Observation,
+        heirs: BTreeMap<String, String>,
+        tombstoned: bool,
+    ) -> Option<bool> {
+        let Some(lease) = &seen.lease else {
+            return Some(tombstoned);
+        };
+        let released = lease.record.is_released() && !tombstoned;
+        if !lease.record.is_released() {
+            let mut record = lease.record.clone();
+            record.expires_ms = 0;
+            let guard = CasGuard::Match(lease.version.clone());
+            let own = self.fence.ownership();
+            let cas = own.cas_node_lease(guard, &record);
+            match self.fence.clock().timeout(self.bound_ms(), cas).await {
+                Some(Ok(fence_core::LeaseCasOutcome::Applied { .. })) => {
+                    info!(node = %self.inner.node, dead = node, "lease tombstoned: taking over its cells");
+                }
+                Some(Ok(fence_core::LeaseCasOutcome::Rejected)) => {
+                    // It moved since: a late renewal or a new process. Watched afresh.
+                    return Some(false);
+                }
+                _ => return None,
+            }
+        }
+        let mut told: BTreeMap<String, Vec<Notice>> = BTreeMap::new();
+        let me = self.me();
+        // A node that released its own lease handed or released its cells itself.
+        if !released {
+            for (cell, heir) in heirs.into_iter().filter(|(c, _)| self.known.contains(c)) {
+                if heir == me {
+                    self.inherit.insert(cell, self.wall());
+                    self.next_take = 0;
+                } else {
+                    let n = self.notice(NoticeKind::Inherit, &cell, node);
+                    told.entry(heir).or_default().push(n);
+                }
+            }
+        }
+        let gone = self.notice(NoticeKind::Gone, "", node);
+        match &mut self.leader {
+            Some(l) => {
+                l.round(vec![gone]).await;
+            }
+            None if !self.mine.leader.is_empty() && self.mine.leader != node => {
+                told.entry(self.mine.leader.clone()).or_default().push(gone);
+            }
+            None => {}
+        }
+        if self.mine.leader == node {
+            self.next_leader_check = 0;
+        }
+        self.post(told).await;
+        Some(!released)
+    }
+
+    // ----- leading -------------------------------------------------------------------------
+
+    fn timing(&self) -> Timing {
+        Timing {
+            interval_ms: self.s.interval_ms,
+            settle_ms: self.s.settle_ms,
+            scan_ms: self.s.scan_ms,
+            moves_ms: self.s.notices_ms,
+            bound_ms: self.bound_ms(),
+        }
+    }
+
+    /// The leader's round on the leader; elsewhere, now and then (and at once when unplaced
+    /// or when the leader died), an attempt at the leadership cell — taken only when its
+    /// holder is gone by the observation rule — and a join notice to the leader.
+    async fn lead(&mut self, notices: Vec<Notice>) {
+        if let Some(l) = &mut self.leader {
+            let deaths = l.round(notices).await;
+            for d in deaths {
+                self.bury(&d.node, &d.seen, d.heirs, false).await;
+            }
+            return;
+        }
+        let now = self.now();
+        if now < self.next_leader_check {
+            return;
+        }
+        self.next_leader_check = now + self.s.scan_ms;
+        let vouched: Vec<String> = self.vouched.iter().cloned().collect();
+        match self.lease.claim_or_resume(LEADER_CELL, &vouched).await {
+            Ok((claim, _)) => {
+                let (cells, filter) = (self.cells.clone(), self.s.filter.clone());
+                let claim = Arc::new(claim);
+                let l = Leader::take_over(&self.fence, claim, cells, filter, self.timing()).await;
+                self.leader = Some(l);
+                self.joined = true;
+                return;
+            }
+            Err(e) if e.kind() != ErrorKind::Busy => {
+                debug!(node = %self.inner.node, error = %e, "leadership not checked");
+                self.next_leader_check = now + self.s.interval_ms;
+                return;
+            }
+            Err(_) => {}
+        }
+        if !self.joined {
+            self.join().await;
+        }
+    }
+
+    /// Tells the leader this node is here (once per lease).
+    async fn join(&mut self) {
+        let read = self.fence.ownership().read_head(LEADER_CELL);
+        let Some(Ok(Some((head, _)))) = self.fence.clock().timeout(self.bound_ms(), read).await
+        else {
+            return;
+        };
+        let Some(leader) = head.node.filter(|l| *l != self.inner.node) else {
+            return;
+        };
+        let me = self.me();
+        let joined = self.notice(NoticeKind::Joined, "", &me);
+        let oldest = self.oldest_notice();
+        let r = assignment::notify(&self.fence, &leader, vec![joined], oldest, self.bound_ms());
+        self.joined = r.await.is_ok();
+    }
+
+    // ----- leaving -------------------------------------------------------------------------
+
     async fn drain(mut self, within_ms: u64) -> Drained {
         let clock = self.fence.clock().clone();
-        let members = self.read_view().await;
-        let others: Vec<String> = members
-            .live_nodes()
-            .into_iter()
-            .filter(|n| *n != self.inner.node)
-            .collect();
-        let target = assign(&self.cells, &others);
         let mut drained = Drained::default();
         let work = async {
+            self.announce_leaving().await;
+            // Where the placement without this node puts each cell (once the leader heard),
+            // else its heir.
+            let to = |c: &String| self.mine.moves.get(c).or(self.mine.heirs.get(c)).cloned();
             let moves: Vec<(String, String)> = self
                 .held
                 .keys()
-                .filter_map(|c| Some((c.clone(), target.get(c)?.clone())))
+                .filter_map(|c| Some((c.clone(), to(c)?)))
+                .filter(|(_, to)| *to != self.inner.node)
                 .collect();
-            for (cell, r) in self.hand_off_all(moves, &members).await {
+            for (cell, r) in self.hand_off_all(moves, true).await {
                 if r.is_ok() {
                     drained.handed_off.insert(cell);
                 }
             }
-            drained.released = self.release_all().await;
+            let orphans: Vec<String> = self.orphans.iter().cloned().collect();
+            self.adopt_all(orphans).await;
+            let rest: Vec<String> = self.held.keys().cloned().collect();
+            drained.released = self.release_cells(rest).await;
+            self.hand_over_leadership().await;
         };
         let _ = clock.timeout(within_ms, work).await;
         self.close_all(StopReason::Closed).await;
@@ -759,38 +1351,140 @@ impl Run {
         drained
     }
 
-    /// Releases every held cell (and the cells named ours with no claim are adopted first).
-    async fn release_all(&mut self) -> BTreeSet<String> {
-        let orphans: Vec<String> = self.orphans.iter().cloned().collect();
-        self.adopt_all(orphans).await;
-        let shards: Vec<Shard> = self.held.values().map(|h| h.shard.clone()).collect();
-        for h in self.held.values() {
-            h.stop.send_replace(Some(StopReason::Released));
+    /// Marks this node leaving in its record, tells the leader, and gives nodes draining at
+    /// the same moment the time to mark themselves too, so none hands cells to another: a
+    /// drainer reads each receiver's record after its own mark landed, so of two drainers at
+    /// least one sees the other's mark, and within this wait both do. Then reads its record
+    /// again for the heirs of its cells.
+    async fn announce_leaving(&mut self) {
+        self.write_own(true).await;
+        let me = self.me();
+        let leaving = self.notice(NoticeKind::Leaving, "", &me);
+        match &mut self.leader {
+            Some(l) => {
+                // A sweep first: a node that just started is a receiver too.
+                l.sweep_now();
+                l.round(vec![leaving]).await;
+            }
+            None if !self.mine.leader.is_empty() => {
+                let to = BTreeMap::from([(self.mine.leader.clone(), vec![leaving])]);
+                self.post(to).await;
+            }
+            None => {}
         }
-        let results: Vec<(String, Result<(), Error>)> = futures::stream::iter(shards)
-            .map(|s| async move { (s.cell().to_owned(), s.claim.release_shared().await) })
-            .buffer_unordered(self.s.concurrency)
-            .collect()
-            .await;
-        let mut released = BTreeSet::new();
-        for (cell, r) in results {
-            match r {
-                Ok(()) => {
-                    let epoch = self.held.get(&cell).map_or(0, |h| h.shard.epoch());
-                    self.remove(&cell, StopReason::Released);
-                    let unowned = Seen {
-                        owner: None,
-                        epoch,
-                        generation: None,
-                    };
-                    self.learned(&cell, unowned);
-                    self.orphans.remove(&cell);
-                    released.insert(cell);
-                }
-                Err(e) => warn!(node = %self.inner.node, cell, error = %e, "release failed"),
+        let wait = Duration::from_millis(self.fence.config().poll_ms());
+        self.fence.clock().sleep(wait).await;
+        if let Ok(Some((a, _))) = assignment::read(&self.fence, &me, self.bound_ms()).await {
+            if a.term >= self.mine.term {
+                self.follow_assignment(&a);
             }
         }
-        released
+    }
+
+    /// The leader leaving hands its leadership to another member (or releases it).
+    async fn hand_over_leadership(&mut self) {
+        let Some(l) = self.leader.take() else {
+            return;
+        };
+        let others: BTreeSet<String> = l.others(&self.inner.node).into_iter().collect();
+        let ready = self.receivers(others).await;
+        let Some((to, generation)) = ready.into_iter().next() else {
+            let _ = l.claim.release_shared().await;
+            return;
+        };
+        if l.claim.hand_off(&to, Some(&generation)).await.is_ok() {
+            let handed = self.notice(NoticeKind::Handed, LEADER_CELL, &self.me());
+            let oldest = self.oldest_notice();
+            let r = assignment::notify(&self.fence, &to, vec![handed], oldest, self.bound_ms());
+            let _ = r.await;
+        }
+    }
+}
+
+/// Stops every shard once the lease's authority ran out (its claims no longer held), at the
+/// moment `expiry` names — also while the fleet's task waits on a store that stopped
+/// answering. Ends when the fleet's task does.
+async fn guard_lease(
+    inner: Arc<Inner>,
+    fence: Fence,
+    mut expiry: watch::Receiver<u64>,
+    lost: mpsc::UnboundedSender<()>,
+) {
+    let clock = fence.clock().clone();
+    let recheck = std::time::Duration::from_millis(fence.config().poll_ms());
+    loop {
+        let at = *expiry.borrow_and_update();
+        tokio::select! {
+            changed = expiry.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                continue;
+            }
+            _ = clock.sleep_until(at) => {}
+        }
+        let shards: Vec<Shard> = lock(&inner.shards).values().cloned().collect();
+        let mut stopped = false;
+        for s in shards.iter().filter(|s| !s.claim.is_held()) {
+            stopped |= s.end.finish(StopReason::LeaseLost);
+        }
+        if stopped {
+            let _ = lost.send(());
+        }
+        // Renewed meanwhile: wait for the fleet's next word, or look again shortly.
+        tokio::select! {
+            changed = expiry.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            _ = clock.sleep(recheck) => {}
+        }
+    }
+}
+
+/// Watches a shard's claim: when it ends other than by the fleet's own doing, tells why —
+/// after a close, once no write of the claim is in flight, so a hand-off the application
+/// made through the claim is told as landed or not.
+async fn watch_claim(shard: Shard, fence: Fence, bound_ms: u64, lost: mpsc::UnboundedSender<()>) {
+    let claim = shard.claim.clone();
+    let mut how = claim.lost().await;
+    if how == ClaimStatus::Closed && !shard.end.is_stopping() {
+        claim.close().await;
+        how = claim.status();
+    }
+    if shard.end.is_stopping() {
+        // The fleet is stopping it, and tells why itself.
+        let _ = lost.send(());
+        return;
+    }
+    let reason = match StopReason::of(how) {
+        Some(StopReason::HandedOff { epoch, .. }) => {
+            let to = receiver(&fence, claim.cell(), epoch, bound_ms).await;
+            StopReason::HandedOff { to, epoch }
+        }
+        Some(r) => r,
+        None => StopReason::Closed,
+    };
+    shard.end.finish(reason);
+    let _ = lost.send(());
+}
+
+/// The receiver of a hand-off through a shard's own claim ([`CellClaim::hand_off`]), whose
+/// status carries only the epoch: one bounded read of the head, which names the receiver at
+/// that epoch (empty if it no longer shows that epoch or cannot be read).
+async fn receiver(fence: &Fence, cell: &str, epoch: u64, bound_ms: u64) -> String {
+    let read = fence.ownership().read_head(cell);
+    match fence.clock().timeout(bound_ms, read).await {
+        Some(Ok(Some((h, _)))) if h.epoch == epoch => h.node.unwrap_or_default(),
+        _ => String::new(),
+    }
+}
+
+fn now_of(fence: &Fence) -> Now {
+    Now {
+        mono_ms: fence.clock().mono_ms(),
+        wall_ms: fence.clock().wall_ms(),
     }
 }
 
@@ -802,34 +1496,6 @@ async fn shows_released(fence: &Fence, generation: &str, bound_ms: u64) -> bool 
     match fence.clock().timeout(bound_ms, read).await {
         Some(Ok(Some(l))) => l.record.generation == generation && l.record.expires_ms == 0,
         _ => false,
-    }
-}
-
-/// Names the receiver of a hand-off made through a shard's own claim
-/// ([`CellClaim::hand_off`]), whose status carries only the epoch: one bounded read of the
-/// head, which names the receiver at that epoch.
-struct Receivers {
-    fence: Fence,
-    bound_ms: u64,
-}
-
-impl Receivers {
-    /// `reason`, with the receiver filled in when it is a hand-off that does not name it
-    /// (left empty if the head no longer shows that epoch or cannot be read).
-    async fn name(&self, cell: &str, reason: StopReason) -> StopReason {
-        let StopReason::HandedOff { to, epoch } = reason else {
-            return reason;
-        };
-        if !to.is_empty() {
-            return StopReason::HandedOff { to, epoch };
-        }
-        let read = self.fence.ownership().read_head(cell);
-        let head = self.fence.clock().timeout(self.bound_ms, read).await;
-        let to = match head {
-            Some(Ok(Some((h, _)))) if h.epoch == epoch => h.node.unwrap_or_default(),
-            _ => String::new(),
-        };
-        StopReason::HandedOff { to, epoch }
     }
 }
 

@@ -159,11 +159,12 @@ async fn act_on_shards(
 
 #[tokio::test(start_paused = true)]
 async fn a_superseded_cell_is_reported_within_one_renewal_period() {
+    // The same origin as the events' timestamps.
+    let clock = Clock::virtual_at(0);
     let (store, _cells, _a, fa, log) = one_node(2).await;
     let shard = fa.shard("shard-000").unwrap();
     // Another process takes the cell without a's knowledge (an operator, a second process
     // of the same node id): nothing a writes tells it, only the store does.
-    let clock = Clock::virtual_at(0);
     let intruder = Ownership::new(store.clone(), "x");
     let head = intruder.read_owner("shard-000").await.unwrap().unwrap();
     intruder
@@ -198,11 +199,12 @@ async fn a_superseded_cell_is_reported_within_one_renewal_period() {
 
 #[tokio::test(start_paused = true)]
 async fn a_lost_lease_is_reported_within_one_renewal_period_of_the_loss() {
+    // The same origin as the events' timestamps.
+    let clock = Clock::virtual_at(0);
     let (_store, _cells, a, fa, log) = one_node(2).await;
     let shard = fa.shard("shard-001").unwrap();
     a.path.freeze(); // the store stops answering a
-    let clock = Clock::virtual_at(0);
-    // The loss: the moment the claim can no longer act.
+                     // The loss: the moment the claim can no longer act.
     let mut lost_at = None;
     let mut gone_at = None;
     for _ in 0..(4 * TTL_MS) {
@@ -361,12 +363,14 @@ async fn new_owner_events_alone_name_every_cells_owner_after_a_join_and_a_drain(
     let store = store();
     let cells = cells(12);
     let (a, b, c) = (node(&store, "a"), node(&store, "b"), node(&store, "c"));
-    let (fa, ea) = a.fleet(&cells).start().await.unwrap();
+    // a reads every cell's head every 3 TTLs (opt-in), so its events name every owner.
+    let every = Duration::from_millis(3 * TTL_MS);
+    let (fa, ea) = a.fleet(&cells).scan(every).start().await.unwrap();
     let log = drain_events(ea);
     let (fb, _eb) = b.fleet(&cells).start().await.unwrap();
     converged(&store, &cells, &[&fa, &fb], 20_000).await;
     // c joins: a hands some cells to c itself, and b hands it others, which a sees only in
-    // the store; one scan (3 TTLs here) later, a's events name every owner.
+    // the store; one scan later, a's events name every owner.
     let (fc, _ec) = c.fleet(&cells).start().await.unwrap();
     let joined = converged(&store, &cells, &[&fa, &fb, &fc], 20_000).await;
     advance(4 * TTL_MS).await;
