@@ -340,9 +340,7 @@ impl Run {
         if a.generation != self.lease.generation() || a.leaving {
             self.write_own(false).await;
         }
-        if a.term >= self.mine.term {
-            self.follow_assignment(&a);
-        }
+        self.follow_assignment(&a);
         self.hear(a.notices)
     }
 
@@ -1375,9 +1373,7 @@ impl Run {
         let wait = Duration::from_millis(self.fence.config().poll_ms());
         self.fence.clock().sleep(wait).await;
         if let Ok(Some((a, _))) = assignment::read(&self.fence, &me, self.bound_ms()).await {
-            if a.term >= self.mine.term {
-                self.follow_assignment(&a);
-            }
+            self.follow_assignment(&a);
         }
     }
 

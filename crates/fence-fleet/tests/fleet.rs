@@ -3,8 +3,8 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::{Clock, ErrorKind, Ownership};
@@ -73,7 +73,7 @@ async fn a_hand_off_never_lets_two_nodes_act_at_once() {
     let cells = cells(8);
     let (a, b) = (node(&store, "a"), node(&store, "b"));
     let order = Arc::new(AtomicU64::new(0));
-    let acts: Arc<Mutex<Vec<(String, String, u64)>>> = Arc::default();
+    let acts: Acts = Arc::default();
     let shards: Shards = Arc::default();
     let (fa, ea) = a.fleet(&cells).start().await.unwrap();
     let work = |events: fence_fleet::Events, node: &'static str| {
@@ -95,8 +95,8 @@ async fn a_hand_off_never_lets_two_nodes_act_at_once() {
     for cell in handed {
         let of = |n: &str| {
             acts.iter()
-                .filter(|x| x.0 == *cell && x.1 == n)
-                .map(|x| x.2)
+                .filter(|x| x.cell == *cell && x.node == n)
+                .map(|x| x.t)
                 .collect::<Vec<_>>()
         };
         let (by_a, by_b) = (of("a"), of("b"));
@@ -110,50 +110,6 @@ async fn a_hand_off_never_lets_two_nodes_act_at_once() {
             after[cell].1, 2,
             "one epoch for a, the next for b: no claim in between"
         );
-    }
-}
-
-/// Every shard each node was given, by cell.
-type Shards = Arc<Mutex<Vec<(&'static str, fence_fleet::Shard)>>>;
-
-/// Writes every 10 ms through each shard started, until it is gone; records each
-/// acknowledged write `(cell, node, t)` in one global order. When a shard starts, no other
-/// node's shard of that cell may still believe it holds it.
-async fn act_on_shards(
-    mut events: fence_fleet::Events,
-    node: &'static str,
-    order: Arc<AtomicU64>,
-    acts: Arc<Mutex<Vec<(String, String, u64)>>>,
-    shards: Shards,
-) {
-    while let Some(e) = events.recv().await {
-        let CellEvent::Started { shard, .. } = e else {
-            continue;
-        };
-        {
-            let mut all = shards.lock().unwrap();
-            for (other, s) in all.iter() {
-                let same = s.cell() == shard.cell() && *other != node;
-                assert!(
-                    !(same && s.is_held()),
-                    "{} started on {node} while {other} holds it",
-                    s.cell()
-                );
-            }
-            all.push((node, shard.clone()));
-        }
-        let (order, acts) = (order.clone(), acts.clone());
-        tokio::spawn(async move {
-            while shard.is_held() {
-                if shard.write(node).await.is_ok() {
-                    let t = order.fetch_add(1, Ordering::SeqCst);
-                    acts.lock()
-                        .unwrap()
-                        .push((shard.cell().to_owned(), node.to_owned(), t));
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        });
     }
 }
 

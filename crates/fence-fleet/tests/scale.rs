@@ -1,0 +1,65 @@
+//! Issue 26: the fleet's cost per node does not grow with the fleet. The real fleet,
+//! simulated in virtual time on one counting in-memory store (tests/support/scale.rs):
+//! 3, 16 and 256 nodes here; 1,000 and 10,000 in `benches/scale.rs` behind
+//! `FENCE_FLEET_SCALE=all` (figures in docs/fleet.md).
+//!
+//! Request counts in virtual time do not depend on the machine's speed.
+
+#[path = "support/scale.rs"]
+mod scale;
+
+use scale::{run, ScaleConfig, ScaleReport};
+
+/// The goals of issue 26, for one size.
+fn within_the_goals(r: &ScaleReport) {
+    let ttl = 10_000;
+    let interval = 2_000;
+    let poll = 250;
+    eprintln!("{}", r.row());
+    assert!(
+        r.dollars() <= 8.0,
+        "{} nodes: ${:.2} per node-month",
+        r.nodes,
+        r.dollars()
+    );
+    assert_eq!(
+        r.quiet_moves, 0,
+        "{} nodes: cells moved while nothing changed",
+        r.nodes
+    );
+    let failover = r
+        .failover_ms
+        .expect("every cell of the killed node held again");
+    // Today's bound: a TTL (and the 0.2 % the observation rule adds), an interval, a poll.
+    let bound = ttl + ttl / 500 + interval + poll;
+    assert!(
+        failover <= bound,
+        "{} nodes: failover {failover} ms > {bound}",
+        r.nodes
+    );
+    assert_eq!(
+        (r.kill_moved, r.kill_most),
+        (r.killed_cells, 1),
+        "{} nodes: the kill moved only the dead node's cells, each once",
+        r.nodes
+    );
+    assert!(r.folder_reads.reads <= 5_500.0 && r.folder_writes.writes <= 3_500.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn three_nodes_cost_less_than_eight_dollars_a_month_each() {
+    within_the_goals(&run(&ScaleConfig::new(3)).await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_of_256_makes_no_more_requests_than_a_node_of_16() {
+    let small = run(&ScaleConfig::new(16)).await;
+    let large = run(&ScaleConfig::new(256)).await;
+    within_the_goals(&small);
+    within_the_goals(&large);
+    let ratio = large.per_node() / small.per_node();
+    assert!(ratio <= 1.25, "256 nodes: {ratio:.3}× the requests of 16");
+    // The busiest node (the leader) too.
+    let busiest = large.busiest_node / small.busiest_node;
+    assert!(busiest <= 1.25, "the busiest node: {busiest:.3}×");
+}
