@@ -40,7 +40,7 @@ fn main() {
         let report = rt.block_on(scale::run(&scale::ScaleConfig::new(n)));
         println!("{}", report.row());
         eprintln!(
-            "  {n} nodes: {} cells, killed node held {}, the kill moved {} (at most {} epochs each), {} moved while quiet; simulated in {:.1} s",
+            "  {n} nodes: {} cells, the killed nodes held {}, the kills moved {} (at most {} epochs each), {} moved while quiet; simulated in {:.1} s",
             report.cells,
             report.killed_cells,
             report.kill_moved,

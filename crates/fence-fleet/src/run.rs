@@ -6,10 +6,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fence_core::decide::{Liveness, Now, Observation};
+use fence_core::decide::{Liveness, Now};
 use fence_core::record::CellHead;
 use fence_core::runtime::{CellClaim, ClaimStatus, Fence, LeaseKeeper};
-use fence_core::{CasGuard, Error, ErrorKind};
+use fence_core::{Error, ErrorKind};
 use futures::StreamExt;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -21,7 +21,7 @@ use crate::follow::read_heads;
 use crate::leader::{Leader, Timing, LEADER_CELL};
 use crate::membership::{Member, Members};
 use crate::shard::{CellEvent, End, Shard, StopReason};
-use crate::watch::Schedule;
+use crate::watch::{Buried, Duty, Tombstoner, Watcher};
 
 /// A held cell as the task keeps it.
 struct Held {
@@ -64,14 +64,6 @@ struct Mine {
     moves: BTreeMap<String, String>,
 }
 
-/// A node this node watches.
-struct Watching {
-    heirs: BTreeMap<String, String>,
-    schedule: Schedule,
-    /// This node tombstoned its lease: its heirs were told to take its cells.
-    tombstoned: bool,
-}
-
 pub(crate) struct Run {
     inner: Arc<Inner>,
     fence: Fence,
@@ -99,7 +91,14 @@ pub(crate) struct Run {
     /// Target cells held by another node, and since when (monotonic ms).
     waiting: HashMap<String, u64>,
     asked_at: HashMap<String, u64>,
-    watching: BTreeMap<String, Watching>,
+    /// Whom this node's watcher watches (its task reads leases on a schedule of its own).
+    duty: watch::Sender<Duty>,
+    buried: mpsc::UnboundedReceiver<Buried>,
+    tombstoner: Tombstoner,
+    /// Results of the head poll running in the background.
+    polled_tx: mpsc::UnboundedSender<Polled>,
+    polled_rx: mpsc::UnboundedReceiver<Polled>,
+    polling: bool,
     leader: Option<Leader>,
     next_leader_check: u64,
     joined: bool,
@@ -118,10 +117,15 @@ pub(crate) struct Run {
     done: bool,
 }
 
+/// What a head poll read: each cell's head (failed reads left out).
+type Polled = Vec<(String, Option<CellHead>)>;
+
 enum Wake {
     Command(Command),
     Closed,
     Lost,
+    Buried(Buried),
+    Polled(Polled),
     Tick,
 }
 
@@ -147,6 +151,22 @@ impl Run {
             lost_tx.clone(),
         );
         tokio::spawn(guard);
+        let cfg = fence.config();
+        let bound_ms = cfg
+            .attempt_max_ms
+            .min(s.interval_ms)
+            .max(cfg.attempt_min_ms);
+        let tombstoner = Tombstoner {
+            fence: fence.clone(),
+            known: Arc::new(cells.iter().cloned().collect()),
+            bound_ms,
+            notices_ms: s.notices_ms,
+        };
+        let duty = watch::channel(Duty::default()).0;
+        let (buried_tx, buried) = mpsc::unbounded_channel();
+        let watcher = Watcher::new(tombstoner.clone(), s.scan_ms, duty.subscribe(), buried_tx);
+        tokio::spawn(watcher.run());
+        let (polled_tx, polled_rx) = mpsc::unbounded_channel();
         Run {
             inner,
             fence,
@@ -166,7 +186,12 @@ impl Run {
             processed: HashSet::new(),
             waiting: HashMap::new(),
             asked_at: HashMap::new(),
-            watching: BTreeMap::new(),
+            duty,
+            buried,
+            tombstoner,
+            polled_tx,
+            polled_rx,
+            polling: false,
             leader: None,
             next_leader_check: 0,
             joined: false,
@@ -212,6 +237,8 @@ impl Run {
                 biased;
                 c = self.commands.recv() => c.map_or(Wake::Closed, Wake::Command),
                 _ = self.lost_rx.recv() => Wake::Lost,
+                Some(b) = self.buried.recv() => Wake::Buried(b),
+                Some(p) = self.polled_rx.recv() => Wake::Polled(p),
                 _ = clock.sleep_until(wake) => Wake::Tick,
             };
             if self.done {
@@ -234,6 +261,14 @@ impl Run {
                 Wake::Lost => {
                     while self.lost_rx.try_recv().is_ok() {}
                     self.reap().await;
+                }
+                Wake::Buried(b) => {
+                    self.heard_death(b).await;
+                    wake = self.now();
+                }
+                Wake::Polled(heads) => {
+                    self.polling = false;
+                    self.polled(heads).await;
                 }
                 Wake::Tick => wake = self.round().await,
             }
@@ -259,11 +294,10 @@ impl Run {
             self.shed().await;
             self.next_take = now.saturating_add(self.take_every());
         }
-        self.watch().await;
         let now = self.now();
         if let Some(every) = self.s.head_poll_ms {
             if now >= self.next_poll {
-                self.poll_heads().await;
+                self.poll_heads();
                 self.next_poll = now.saturating_add(every);
             }
         }
@@ -303,9 +337,6 @@ impl Run {
         let mut at = self.next_read.min(self.next_take).max(now + 1);
         if self.s.head_poll_ms.is_some() {
             at = at.min(self.next_poll.max(now + 1));
-        }
-        for w in self.watching.values() {
-            at = at.min(w.schedule.next_mono.max(now + 1));
         }
         // The moment the lease's authority would run out unrenewed: every shard stops then.
         let remaining = u64::try_from(self.lease.remaining().as_millis()).unwrap_or(u64::MAX);
@@ -370,16 +401,26 @@ impl Run {
             heirs: a.heirs.clone(),
             moves: a.moves.clone(),
         };
-        let me = self.me();
-        let listed: BTreeSet<&String> = a.watch.iter().map(|w| &w.node).collect();
-        self.watching.retain(|n, _| listed.contains(n));
-        for w in a.watch.iter().filter(|w| w.node != me) {
-            let entry = self.watching.entry(w.node.clone()).or_insert(Watching {
-                heirs: BTreeMap::new(),
-                schedule: Schedule::default(),
-                tombstoned: false,
-            });
-            entry.heirs = w.heirs.clone();
+        let duty = Duty {
+            watched: a.watch.clone(),
+            leader: a.leader.clone(),
+        };
+        self.duty
+            .send_if_modified(|d| std::mem::replace(d, duty.clone()) != duty);
+    }
+
+    /// The watcher buried a node: take the cells this node inherits; the leader hears of it.
+    async fn heard_death(&mut self, b: Buried) {
+        for cell in b.inherit {
+            self.inherit.insert(cell, self.wall());
+            self.next_take = 0;
+        }
+        let gone = self.notice(NoticeKind::Gone, "", &b.node);
+        if let Some(l) = &mut self.leader {
+            l.round(vec![gone]).await;
+        }
+        if self.mine.leader == b.node {
+            self.next_leader_check = 0;
         }
     }
 
@@ -456,7 +497,9 @@ impl Run {
                 );
             }
         }
-        let named = self.watching.keys().chain(self.mine.heirs.values());
+        let duty = self.duty.borrow().clone();
+        let named = duty.watched.iter().map(|w| &w.node);
+        let named = named.chain(self.mine.heirs.values());
         let named = named.chain(self.mine.moves.values());
         for n in named.chain(std::iter::once(&self.mine.leader)) {
             if !n.is_empty() {
@@ -807,14 +850,29 @@ impl Run {
         }
     }
 
-    /// Reads the heads of held cells (and of the leadership cell); stops those that are no
-    /// longer this node's.
-    async fn poll_heads(&mut self) {
+    /// Starts reading the heads of held cells (and of the leadership cell) in the
+    /// background; [`polled`](Self::polled) acts on what it finds.
+    fn poll_heads(&mut self) {
+        if self.polling {
+            return;
+        }
         let mut cells: Vec<String> = self.held.keys().cloned().collect();
         if self.leader.is_some() {
             cells.push(LEADER_CELL.to_owned());
         }
-        for (cell, head) in self.read_heads(cells).await {
+        self.polling = true;
+        let (fence, bound, n) = (self.fence.clone(), self.bound_ms(), self.s.concurrency);
+        let tx = self.polled_tx.clone();
+        tokio::spawn(async move {
+            let heads = read_heads(&fence, cells, bound, n).await;
+            let read = heads.into_iter().filter_map(|(c, h)| Some((c, h.ok()?)));
+            let _ = tx.send(read.collect());
+        });
+    }
+
+    /// Stops the shards whose head, as a poll read it, is no longer this node's.
+    async fn polled(&mut self, heads: Polled) {
+        for (cell, head) in heads {
             if cell == LEADER_CELL {
                 let term = self.leader.as_ref().map_or(0, |l| l.term);
                 if !head
@@ -1124,125 +1182,6 @@ impl Run {
         released
     }
 
-    // ----- watching ------------------------------------------------------------------------
-
-    /// Reads the lease of each watched node whose read is due; handles a death.
-    async fn watch(&mut self) {
-        let now = self.now();
-        let due: Vec<String> = self
-            .watching
-            .iter()
-            .filter(|(_, w)| w.schedule.due(now))
-            .map(|(n, _)| n.clone())
-            .collect();
-        let margin = (self.fence.config().poll_ms() / 2).max(1);
-        let ttl = self.fence.config().ttl_ms;
-        for node in due {
-            let read = self
-                .fence
-                .observer()
-                .observe(&self.fence, &node, self.bound_ms());
-            let seen = read.await;
-            let now = now_of(&self.fence);
-            let Some(w) = self.watching.get_mut(&node) else {
-                continue;
-            };
-            let o = match seen {
-                Ok(o) => o,
-                Err(e) => {
-                    debug!(node, error = %e, "watched lease not read");
-                    w.schedule.after_failure(now.mono_ms, margin);
-                    continue;
-                }
-            };
-            let verdict = o.judge(now, self.fence.config());
-            w.schedule.after_read(&o, verdict, now, ttl, margin);
-            if verdict != Liveness::Dead || o.lease.is_none() {
-                continue;
-            }
-            // Until the leader re-plans without it, the death is told again each `scan`.
-            w.schedule.next_mono = now.mono_ms.saturating_add(self.s.scan_ms);
-            let (heirs, tombstoned) = (w.heirs.clone(), w.tombstoned);
-            match self.bury(&node, &o, heirs, tombstoned).await {
-                Some(t) => {
-                    if let Some(w) = self.watching.get_mut(&node) {
-                        w.tombstoned |= t;
-                    }
-                }
-                None => {
-                    if let Some(w) = self.watching.get_mut(&node) {
-                        w.schedule.after_failure(now.mono_ms, margin);
-                    }
-                }
-            }
-        }
-    }
-
-    /// A watched node is dead by this node's observation: tombstones its lease (a released
-    /// record written by compare-and-swap over the version observed, so it lands only if
-    /// the holder never renewed since — and then it never can), and tells the heirs of its
-    /// cells (unless it released its lease itself: it handed or released its cells) and the
-    /// leader. Returns whether this node tombstoned it (`tombstoned`: it did before), or
-    /// `None` if it must be tried again.
-    async fn bury(
-        &mut self,
-        node: &str,
-        seen: &Observation,
-        heirs: BTreeMap<String, String>,
-        tombstoned: bool,
-    ) -> Option<bool> {
-        let Some(lease) = &seen.lease else {
-            return Some(tombstoned);
-        };
-        let released = lease.record.is_released() && !tombstoned;
-        if !lease.record.is_released() {
-            let mut record = lease.record.clone();
-            record.expires_ms = 0;
-            let guard = CasGuard::Match(lease.version.clone());
-            let own = self.fence.ownership();
-            let cas = own.cas_node_lease(guard, &record);
-            match self.fence.clock().timeout(self.bound_ms(), cas).await {
-                Some(Ok(fence_core::LeaseCasOutcome::Applied { .. })) => {
-                    info!(node = %self.inner.node, dead = node, "lease tombstoned: taking over its cells");
-                }
-                Some(Ok(fence_core::LeaseCasOutcome::Rejected)) => {
-                    // It moved since: a late renewal or a new process. Watched afresh.
-                    return Some(false);
-                }
-                _ => return None,
-            }
-        }
-        let mut told: BTreeMap<String, Vec<Notice>> = BTreeMap::new();
-        let me = self.me();
-        // A node that released its own lease handed or released its cells itself.
-        if !released {
-            for (cell, heir) in heirs.into_iter().filter(|(c, _)| self.known.contains(c)) {
-                if heir == me {
-                    self.inherit.insert(cell, self.wall());
-                    self.next_take = 0;
-                } else {
-                    let n = self.notice(NoticeKind::Inherit, &cell, node);
-                    told.entry(heir).or_default().push(n);
-                }
-            }
-        }
-        let gone = self.notice(NoticeKind::Gone, "", node);
-        match &mut self.leader {
-            Some(l) => {
-                l.round(vec![gone]).await;
-            }
-            None if !self.mine.leader.is_empty() && self.mine.leader != node => {
-                told.entry(self.mine.leader.clone()).or_default().push(gone);
-            }
-            None => {}
-        }
-        if self.mine.leader == node {
-            self.next_leader_check = 0;
-        }
-        self.post(told).await;
-        Some(!released)
-    }
-
     // ----- leading -------------------------------------------------------------------------
 
     fn timing(&self) -> Timing {
@@ -1262,7 +1201,11 @@ impl Run {
         if let Some(l) = &mut self.leader {
             let deaths = l.round(notices).await;
             for d in deaths {
-                self.bury(&d.node, &d.seen, d.heirs, false).await;
+                let buried = self.tombstoner.bury(&d.node, &d.seen, &d.heirs, false, "");
+                for cell in buried.await.map(|(_, mine)| mine).unwrap_or_default() {
+                    self.inherit.insert(cell, self.wall());
+                    self.next_take = 0;
+                }
             }
             return;
         }
