@@ -42,6 +42,9 @@ pub(crate) enum NoticeKind {
     /// `node` is the target of `cell`, which you hold or the store names as yours: hand it
     /// over if it is not yours by the placement.
     Ask,
+    /// `node`'s renewal is long overdue and you are an heir of its cells: read your record
+    /// often until it renews or is confirmed dead.
+    Suspect,
     /// For the leader: `node` started (or restarted) and wants a share.
     Joined,
     /// For the leader: `node` is draining.

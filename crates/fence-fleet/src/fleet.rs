@@ -1,4 +1,4 @@
-//! The fleet: a node keeps its fair share of a set of cells, with no coordinator.
+//! The fleet: a node keeps its fair share of a set of cells, placed by an elected leader.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -264,8 +264,8 @@ pub(crate) enum Command {
 }
 
 /// One node of a fleet: keeps its fair share of the fleet's cells — `ceil(cells / live
-/// nodes)` — sheds the excess when nodes join, takes over dead nodes' cells, and tells the
-/// application what it holds through [`CellEvent`]s.
+/// nodes)` — hands cells on when nodes join, takes the cells it inherits from dead nodes,
+/// and tells the application what it holds through [`CellEvent`]s. See docs/fleet.md.
 ///
 /// ```
 /// # fn block(f: impl std::future::Future<Output = ()>) {

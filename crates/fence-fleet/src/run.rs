@@ -21,7 +21,7 @@ use crate::follow::read_heads;
 use crate::leader::{Leader, Timing, LEADER_CELL};
 use crate::membership::{Member, Members};
 use crate::shard::{CellEvent, End, Shard, StopReason};
-use crate::watch::{Buried, Duty, Tombstoner, Watcher};
+use crate::watch::{Duty, News, Tombstoner, Watcher};
 
 /// A held cell as the task keeps it.
 struct Held {
@@ -93,7 +93,9 @@ pub(crate) struct Run {
     asked_at: HashMap<String, u64>,
     /// Whom this node's watcher watches (its task reads leases on a schedule of its own).
     duty: watch::Sender<Duty>,
-    buried: mpsc::UnboundedReceiver<Buried>,
+    news: mpsc::UnboundedReceiver<News>,
+    /// Until when (monotonic ms) the record is read every poll: an heir of an overdue node.
+    vigil_until: u64,
     tombstoner: Tombstoner,
     /// Results of the head poll running in the background.
     polled_tx: mpsc::UnboundedSender<Polled>,
@@ -124,7 +126,7 @@ enum Wake {
     Command(Command),
     Closed,
     Lost,
-    Buried(Buried),
+    News(News),
     Polled(Polled),
     Tick,
 }
@@ -163,8 +165,8 @@ impl Run {
             notices_ms: s.notices_ms,
         };
         let duty = watch::channel(Duty::default()).0;
-        let (buried_tx, buried) = mpsc::unbounded_channel();
-        let watcher = Watcher::new(tombstoner.clone(), s.scan_ms, duty.subscribe(), buried_tx);
+        let (news_tx, news) = mpsc::unbounded_channel();
+        let watcher = Watcher::new(tombstoner.clone(), s.scan_ms, duty.subscribe(), news_tx);
         tokio::spawn(watcher.run());
         let (polled_tx, polled_rx) = mpsc::unbounded_channel();
         Run {
@@ -187,7 +189,8 @@ impl Run {
             waiting: HashMap::new(),
             asked_at: HashMap::new(),
             duty,
-            buried,
+            news,
+            vigil_until: 0,
             tombstoner,
             polled_tx,
             polled_rx,
@@ -237,7 +240,7 @@ impl Run {
                 biased;
                 c = self.commands.recv() => c.map_or(Wake::Closed, Wake::Command),
                 _ = self.lost_rx.recv() => Wake::Lost,
-                Some(b) = self.buried.recv() => Wake::Buried(b),
+                Some(n) = self.news.recv() => Wake::News(n),
                 Some(p) = self.polled_rx.recv() => Wake::Polled(p),
                 _ = clock.sleep_until(wake) => Wake::Tick,
             };
@@ -262,10 +265,11 @@ impl Run {
                     while self.lost_rx.try_recv().is_ok() {}
                     self.reap().await;
                 }
-                Wake::Buried(b) => {
-                    self.heard_death(b).await;
+                Wake::News(News::Buried { node, inherit }) => {
+                    self.heard_death(node, inherit).await;
                     wake = self.now();
                 }
+                Wake::News(News::Overdue) => self.keep_vigil(),
                 Wake::Polled(heads) => {
                     self.polling = false;
                     self.polled(heads).await;
@@ -285,7 +289,7 @@ impl Run {
         let now = self.now();
         if now >= self.next_read {
             for_leader = self.read_assignment().await;
-            self.next_read = now.saturating_add(self.s.interval_ms);
+            self.next_read = now.saturating_add(self.read_every());
         }
         self.settle_unsettled().await;
         self.answer_asks().await;
@@ -410,17 +414,35 @@ impl Run {
     }
 
     /// The watcher buried a node: take the cells this node inherits; the leader hears of it.
-    async fn heard_death(&mut self, b: Buried) {
-        for cell in b.inherit {
+    async fn heard_death(&mut self, node: String, inherit: Vec<String>) {
+        for cell in inherit {
             self.inherit.insert(cell, self.wall());
             self.next_take = 0;
         }
-        let gone = self.notice(NoticeKind::Gone, "", &b.node);
+        let gone = self.notice(NoticeKind::Gone, "", &node);
         if let Some(l) = &mut self.leader {
             l.round(vec![gone]).await;
         }
-        if self.mine.leader == b.node {
+        if self.mine.leader == node {
             self.next_leader_check = 0;
+        }
+    }
+
+    /// An heir of an overdue node reads its record every poll for a TTL and an interval:
+    /// the notice of the death comes within a poll of its confirmation.
+    fn keep_vigil(&mut self) {
+        let cfg = self.fence.config();
+        let until = self.now() + cfg.ttl_ms + self.s.interval_ms;
+        self.vigil_until = self.vigil_until.max(until);
+        self.next_read = self.next_read.min(self.now() + cfg.poll_ms());
+    }
+
+    /// How often this node's record is read: every interval, every poll while on vigil.
+    fn read_every(&self) -> u64 {
+        if self.now() < self.vigil_until {
+            self.fence.config().poll_ms().min(self.s.interval_ms)
+        } else {
+            self.s.interval_ms
         }
     }
 
@@ -451,6 +473,7 @@ impl Run {
                 NoticeKind::Ask if cell_known => {
                     self.asked.insert(n.cell, n.node);
                 }
+                NoticeKind::Suspect => self.keep_vigil(),
                 NoticeKind::Joined | NoticeKind::Leaving | NoticeKind::Gone => for_leader.push(n),
                 _ => {}
             }

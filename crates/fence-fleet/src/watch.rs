@@ -26,6 +26,10 @@ use crate::assignment::{self, Notice, NoticeKind, Watched};
 /// the observation rule can confirm a death.
 const EARLY_RETRIES: u32 = 2;
 
+/// A record unchanged for this many renewal periods (in halves) is overdue: its heirs are
+/// told to watch their records closely.
+const OVERDUE_HALF_PERIODS: u64 = 3;
+
 /// The schedule of reads of one watched node's lease.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Schedule {
@@ -37,6 +41,8 @@ pub(crate) struct Schedule {
     lateness_ms: u64,
     /// The record state (version, nonce) last read.
     last: Option<(String, String)>,
+    /// The heirs were told the renewal is overdue (until the record changes).
+    pub(crate) suspected: bool,
 }
 
 impl Schedule {
@@ -67,8 +73,10 @@ impl Schedule {
         self.last = state;
         let ttl = seen.lease.as_ref().and_then(|l| l.ttl_ms).unwrap_or(ttl_ms);
         let period = (ttl / 3).max(1);
+        let overdue_at = seen.first_seen_mono + OVERDUE_HALF_PERIODS * period / 2;
         let next = if renewed {
             self.early = 0;
+            self.suspected = false;
             self.lateness_ms -= self.lateness_ms / 8;
             let due_wall = seen.lease.as_ref().map_or(0, |l| {
                 l.record
@@ -83,11 +91,22 @@ impl Schedule {
             self.early += 1;
             self.lateness_ms = (self.lateness_ms + margin_ms).min(period / 2);
             now.mono_ms + margin_ms
+        } else if !self.suspected && now.mono_ms < overdue_at {
+            overdue_at
         } else {
             until_mono
         };
         // The moment the rule can confirm a death is never skipped.
         self.next_mono = next.min(until_mono).max(now.mono_ms + 1);
+    }
+
+    /// Whether the record read last (first seen at `first_seen_mono`) is overdue at
+    /// `now_mono` and the heirs were not told yet.
+    pub(crate) fn overdue(&self, seen: &Observation, now_mono: u64, ttl_ms: u64) -> bool {
+        let ttl = seen.lease.as_ref().and_then(|l| l.ttl_ms).unwrap_or(ttl_ms);
+        let period = (ttl / 3).max(1);
+        let overdue_at = seen.first_seen_mono + OVERDUE_HALF_PERIODS * period / 2;
+        !self.suspected && now_mono >= overdue_at
     }
 
     /// After a read that failed: try again a margin later.
@@ -104,12 +123,14 @@ pub(crate) struct Duty {
     pub(crate) leader: String,
 }
 
-/// A death the watcher handled, for its node's task: the cells this node inherits, and
-/// the leader's news (when this node leads, or the dead node led).
+/// What the watcher tells its node's task.
 #[derive(Debug)]
-pub(crate) struct Buried {
-    pub(crate) node: String,
-    pub(crate) inherit: Vec<String>,
+pub(crate) enum News {
+    /// A death it handled: the cells this node inherits (the leader hears of it when this
+    /// node leads; the dead node may have led).
+    Buried { node: String, inherit: Vec<String> },
+    /// This node is an heir of an overdue node: read the record closely for a while.
+    Overdue,
 }
 
 /// Tombstones a dead node's lease and tells its heirs; used by the watcher and the leader.
@@ -216,7 +237,7 @@ pub(crate) struct Watcher {
     pub(crate) tombstoner: Tombstoner,
     pub(crate) scan_ms: u64,
     pub(crate) duty: watch::Receiver<Duty>,
-    pub(crate) buried: mpsc::UnboundedSender<Buried>,
+    pub(crate) news: mpsc::UnboundedSender<News>,
     watching: BTreeMap<String, Watching>,
 }
 
@@ -225,13 +246,13 @@ impl Watcher {
         tombstoner: Tombstoner,
         scan_ms: u64,
         duty: watch::Receiver<Duty>,
-        buried: mpsc::UnboundedSender<Buried>,
+        news: mpsc::UnboundedSender<News>,
     ) -> Self {
         Watcher {
             tombstoner,
             scan_ms,
             duty,
-            buried,
+            news,
             watching: BTreeMap::new(),
         }
     }
@@ -305,6 +326,12 @@ impl Watcher {
             };
             let verdict = o.judge(now, &cfg);
             w.schedule.after_read(&o, verdict, now, cfg.ttl_ms, margin);
+            if verdict != Liveness::Dead && w.schedule.overdue(&o, now.mono_ms, cfg.ttl_ms) {
+                w.schedule.suspected = true;
+                let heirs = w.heirs.clone();
+                self.warn_heirs(&node, &heirs).await;
+                continue;
+            }
             if verdict != Liveness::Dead || o.lease.is_none() {
                 continue;
             }
@@ -322,11 +349,28 @@ impl Watcher {
             match buried {
                 Some((t, inherit)) => {
                     w.tombstoned |= t;
-                    let _ = self.buried.send(Buried { node, inherit });
+                    let _ = self.news.send(News::Buried { node, inherit });
                 }
                 None => w.schedule.after_failure(now.mono_ms, margin),
             }
         }
+    }
+
+    /// Tells the heirs of `node`'s cells that its renewal is overdue, so they read their
+    /// records often until the verdict (a death is then taken over within a poll of its
+    /// confirmation, not an interval).
+    async fn warn_heirs(&self, node: &str, heirs: &BTreeMap<String, String>) {
+        let t = &self.tombstoner;
+        let mut told: BTreeMap<String, Vec<Notice>> = BTreeMap::new();
+        for heir in heirs.values().collect::<HashSet<_>>() {
+            if heir == t.me() {
+                let _ = self.news.send(News::Overdue);
+            } else {
+                let n = t.notice(NoticeKind::Suspect, "", node);
+                told.entry(heir.clone()).or_default().push(n);
+            }
+        }
+        t.post(told).await;
     }
 }
 
@@ -415,10 +459,20 @@ mod tests {
                 200,
             );
         }
-        assert_eq!(
-            s.next_mono, 9_118,
-            "after two early reads, the confirming one"
+        // After two early reads, one when it is overdue (a renewal period and a half: its
+        // heirs are told), then the confirming one.
+        assert_eq!(s.next_mono, 100 + 4_500);
+        assert!(!s.overdue(&seen("v1", 19_000, 100), 4_599, 9_000));
+        assert!(s.overdue(&seen("v1", 19_000, 100), 4_600, 9_000));
+        s.suspected = true;
+        s.after_read(
+            &seen("v1", 19_000, 100),
+            live(9_118),
+            at(4_600, 14_000),
+            9_000,
+            200,
         );
+        assert_eq!(s.next_mono, 9_118);
         s.after_read(
             &seen("v1", 19_000, 100),
             Liveness::Dead,
