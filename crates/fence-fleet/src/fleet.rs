@@ -175,9 +175,7 @@ impl FleetBuilder {
             members: Mutex::new(Members::default()),
         });
         let (commands, rx) = mpsc::channel(16);
-        let mut cells = self.cells;
-        cells.sort();
-        cells.dedup();
+        let cells = crate::cells::intern(self.cells);
         let run = Run::new(inner.clone(), self.settings, lease, cells, events_tx, rx);
         let task = tokio::spawn(run.run());
         Ok((

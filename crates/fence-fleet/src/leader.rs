@@ -28,6 +28,7 @@ use tracing::{debug, info, warn};
 
 use crate::assign::{plan, watchers, Placement};
 use crate::assignment::{self, Assignment, Notice, NoticeKind, Watched};
+use crate::cells::Cells;
 use crate::fleet::MemberFilter;
 
 /// The cell whose holder leads the fleet. Not a name a fleet's cells may use.
@@ -69,7 +70,7 @@ pub(crate) struct Leader {
     pub(crate) claim: Arc<CellClaim>,
     pub(crate) term: u64,
     fence: Fence,
-    cells: Vec<String>,
+    cells: Arc<Cells>,
     filter: Option<MemberFilter>,
     t: Timing,
     pub(crate) members: BTreeMap<String, Member>,
@@ -94,7 +95,7 @@ impl Leader {
     pub(crate) async fn take_over(
         fence: &Fence,
         claim: Arc<CellClaim>,
-        cells: Vec<String>,
+        cells: Arc<Cells>,
         filter: Option<MemberFilter>,
         t: Timing,
     ) -> Leader {
@@ -217,13 +218,12 @@ impl Leader {
             .await;
         let mut by_term: Vec<&(String, Option<Assignment>)> = records.iter().collect();
         by_term.sort_by_key(|(n, a)| (a.as_ref().map_or(0, |a| a.term), n.clone()));
-        let known: BTreeSet<&str> = self.cells.iter().map(String::as_str).collect();
         for (node, a) in by_term {
             let Some(a) = a else { continue };
-            for c in a.cells.iter().filter(|c| known.contains(c.as_str())) {
+            for c in a.cells.iter().filter(|c| self.cells.contains(c)) {
                 self.placement.targets.insert(c.clone(), node.clone());
             }
-            for (c, h) in a.heirs.iter().filter(|(c, _)| known.contains(c.as_str())) {
+            for (c, h) in a.heirs.iter().filter(|(c, _)| self.cells.contains(c)) {
                 self.placement.heirs.insert(c.clone(), h.clone());
             }
         }
@@ -417,7 +417,7 @@ impl Leader {
         if live.is_empty() {
             return;
         }
-        let next = plan(&self.placement, &self.cells, &live);
+        let next = plan(&self.placement, self.cells.names(), &live);
         self.planned = Some((live, members));
         for (c, to) in &next.targets {
             match self.placement.targets.get(c) {

@@ -24,6 +24,7 @@
 
 pub mod assign;
 mod assignment;
+mod cells;
 mod fleet;
 mod follow;
 mod leader;

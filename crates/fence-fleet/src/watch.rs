@@ -137,7 +137,7 @@ pub(crate) enum News {
 #[derive(Clone)]
 pub(crate) struct Tombstoner {
     pub(crate) fence: Fence,
-    pub(crate) known: Arc<HashSet<String>>,
+    pub(crate) known: Arc<crate::cells::Cells>,
     pub(crate) bound_ms: u64,
     pub(crate) notices_ms: u64,
 }
@@ -194,7 +194,7 @@ impl Tombstoner {
         let mut told: BTreeMap<String, Vec<Notice>> = BTreeMap::new();
         let mut mine = Vec::new();
         if !released {
-            for (cell, heir) in heirs.iter().filter(|(c, _)| self.known.contains(*c)) {
+            for (cell, heir) in heirs.iter().filter(|(c, _)| self.known.contains(c)) {
                 if heir == self.me() {
                     mine.push(cell.clone());
                 } else {

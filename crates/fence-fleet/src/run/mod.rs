@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use crate::assignment::{self, Assignment, Notice, NoticeKind};
+use crate::cells::Cells;
 use crate::fleet::{acquire, lock, Command, Drained, Inner, Settings};
 use crate::follow::read_heads;
 use crate::leader::{Leader, LEADER_CELL};
@@ -77,8 +78,7 @@ pub(crate) struct Run {
     /// Lease generations whose cells this process may resume at their epoch: its own, and a
     /// predecessor the caller vouched for.
     vouched: HashSet<String>,
-    cells: Vec<String>,
-    known: HashSet<String>,
+    cells: Arc<Cells>,
     held: BTreeMap<String, Held>,
     unsettled: BTreeMap<String, Unsettled>,
     seen: HashMap<String, Seen>,
@@ -141,7 +141,7 @@ impl Run {
         inner: Arc<Inner>,
         s: Settings,
         lease: LeaseKeeper,
-        cells: Vec<String>,
+        cells: Arc<Cells>,
         events: mpsc::UnboundedSender<CellEvent>,
         commands: mpsc::Receiver<Command>,
     ) -> Run {
@@ -149,7 +149,6 @@ impl Run {
         let mut vouched: HashSet<String> = s.predecessor.iter().cloned().collect();
         vouched.insert(lease.generation());
         let (lost_tx, lost_rx) = mpsc::unbounded_channel();
-        let known = cells.iter().cloned().collect();
         let expiry = watch::channel(u64::MAX).0;
         let guard = guard_lease(
             inner.clone(),
@@ -165,7 +164,7 @@ impl Run {
             .max(cfg.attempt_min_ms);
         let tombstoner = Tombstoner {
             fence: fence.clone(),
-            known: Arc::new(cells.iter().cloned().collect()),
+            known: cells.clone(),
             bound_ms,
             notices_ms: s.notices_ms,
         };
@@ -181,7 +180,6 @@ impl Run {
             lease,
             vouched,
             cells,
-            known,
             held: BTreeMap::new(),
             unsettled: BTreeMap::new(),
             seen: HashMap::new(),
@@ -402,7 +400,7 @@ impl Run {
     }
 
     fn follow_assignment(&mut self, a: &Assignment) {
-        let known = |c: &String| self.known.contains(c);
+        let known = |c: &String| self.cells.contains(c);
         self.mine = Mine {
             term: a.term,
             leader: a.leader.clone(),
@@ -463,7 +461,7 @@ impl Run {
                 continue;
             }
             self.processed.insert(n.clone());
-            let cell_known = self.known.contains(&n.cell);
+            let cell_known = self.cells.contains(&n.cell);
             match n.kind {
                 // The leadership handed to this node: resumed at the next check, now.
                 NoticeKind::Handed if n.cell == LEADER_CELL => self.next_leader_check = 0,
@@ -593,6 +591,7 @@ impl Run {
     async fn follow_all(&mut self) {
         let cells: Vec<String> = self
             .cells
+            .names()
             .iter()
             .filter(|c| !self.held.contains_key(*c))
             .cloned()
