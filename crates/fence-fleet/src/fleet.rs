@@ -139,8 +139,9 @@ impl FleetBuilder {
         self
     }
 
-    /// Only nodes for which `filter` says yes are members (default: every node under
-    /// `nodes/`). This node is always one.
+    /// Only nodes for which `filter` says yes are members (default: every node that runs a
+    /// fleet in this store, under the fence's prefix). The leader applies it: give every
+    /// node the same filter. This node is always one.
     #[must_use]
     pub fn members(mut self, filter: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
         self.settings.filter = Some(Arc::new(filter));
