@@ -527,3 +527,48 @@ async fn a_death_is_noticed_while_listing_nodes_fails() {
     assert!(after.values().all(|(o, _)| o.as_deref() == Some("a")));
     drop(fb);
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_leaders_death_is_taken_over_and_the_next_leader_places_a_join() {
+    let store = store();
+    let cells = cells(24);
+    let (a, b, c, d) = (
+        node(&store, "a"),
+        node(&store, "b"),
+        node(&store, "c"),
+        node(&store, "d"),
+    );
+    // a starts first: it takes the leadership cell.
+    let (fa, _ea) = a.fleet(&cells).start().await.unwrap();
+    converged(&store, &cells, &[&fa], 20_000).await;
+    let (fb, _eb) = b.fleet(&cells).start().await.unwrap();
+    let (fc, _ec) = c.fleet(&cells).start().await.unwrap();
+    let before = converged(&store, &cells, &[&fa, &fb, &fc], 20_000).await;
+    let leader = Ownership::new(store.clone(), "r")
+        .read_owner(fence_fleet::LEADER_CELL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(leader.node.as_deref(), Some("a"));
+    a.kill();
+    let killed = converged(&store, &cells, &[&fb, &fc], 20_000).await;
+    let (moved, most) = moves(&before, &killed);
+    let lost = before
+        .values()
+        .filter(|(o, _)| o.as_deref() == Some("a"))
+        .count();
+    assert_eq!((moved, most), (lost, 1), "only a's cells moved, each once");
+    drop(fa);
+    // A join after the leader's death is placed by its successor.
+    let (fd, _ed) = d.fleet(&cells).start().await.unwrap();
+    let joined = converged(&store, &cells, &[&fb, &fc, &fd], 30_000).await;
+    assert_eq!(fd.held().len(), 8);
+    let (moved, most) = moves(&killed, &joined);
+    assert_eq!((moved, most), (8, 1));
+    let leader = Ownership::new(store, "r")
+        .read_owner(fence_fleet::LEADER_CELL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(leader.node.as_deref(), Some("b" | "c")));
+}
