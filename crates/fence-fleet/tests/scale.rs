@@ -8,7 +8,7 @@
 #[path = "support/scale.rs"]
 mod scale;
 
-use scale::{run, ScaleConfig, ScaleReport};
+use scale::{run, ScaleConfig, ScaleReport, KILLS};
 
 /// The goals of issue 26, for one size.
 fn within_the_goals(r: &ScaleReport) {
@@ -41,13 +41,36 @@ fn within_the_goals(r: &ScaleReport) {
         "{} nodes: failover {failover} ms > {bound}",
         r.nodes
     );
-    assert_eq!(
-        (r.kill_moved, r.kill_most),
-        (r.killed_cells, 1),
-        "{} nodes: the kill moved only the dead node's cells, each once",
+    each_once(r, "kills", (r.kill_moved, r.kill_most), r.killed_cells);
+    assert!(r.folder_reads.reads <= 5_500.0 && r.folder_writes.writes <= 3_500.0);
+    assert!(
+        r.leave_handed_all,
+        "{} nodes: the leaver handed off all",
         r.nodes
     );
-    assert!(r.folder_reads.reads <= 5_500.0 && r.folder_writes.writes <= 3_500.0);
+    each_once(r, "leave", (r.leave_moved, r.leave_most), r.leave_held);
+    // The kills (two nodes stay), the leave, the join.
+    let live = r.nodes - KILLS.min(r.nodes - 2);
+    let share = r.cells / live;
+    assert!(
+        (share..=r.cells.div_ceil(live)).contains(&r.join_held),
+        "{} nodes: the joiner holds {} of {} cells over {live} nodes",
+        r.nodes,
+        r.join_held,
+        r.cells
+    );
+    each_once(r, "join", (r.join_moved, r.join_most), r.join_held);
+}
+
+/// A membership change moved `expected` cells (those of the node that left or died, or
+/// those the joiner took) and none more than once.
+fn each_once(r: &ScaleReport, change: &str, (moved, most): (usize, u64), expected: usize) {
+    assert_eq!(
+        (moved, most),
+        (expected, 1),
+        "{} nodes: the {change} moved {moved} cells (at most {most} epochs); {expected} had to move, once each",
+        r.nodes
+    );
 }
 
 #[tokio::test(start_paused = true)]

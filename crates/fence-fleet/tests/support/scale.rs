@@ -159,6 +159,35 @@ pub struct SimNode {
     pub events: Option<Events>,
 }
 
+impl SimNode {
+    /// Starts node `id` of the fleet over `cells`, on its own path to the `shared` store.
+    async fn start(
+        shared: &Arc<dyn ConditionalStore>,
+        id: String,
+        cells: &[String],
+        cfg: &ScaleConfig,
+    ) -> SimNode {
+        let path = Arc::new(PausableStore::new(shared.clone()));
+        let counts = Arc::new(CountingStore::new(path.clone()));
+        let stop = Arc::new(Stop::default());
+        let fence = Fence::builder(counts.clone(), id.clone())
+            .ttl(cfg.ttl)
+            .clock(Clock::virtual_at(BASE_WALL).with_stop(stop.clone()))
+            .build()
+            .unwrap();
+        let fleet = Fleet::builder(fence, cells.to_vec()).start().await;
+        let (fleet, events) = fleet.unwrap();
+        SimNode {
+            id,
+            path,
+            stop,
+            counts,
+            fleet: Some(fleet),
+            events: Some(events),
+        }
+    }
+}
+
 /// What one run measured.
 #[derive(Clone, Debug, Default)]
 pub struct ScaleReport {
@@ -191,6 +220,17 @@ pub struct ScaleReport {
     /// Cells that moved because of the kills, and the most any moved (epochs) in one.
     pub kill_moved: usize,
     pub kill_most: u64,
+    /// A drain (a leave) after the kills: the cells the leaver held, how many moved, the
+    /// most any moved (epochs), and whether everything was handed off.
+    pub leave_held: usize,
+    pub leave_moved: usize,
+    pub leave_most: u64,
+    pub leave_handed_all: bool,
+    /// A join after the leave: how many cells moved, the most any moved, and how many the
+    /// joiner holds once settled.
+    pub join_moved: usize,
+    pub join_most: u64,
+    pub join_held: usize,
 }
 
 impl ScaleReport {
@@ -205,12 +245,12 @@ impl ScaleReport {
     }
 
     pub fn header() -> String {
-        "| nodes | requests per node per second (GET / PUT / LIST / DELETE) | busiest node (req/s) | fleet requests per second | busiest folder: reads/s · writes/s | busiest top-level prefix: reads/s · writes/s | $ per node-month (S3) | failover after SIGKILL, three kills (ms) |\n|---|---|---|---|---|---|---|---|".to_owned()
+        "| nodes | requests per node per second (GET / PUT / LIST / DELETE) | busiest node (req/s) | fleet requests per second | busiest folder: reads/s · writes/s | busiest top-level prefix: reads/s · writes/s | $ per node-month (S3) | failover after SIGKILL, three kills (ms) | cells moved per kill · leave · join (held by the node) |\n|---|---|---|---|---|---|---|---|---|".to_owned()
     }
 
     pub fn row(&self) -> String {
         format!(
-            "| {} | {:.2} ({:.2} / {:.2} / {:.3} / {:.3}) | {:.2} | {:.0} | `{}` {:.0} · `{}` {:.0} | `{}` {:.0} · `{}` {:.0} | {:.2} | {} |",
+            "| {} | {:.2} ({:.2} / {:.2} / {:.3} / {:.3}) | {:.2} | {:.0} | `{}` {:.0} · `{}` {:.0} | `{}` {:.0} · `{}` {:.0} | {:.2} | {} | {} ({}) · {} ({}) · {} ({}) |",
             self.nodes,
             self.per_node(),
             self.get,
@@ -233,6 +273,12 @@ impl ScaleReport {
                 .map(|m| m.to_string())
                 .collect::<Vec<_>>()
                 .join(" · "),
+            self.kill_moved,
+            self.killed_cells,
+            self.leave_moved,
+            self.leave_held,
+            self.join_moved,
+            self.join_held,
         )
     }
 }
@@ -291,24 +337,7 @@ pub async fn run(cfg: &ScaleConfig) -> ScaleReport {
         .collect();
     let mut nodes = Vec::with_capacity(cfg.nodes);
     for i in 0..cfg.nodes {
-        let id = node_id(i);
-        let path = Arc::new(PausableStore::new(shared.clone()));
-        let counts = Arc::new(CountingStore::new(path.clone()));
-        let stop = Arc::new(Stop::default());
-        let fence = Fence::builder(counts.clone(), id.clone())
-            .ttl(cfg.ttl)
-            .clock(Clock::virtual_at(BASE_WALL).with_stop(stop.clone()))
-            .build()
-            .unwrap();
-        let (fleet, events) = Fleet::builder(fence, cells.clone()).start().await.unwrap();
-        nodes.push(SimNode {
-            id,
-            path,
-            stop,
-            counts,
-            fleet: Some(fleet),
-            events: Some(events),
-        });
+        nodes.push(SimNode::start(&shared, node_id(i), &cells, cfg).await);
         if cfg.start_rate > 0 && (i + 1) % cfg.start_rate == 0 {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
@@ -362,7 +391,74 @@ pub async fn run(cfg: &ScaleConfig) -> ScaleReport {
         tokio::time::sleep(Duration::from_millis(1_111 * k as u64)).await;
         failover(&mut report, &mut nodes, &reader, &cells, cfg, k).await;
     }
+    leave(&mut report, &mut nodes, &reader, &cells, cfg).await;
+    join(&mut report, &mut nodes, &shared, &reader, &cells, cfg).await;
     report
+}
+
+/// Cells whose epoch changed between two readings, and the most epochs any moved.
+fn moves(
+    before: &BTreeMap<String, (Option<String>, u64)>,
+    after: &BTreeMap<String, (Option<String>, u64)>,
+) -> (usize, u64) {
+    let moved = after.iter().filter(|(c, v)| before[*c].1 != v.1).count();
+    let most = after
+        .iter()
+        .map(|(c, v)| v.1 - before[c].1)
+        .max()
+        .unwrap_or(0);
+    (moved, most)
+}
+
+/// Drains a live node that is not the first (the leader, most likely) and counts what
+/// moved once the fleet settled.
+async fn leave(
+    report: &mut ScaleReport,
+    nodes: &mut [SimNode],
+    reader: &Ownership,
+    cells: &[String],
+    cfg: &ScaleConfig,
+) {
+    if nodes.len() < 3 {
+        return;
+    }
+    let Some(leaver) = (1..nodes.len()).rev().find(|i| nodes[*i].fleet.is_some()) else {
+        return;
+    };
+    let before = heads(reader, cells).await;
+    let id = nodes[leaver].id.clone();
+    report.leave_held = before
+        .values()
+        .filter(|(o, _)| o.as_deref() == Some(id.as_str()))
+        .count();
+    let fleet = nodes[leaver].fleet.take().unwrap();
+    let drained = fleet.drain(Duration::from_secs(5)).await;
+    report.leave_handed_all = drained.left.is_empty()
+        && drained.released.is_empty()
+        && drained.handed_off.len() == report.leave_held;
+    tokio::time::sleep(Duration::from_secs(6 * cfg.ttl.as_secs())).await;
+    let after = heads(reader, cells).await;
+    (report.leave_moved, report.leave_most) = moves(&before, &after);
+}
+
+/// Starts one more node and counts what moved once the fleet settled.
+async fn join(
+    report: &mut ScaleReport,
+    nodes: &mut Vec<SimNode>,
+    shared: &Arc<dyn ConditionalStore>,
+    reader: &Ownership,
+    cells: &[String],
+    cfg: &ScaleConfig,
+) {
+    let before = heads(reader, cells).await;
+    let mut joiner = SimNode::start(shared, node_id(nodes.len()), cells, cfg).await;
+    let mut events = joiner.events.take().unwrap();
+    tokio::spawn(async move { while events.recv().await.is_some() {} });
+    tokio::time::sleep(Duration::from_secs(6 * cfg.ttl.as_secs())).await;
+    let after = heads(reader, cells).await;
+    (report.join_moved, report.join_most) = moves(&before, &after);
+    report.join_held = joiner.fleet.as_ref().map_or(0, |f| f.held().len());
+    nodes.push(joiner);
 }
 
 /// Nodes killed one after the other (each once the previous kill settled).
@@ -432,12 +528,7 @@ async fn failover(
     // Let the rest settle, then count how far the kill moved cells.
     tokio::time::sleep(Duration::from_secs(6 * cfg.ttl.as_secs())).await;
     let after = heads(reader, cells).await;
-    let moved = after.iter().filter(|(c, v)| before[*c].1 != v.1).count();
-    let most = after
-        .iter()
-        .map(|(c, v)| v.1 - before[c].1)
-        .max()
-        .unwrap_or(0);
+    let (moved, most) = moves(&before, &after);
     report.killed_cells += lost.len();
     report.kill_moved += moved;
     report.kill_most = report.kill_most.max(most);
