@@ -1,15 +1,19 @@
 //! [`AzureStoreBuilder`]: configuration of an [`AzureStore`], in object_store's builder style.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::{Error, ErrorKind};
+use fence_wire::limits::StoreLimits;
+use fence_wire::listing::ListingLimits;
 use fence_wire::names::{parse_url, ObjectNames};
 use object_store::azure::{AzureConfigKey, MicrosoftAzure, MicrosoftAzureBuilder};
 use object_store::client::HttpClient;
 use object_store::{BackoffConfig, ClientConfigKey, ClientOptions, RetryConfig};
 
-use crate::observe::{fence_http_client, Exchange, ObservingConnector};
+use crate::credentials::{managed_identity_endpoint, ManagedIdentity};
+use crate::observe::{connector, fence_http_client};
 use crate::store::{AzureStore, Clients};
 use fence_wire::client::Timeouts;
 
@@ -53,6 +57,7 @@ pub struct AzureStoreBuilder {
     cas_timeout: Option<Duration>,
     read_timeout: Duration,
     read_retries: usize,
+    limits: StoreLimits,
     invalid: Option<String>,
 }
 
@@ -89,6 +94,7 @@ impl AzureStoreBuilder {
             cas_timeout: None,
             read_timeout: Duration::from_secs(30),
             read_retries: 3,
+            limits: StoreLimits::default(),
             invalid: None,
         }
     }
@@ -152,7 +158,7 @@ impl AzureStoreBuilder {
     }
 
     /// Any other object_store Azure option (credentials, proxy, …), as in its
-    /// [`AzureConfigKey`].
+    /// [`AzureConfigKey`](https://docs.rs/object_store/0.14/object_store/azure/enum.AzureConfigKey.html).
     pub fn with_config(mut self, key: AzureConfigKey, value: impl Into<String>) -> Self {
         self.azure = self.azure.with_config(key, value);
         self
@@ -180,6 +186,23 @@ impl AzureStoreBuilder {
         self
     }
 
+    /// The record limit (default [`fence_core::DEFAULT_RECORD_LIMIT`], 5 MiB): `put` refuses a larger
+    /// body before any I/O, and `get` stops reading a blob past it and answers
+    /// [`ErrorKind::Corrupt`] naming the key. Declared as
+    /// [`Capabilities::max_body`](fence_core::Capabilities::max_body). It bounds what a
+    /// read can make this process hold.
+    pub fn with_record_limit(mut self, bytes: usize) -> Self {
+        self.limits.record = bytes;
+        self
+    }
+
+    /// The bounds of one `list` (default [`ListingLimits::DEFAULT`]); a listing past them
+    /// fails with [`ErrorKind::Unsupported`] saying which.
+    pub fn with_listing_limits(mut self, limits: ListingLimits) -> Self {
+        self.limits.listing = limits;
+        self
+    }
+
     /// Builds the store: a client for conditional writes and deletes (no retries, no
     /// redirects, short timeouts) and one for reads (retries on), on separate connection
     /// pools. No I/O happens here.
@@ -189,11 +212,11 @@ impl AzureStoreBuilder {
         }
         let container = self.container_name()?;
         let names = ObjectNames::new(self.prefix.as_deref())?;
-        let base = self.resolved().with_container_name(&container);
+        self.check_account()?;
+        let base = self.credentials(self.resolved().with_container_name(&container), &container)?;
         let timeouts = self.cas_timeouts();
         let cas = build_client(cas_client(base.clone(), timeouts), &container)?;
-        let untagged = Exchange::default();
-        let read = build_client(self.read_client(base.clone(), untagged.clone()), &container)?;
+        let read = build_client(self.read_client(base.clone()), &container)?;
         let deletes = if self.signs_deletes() {
             Some(delete_client(
                 &base,
@@ -204,13 +227,14 @@ impl AzureStoreBuilder {
         } else {
             None
         };
-        let clients = Clients {
-            cas,
-            read,
-            deletes,
-            listed: untagged,
-        };
-        Ok(AzureStore::new(clients, container, names, timeouts.request))
+        let clients = Clients { cas, read, deletes };
+        Ok(AzureStore::new(
+            clients,
+            container,
+            names,
+            timeouts.request,
+            self.limits,
+        ))
     }
 
     /// The object_store builder with the emulator (if set) spelled out as an endpoint, so
@@ -253,6 +277,45 @@ impl AzureStoreBuilder {
         get(AzureConfigKey::SasKey).is_none() || other_credential
     }
 
+    /// `base` with a managed identity asked on object_store's own client, naming what was
+    /// tried when it gives no token (see [`crate::credentials`]); unchanged when another
+    /// credential (or the emulator) is configured.
+    fn credentials(
+        &self,
+        base: MicrosoftAzureBuilder,
+        container: &str,
+    ) -> Result<MicrosoftAzureBuilder, Error> {
+        let endpoint = match managed_identity_endpoint(&base) {
+            Some(endpoint) if self.emulator.is_none() => endpoint,
+            _ => return Ok(base),
+        };
+        let provider =
+            ManagedIdentity::new(&base, endpoint).map_err(|e| configuration_error(e, container))?;
+        Ok(base.with_credentials(Arc::new(provider)))
+    }
+
+    /// An account, or the emulator: object_store would say only "Account must be specified".
+    fn check_account(&self) -> Result<(), Error> {
+        let get = |key| self.azure.get_config_value(&key).filter(|v| !v.is_empty());
+        let emulator = self.emulator.is_some()
+            || get(AzureConfigKey::UseEmulator).is_some_and(|v| {
+                matches!(
+                    v.to_ascii_lowercase().as_str(),
+                    "true" | "1" | "yes" | "on" | "y"
+                )
+            });
+        if emulator || get(AzureConfigKey::AccountName).is_some() {
+            return Ok(());
+        }
+        Err(invalid(
+            "no Azure storage account: set AZURE_STORAGE_ACCOUNT_NAME and one credential \
+             (AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_KEY, AZURE_STORAGE_TOKEN, or \
+             AZURE_CLIENT_ID with AZURE_CLIENT_SECRET and AZURE_TENANT_ID), or \
+             AZURE_STORAGE_USE_EMULATOR=true for Azurite (in code: with_account, with_emulator)"
+                .to_owned(),
+        ))
+    }
+
     fn container_name(&self) -> Result<String, Error> {
         let container = self
             .container
@@ -277,11 +340,7 @@ impl AzureStoreBuilder {
         }
     }
 
-    fn read_client(
-        &self,
-        base: MicrosoftAzureBuilder,
-        untagged: Exchange,
-    ) -> MicrosoftAzureBuilder {
+    fn read_client(&self, base: MicrosoftAzureBuilder) -> MicrosoftAzureBuilder {
         let retry = RetryConfig {
             backoff: BackoffConfig::default(),
             max_retries: self.read_retries,
@@ -292,7 +351,7 @@ impl AzureStoreBuilder {
             connect: self.read_timeout.min(Duration::from_secs(5)),
         };
         base.with_retry(retry)
-            .with_http_connector(ObservingConnector::reads(timeouts, untagged))
+            .with_http_connector(connector(timeouts))
     }
 }
 
@@ -304,7 +363,7 @@ fn cas_client(base: MicrosoftAzureBuilder, timeouts: Timeouts) -> MicrosoftAzure
         retry_timeout: timeouts.request,
     };
     base.with_retry(retry)
-        .with_http_connector(ObservingConnector::cas(timeouts))
+        .with_http_connector(connector(timeouts))
 }
 
 /// The HTTP client of deletes, on the conditional-write settings (no redirects, no retries).
@@ -379,6 +438,7 @@ impl fmt::Debug for AzureStoreBuilder {
             .field("lease_ttl", &self.lease_ttl)
             .field("cas_timeout", &self.cas_timeout)
             .field("read_timeout", &self.read_timeout)
+            .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
 }
@@ -386,6 +446,20 @@ impl fmt::Debug for AzureStoreBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_account_is_invalid_input_naming_the_variables() {
+        let e = AzureStoreBuilder::new()
+            .with_container("fence-test")
+            .build()
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("AZURE_STORAGE_ACCOUNT_NAME"), "{e}");
+        let emulator = AzureStoreBuilder::new()
+            .with_container("fence-test")
+            .with_emulator("http://127.0.0.1:10000");
+        assert!(emulator.build().is_ok());
+    }
 
     #[test]
     fn container_names_follow_azure_rules() {

@@ -6,7 +6,7 @@
 
 use fence_core::{Commit, ErrorKind};
 
-use crate::observe::Observed;
+use crate::observe::{Observed, CONFLICTING_CODES};
 
 /// What a conditional PUT came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +41,13 @@ pub(crate) const DENIED: &str = "access denied (check the account, its key or to
 const REDIRECT: &str = "the store answered with a redirect, which a conditional request never \
                         follows: wrong endpoint or account";
 const NOT_SENT: &str = "the request failed before it was sent";
+const CONFLICTING: &str = "the store answered 404 with several different error codes: whether \
+                           the blob or the container is missing is unknown";
+
+/// A 404 whose error codes disagree: neither "absent" nor "rejected" can be read from it.
+fn conflicting_404() -> Failure {
+    failure(ErrorKind::Unsupported, Commit::NotCommitted, CONFLICTING)
+}
 
 /// Classifies a conditional PUT from its last HTTP attempt (`observed`) and whether
 /// object_store produced a result (`e_tag`: `Some(Some(tag))` on success with a tag,
@@ -67,7 +74,7 @@ fn no_etag() -> Failure {
     failure(
         ErrorKind::Unsupported,
         Commit::Ambiguous,
-        "the store answered the write without a usable ETag (none, empty or weak), so its \
+        "the store answered the write without a usable ETag (none, several, empty or weak), so its \
          version is unknown",
     )
 }
@@ -81,6 +88,7 @@ fn put_status(is_create: bool, status: u16, code: Option<&str>) -> PutVerdict {
         // Azurite answers a failed create with 409 BlobAlreadyExists.
         (409, Some("BlobAlreadyExists")) if is_create => PutVerdict::Rejected,
         (404, Some("ContainerNotFound")) => PutVerdict::Failed(refusal(status, code)),
+        (404, Some(CONFLICTING_CODES)) => PutVerdict::Failed(conflicting_404()),
         (404, _) if !is_create => PutVerdict::Rejected,
         (409, _) => PutVerdict::Failed(failure(
             ErrorKind::Conflict,
@@ -101,6 +109,7 @@ pub(crate) fn classify_delete(observed: &Observed) -> DeleteVerdict {
             (404, Some("ContainerNotFound")) => {
                 DeleteVerdict::Failed(refusal(404, code.as_deref()))
             }
+            (404, Some(CONFLICTING_CODES)) => DeleteVerdict::Failed(conflicting_404()),
             (404, _) => DeleteVerdict::Rejected,
             // SnapshotsPresent, LeaseIdMissing, …: the blob's state forbids the delete.
             (409, _) => DeleteVerdict::Failed(failure(
@@ -151,6 +160,7 @@ pub(crate) fn classify_read(observed: Option<&Observed>) -> Option<Failure> {
         Some(Observed::Transport(kind)) => Some(transport(*kind).read()),
         Some(Observed::Answer { status, code }) => match (*status, code.as_deref()) {
             (404, Some("ContainerNotFound")) => f(ErrorKind::NotFound, CONTAINER),
+            (404, Some(CONFLICTING_CODES)) => Some(conflicting_404()),
             (404, _) => None,
             (401 | 403, _) => f(ErrorKind::PermissionDenied, DENIED),
             (408 | 429 | 500..=599, _) => {
@@ -326,6 +336,28 @@ mod tests {
         assert_eq!(
             failed(Observed::Transport(HttpErrorKind::Timeout)).1,
             Commit::Ambiguous
+        );
+    }
+
+    #[test]
+    fn a_404_with_conflicting_codes_is_neither_absent_nor_rejected() {
+        let conflicting = answer(404, Some(CONFLICTING_CODES));
+        let read = classify_read(Some(&conflicting)).expect("not absent");
+        assert_eq!(
+            (read.kind, read.commit),
+            (ErrorKind::Unsupported, Commit::NotCommitted)
+        );
+        let put = classify_put(false, Some(&conflicting), None);
+        assert_eq!(kind_commit(put).1, Commit::NotCommitted);
+        assert!(matches!(
+            classify_delete(&conflicting),
+            DeleteVerdict::Failed(f) if f.commit == Commit::NotCommitted
+        ));
+        let conflict = answer(409, Some(CONFLICTING_CODES));
+        assert_eq!(
+            kind_commit(classify_put(true, Some(&conflict), None)),
+            (ErrorKind::Conflict, Commit::NotCommitted),
+            "a 409 is never a rejection unless it says BlobAlreadyExists"
         );
     }
 

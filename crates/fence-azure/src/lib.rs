@@ -20,15 +20,22 @@
 //!   cut down to their code and message before object_store sees them;
 //! - Azure ETags change on every write, also of identical bytes, so bodies are stored as
 //!   given (no nonce) and [`Capabilities::content_versions`](fence_core::Capabilities) is
-//!   false.
+//!   false;
+//! - every answer is bounded: a record at the record limit
+//!   ([`AzureStoreBuilder::with_record_limit`], [`fence_core::DEFAULT_RECORD_LIMIT`] by
+//!   default; past it `get` is `Corrupt`), an error body at its first 4 KiB, a listing by
+//!   [`ListingLimits`](fence_wire::listing::ListingLimits); an answer with two different
+//!   `ETag`s or `x-ms-error-code`s is never trusted (`docs/backends.md`, "Limits").
 //!
 //! See `docs/azure.md` for the details and the test server.
 #![deny(missing_docs)]
 
 mod builder;
 mod classify;
+pub mod credentials;
 mod observe;
 mod store;
 
 pub use builder::{AzureStoreBuilder, DEFAULT_LEASE_TTL, EMULATOR_ACCOUNT};
+pub use credentials::CredentialsUnavailable;
 pub use store::AzureStore;

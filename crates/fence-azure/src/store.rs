@@ -10,8 +10,9 @@ use fence_core::{
     Capabilities, CasGuard, ConditionalStore, DeleteOutcome, Error, ErrorKind, Key, PutOutcome,
     Stored, Version,
 };
+use fence_wire::body::{over_put_limit, read_record};
+use fence_wire::limits::StoreLimits;
 use fence_wire::names::ObjectNames;
-use futures::TryStreamExt;
 use object_store::azure::MicrosoftAzure;
 use object_store::client::{HttpClient, HttpRequest, HttpRequestBody};
 use object_store::path::Path;
@@ -23,10 +24,7 @@ use crate::classify::{
     classify_delete, classify_put, classify_read, strong_etag, DeleteVerdict, Failure, PutVerdict,
     CONTAINER, DENIED,
 };
-use crate::observe::{header_code, transport_kind, Exchange, Observed};
-
-/// The largest body of one Put Blob request (5000 MiB); fence records are a few hundred bytes.
-const MAX_BODY: usize = 5000 * 1024 * 1024;
+use crate::observe::{error_code, list_names, transport_kind, Exchange, Observed};
 
 /// Azure's bound of a blob name: 1024 characters.
 const MAX_BLOB_NAME: usize = 1024;
@@ -44,9 +42,6 @@ pub(crate) struct Clients {
     pub read: MicrosoftAzure,
     /// DELETEs (under a SAS the `cas` client signs), when the credentials can sign them.
     pub deletes: Option<HttpClient>,
-    /// What the read client's listings came to (their object_store call carries no
-    /// per-request record); lists are serialized to read it.
-    pub listed: Exchange,
 }
 
 /// An Azure Blob container (optionally under a key prefix) as a fence [`ConditionalStore`].
@@ -75,7 +70,7 @@ pub struct AzureStore {
     container: String,
     names: ObjectNames,
     cas_timeout: Duration,
-    list_turn: tokio::sync::Mutex<()>,
+    limits: StoreLimits,
 }
 
 impl AzureStore {
@@ -94,13 +89,14 @@ impl AzureStore {
         container: String,
         names: ObjectNames,
         cas_timeout: Duration,
+        limits: StoreLimits,
     ) -> Self {
         AzureStore {
             clients,
             container,
             names,
             cas_timeout,
-            list_turn: tokio::sync::Mutex::new(()),
+            limits,
         }
     }
 
@@ -117,6 +113,11 @@ impl AzureStore {
     /// The bound of one conditional write or delete.
     pub fn cas_timeout(&self) -> Duration {
         self.cas_timeout
+    }
+
+    /// The record limit: the largest body `put` sends and `get` reads.
+    pub fn record_limit(&self) -> usize {
+        self.limits.record
     }
 
     /// The blob name of `key`: `prefix/key`, exactly these characters.
@@ -230,9 +231,12 @@ impl AzureStore {
         }
     }
 
-    /// One GET of `path` (with the read client's retries): body and version together.
+    /// One GET of `path` (with the read client's retries): body and version together, the
+    /// body read only up to the record limit. The answers may bring one byte more than the
+    /// limit (so that a longer body shows as one), and the reading stops there.
     async fn fetch(&self, key: &Key, path: &Path) -> Result<Option<Stored>, Error> {
-        let exchange = Exchange::default();
+        let limit = self.limits.record;
+        let exchange = Exchange::with_budget(limit as u64 + 1);
         let opts = GetOptions {
             extensions: exchange.extensions(),
             ..GetOptions::default()
@@ -246,14 +250,13 @@ impl AzureStore {
             Err(e) => return fail(e),
         };
         let tag = got.meta.e_tag.clone().unwrap_or_default();
-        let body = match got.bytes().await {
-            Ok(body) => body,
-            Err(e) => return Err(unreadable(key).with_source(e)),
-        };
+        let size = Some(got.meta.size);
+        let broken = |e| unreadable(key).with_source(e);
+        let body = read_record(key, size, got.into_stream(), limit, broken).await?;
         if !strong_etag(&tag) {
             return Err(Error::new(
                 ErrorKind::Unsupported,
-                "the store answered a read without a usable ETag (none, empty or weak)",
+                "the store answered a read without a usable ETag (none, several, empty or weak)",
             )
             .with_key(key)
             .not_committed());
@@ -267,11 +270,7 @@ impl AzureStore {
             Some(p) => Some(self.path_of(p)?),
             None => self.names.under(None)?,
         };
-        let metas = self.list_paths(under.as_ref()).await?;
-        let mut keys: Vec<Key> = metas
-            .iter()
-            .filter_map(|p| self.names.key_of(p.as_ref()))
-            .collect();
+        let mut keys = self.list_under(under.as_ref()).await?;
         if let Some(p) = prefix {
             // A listing shows what lies under `p/`; the key `p` itself needs its own look-up.
             if self.read(p).await?.is_some() {
@@ -283,22 +282,20 @@ impl AzureStore {
         Ok(keys)
     }
 
-    async fn list_paths(&self, under: Option<&Path>) -> Result<Vec<Path>, Error> {
-        let _turn = self.list_turn.lock().await;
-        self.clients.listed.clear();
-        let listed: Result<Vec<_>, _> = self.clients.read.list(under).try_collect().await;
-        match listed {
-            Ok(metas) => Ok(metas.into_iter().map(|m| m.location).collect()),
-            Err(e) => {
-                let observed = self.clients.listed.last_failure();
-                let f = classify_read(observed.as_ref()).unwrap_or(Failure::new(
-                    ErrorKind::NotFound,
-                    fence_core::Commit::NotCommitted,
-                    CONTAINER,
-                ));
-                Err(self.error(None, f).with_source(e))
-            }
-        }
+    /// The keys of every blob under `under/` (the container's root for `None`), page by
+    /// page (with the read client's retries), within the store's listing limits.
+    async fn list_under(&self, under: Option<&Path>) -> Result<Vec<Key>, Error> {
+        let keep = |name: &str| self.names.key_of(name);
+        let failed = |x: &Exchange, e| {
+            let f = classify_read(x.last_failure().as_ref()).unwrap_or(Failure::new(
+                ErrorKind::NotFound,
+                fence_core::Commit::NotCommitted,
+                CONTAINER,
+            ));
+            self.error(None, f).with_source(e)
+        };
+        let read = &self.clients.read;
+        list_names(read, under, self.limits.listing, keep, failed).await
     }
 
     /// One DELETE, with `If-Match: <version>` when given, under a SAS for exactly this blob.
@@ -338,7 +335,7 @@ impl AzureStore {
         let observed = match http.execute(request).await {
             Ok(response) => Observed::Answer {
                 status: response.status().as_u16(),
-                code: header_code(response.headers()),
+                code: error_code(response.headers()),
             },
             Err(e) => Observed::Transport(transport_kind(&e)),
         };
@@ -376,13 +373,8 @@ impl ConditionalStore for AzureStore {
     }
 
     async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
-        if body.len() > MAX_BODY {
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                "body larger than one Put Blob request",
-            )
-            .with_key(key)
-            .not_committed());
+        if body.len() > self.limits.record {
+            return Err(over_put_limit(key, body.len(), self.limits.record));
         }
         let path = self.path_of(key)?;
         self.conditional_put(key, &path, body, &guard).await
@@ -410,7 +402,7 @@ impl ConditionalStore for AzureStore {
         } else {
             Capabilities::without_conditional_delete()
         };
-        caps.with_max_body(MAX_BODY)
+        caps.with_max_body(self.limits.record)
     }
 }
 
@@ -421,6 +413,7 @@ impl fmt::Debug for AzureStore {
             .field("prefix", &self.prefix())
             .field("cas_timeout", &self.cas_timeout)
             .field("conditional_delete", &self.clients.deletes.is_some())
+            .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
 }

@@ -418,7 +418,7 @@ async fn without_a_signable_credential_delete_is_unsupported_without_io() {
 
 /// The canned server of fence-s3's and fence-gcs's wire tests: answers chosen per request,
 /// with bodies, cut bodies and delays.
-#[path = "../../fence-s3/tests/support/canned.rs"]
+#[path = "../../fence-wire/tests/support/canned.rs"]
 mod shared;
 
 use shared::{error_texts, Reply};

@@ -5,12 +5,15 @@
 //! without spawning the binary.
 //!
 //! - [`run`]: hold a lease while a command runs (`fence run`), with [`tree`], [`reaper`],
-//!   [`signals`] and [`procs`] keeping the command's process tree together;
+//!   [`contain`], [`members`], [`signals`] and [`procs`] keeping every process of the
+//!   command together;
 //! - [`kv`]: fenced writes and reads of named values in a cell (`fence put`, `fence get`);
 //! - [`status`]: leases and cells (`fence status`);
+//! - [`check`]: every record checked against the wire protocol (`fence check`);
 //! - [`probe`]: the contract probe (`fence probe`);
 //! - [`demo`]: the fleet demo (`fence demo`);
-//! - [`stores`]: stores named by URL; [`names`]: lease names; [`exit`]: exit codes.
+//! - [`stores`]: stores named by URL; [`names`]: lease names; [`exit`]: exit codes;
+//!   [`terminal`]: what may reach the operator's terminal.
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -29,10 +32,21 @@ macro_rules! outln {
     }};
 }
 
+/// `eprintln!` through [`terminal::escape`]: one line on stderr that no text from a store or
+/// a server can turn into terminal control.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        eprintln!("{}", $crate::terminal::escape(&format!($($arg)*)));
+    }};
+}
+
+pub mod check;
+pub mod contain;
 pub mod demo;
 pub mod exit;
 pub mod kv;
 mod link;
+pub mod members;
 pub mod names;
 pub mod probe;
 pub mod procs;
@@ -41,4 +55,5 @@ pub mod run;
 pub mod signals;
 pub mod status;
 pub mod stores;
+pub mod terminal;
 pub mod tree;

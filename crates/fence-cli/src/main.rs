@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use fence_cli::exit::{shown, Failure, BUSY, CHECK_FAILED, FENCED, OK, STORE, USAGE};
-use fence_cli::{demo, kv, names, probe, reaper, run, status, stores};
+use fence_cli::{check, demo, kv, names, probe, reaper, run, status, stores, terminal};
 
 /// `println!` that ignores a closed stdout.
 macro_rules! outln {
@@ -25,6 +25,11 @@ macro_rules! outln {
     after_help = "Example:\n  mkdir -p /tmp/locks\n  fence run --store file:///tmp/locks --lease backup --wait -- ./backup.sh\n\nExit codes and JSON shapes: docs/cli.md"
 )]
 struct Cli {
+    /// Mode of the files a file:// store creates, in octal (default 0600); its directories
+    /// get the matching execute bits (0660 → 0770): 0660 lets a group share a store.
+    #[arg(long, global = true, env = "FENCE_FILE_MODE", value_name = "MODE",
+          value_parser = stores::parse_file_mode)]
+    file_mode: Option<u32>,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -49,7 +54,7 @@ enum Cmd {
         after_help = "Example:\n  fence run --store file:///tmp/locks --lease nightly --ttl 10s --timeout 5m -- sh -c 'echo epoch $FENCE_EPOCH; ./job.sh'\n  fence run --store file:///tmp/locks --lease maintenance &   # hold it; kill %1 to let go"
     )]
     Run {
-        /// Store URL: file:///path, s3://bucket/prefix, gs://bucket/prefix (or memory://).
+        /// Store URL: file:///path, s3://bucket/prefix, gs://bucket/prefix, az://container/prefix.
         #[arg(long, env = "FENCE_STORE")]
         store: String,
         /// The lease (cell) name.
@@ -80,6 +85,16 @@ enum Cmd {
         /// running (off by default).
         #[arg(long, value_name = "ADDR")]
         metrics: Option<std::net::SocketAddr>,
+        /// How the command's processes are held: auto (in a PID namespace of their own where
+        /// the kernel allows one, else tracked, with a warning), required (a namespace or
+        /// exit 126), fallback (tracked: no namespace).
+        #[arg(
+            long,
+            env = "FENCE_CONTAINMENT",
+            default_value = "auto",
+            value_name = "MODE"
+        )]
+        containment: fence_cli::contain::Containment,
         /// The command and its arguments, after `--` (none: hold the lease until a signal).
         #[arg(last = true, num_args = 0.., value_parser = clap::value_parser!(OsString))]
         command: Vec<OsString>,
@@ -125,9 +140,10 @@ enum Cmd {
         /// The key.
         key: String,
     },
-    /// Shows node leases and cells: holder, epoch, expiry, version.
+    /// Shows who holds which lease: cells with their holder (node, address), epoch and expiry,
+    /// then node leases holding no cell. Released ones only with --all (or NAME).
     #[command(
-        after_help = "Example:\n  fence status --store file:///tmp/locks\n  fence status --store file:///tmp/locks nightly --json"
+        after_help = "Example:\n  fence status --store file:///tmp/locks\n  fence status --store file:///tmp/locks --all\n  fence status --store file:///tmp/locks nightly --json"
     )]
     Status {
         /// Store URL.
@@ -135,7 +151,27 @@ enum Cmd {
         store: String,
         /// Only this lease (cell).
         name: Option<String>,
-        /// Stable JSON instead of a table (shape: docs/cli.md).
+        /// Stable JSON instead of a table (shape: docs/cli.md); always every record.
+        #[arg(long)]
+        json: bool,
+        /// Also released cells and node leases (the table hides them by default).
+        #[arg(long)]
+        all: bool,
+    },
+    /// Checks every record under the store (and --prefix) against the wire protocol
+    /// (docs/protocol.md) and names each violation: key, field, rule. Exit 0 if every record
+    /// conforms, 1 if any violates it, 69 if the store could not be read.
+    #[command(
+        after_help = "Example:\n  fence check --store file:///tmp/locks\n  fence check --store s3://bucket/fence --json"
+    )]
+    Check {
+        /// Store URL.
+        #[arg(long, env = "FENCE_STORE")]
+        store: String,
+        /// The key prefix the fleet writes under (FenceBuilder::prefix), if any.
+        #[arg(long)]
+        prefix: Option<String>,
+        /// Print the report as JSON (shape: docs/cli.md).
         #[arg(long)]
         json: bool,
     },
@@ -175,6 +211,8 @@ enum Cmd {
     #[command(name = "__reaper", hide = true)]
     Reaper {
         #[arg(long)]
+        role: reaper::Role,
+        #[arg(long)]
         supervisor: i32,
         #[arg(long)]
         control_fd: i32,
@@ -211,6 +249,7 @@ impl Cmd {
             Cmd::Get { .. } => "get",
             Cmd::Status { .. } => "status",
             Cmd::Probe { .. } => "probe",
+            Cmd::Check { .. } => "check",
             Cmd::Demo { .. } => "demo",
             Cmd::Reaper { .. } | Cmd::Exec { .. } => "run",
         }
@@ -226,8 +265,9 @@ impl Cmd {
     }
 }
 
-/// Parses the arguments. A usage error is one line on stderr (clap's own text without its
-/// usage block; a user-supplied value in it is cut short) and exit 2.
+/// Parses the arguments. A usage error is one line on stderr: clap's reason and its tips
+/// ("a similar argument exists: '--ttl'", "to pass 'x' as a value, use '-- x'") without its
+/// usage block, a user-supplied value in it cut short; exit 2.
 fn parse() -> Result<Cli, ExitCode> {
     use clap::error::ErrorKind as Clap;
     match Cli::try_parse() {
@@ -235,15 +275,42 @@ fn parse() -> Result<Cli, ExitCode> {
         Err(e) if matches!(e.kind(), Clap::DisplayHelp | Clap::DisplayVersion) => e.exit(),
         Err(e) if e.kind() == Clap::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
         Err(e) => {
-            let text = e.render().to_string();
-            let reason = text.split("\n\n").next().unwrap_or_default();
-            let reason = reason.trim().trim_start_matches("error:");
-            let line: String = reason.split_whitespace().collect::<Vec<_>>().join(" ");
-            let line: String = line.chars().take(300).collect();
-            eprintln!("fence: {line} (see fence --help)");
+            let mut line = usage_line(&e.render().to_string());
+            if let Some(tip) = command_tip(&e) {
+                line = format!("{line}; {tip}");
+            }
+            eprintln!("fence: {} (see fence --help)", terminal::escape(&line));
             Err(ExitCode::from(USAGE))
         }
     }
+}
+
+/// `fence run --lease x true`: clap sees an unexpected `true` (the command belongs after
+/// `--`) and gives no tip for it.
+fn command_tip(e: &clap::Error) -> Option<&'static str> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind as Clap};
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let run = std::env::args().nth(1).is_some_and(|a| a == "run");
+    (e.kind() == Clap::UnknownArgument && run && !arg.starts_with('-')).then_some(
+        "tip: the command to run goes after `--`: fence run --store URL --lease NAME -- CMD ARGS",
+    )
+}
+
+/// clap's rendered error as one line: its first paragraph (the reason) and every `tip:` line.
+fn usage_line(rendered: &str) -> String {
+    let reason = rendered.split("\n\n").next().unwrap_or_default();
+    let reason = reason.trim().trim_start_matches("error:");
+    let tips = rendered
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("tip:"));
+    let parts: Vec<String> = std::iter::once(reason)
+        .chain(tips)
+        .map(|p| p.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    parts.join("; ").chars().take(400).collect()
 }
 
 fn main() -> ExitCode {
@@ -259,6 +326,7 @@ fn main() -> ExitCode {
             command,
         } => ExitCode::from(reaper::exec_main(parent, foreground, &command)),
         Cmd::Reaper {
+            role,
             supervisor,
             control_fd,
             report_fd,
@@ -268,6 +336,7 @@ fn main() -> ExitCode {
             foreground,
             command,
         } => ExitCode::from(reaper::reaper_main(reaper::ReaperArgs {
+            role,
             supervisor,
             control_fd,
             report_fd,
@@ -277,11 +346,11 @@ fn main() -> ExitCode {
             foreground,
             command,
         })),
-        command => serve(command),
+        command => serve(command, cli.file_mode),
     }
 }
 
-fn serve(command: Cmd) -> ExitCode {
+fn serve(command: Cmd, file_mode: Option<u32>) -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("FENCE_LOG")
@@ -298,7 +367,7 @@ fn serve(command: Cmd) -> ExitCode {
     // on the calling thread, and the child's parent-death signal follows the thread that
     // started it.
     let result = match runtime {
-        Ok(rt) => rt.block_on(dispatch(command)),
+        Ok(rt) => rt.block_on(dispatch(command, file_mode)),
         Err(e) => Err(Failure::new(STORE, format!("cannot start: {e}"))),
     };
     match result {
@@ -309,7 +378,7 @@ fn serve(command: Cmd) -> ExitCode {
                 None => f,
             };
             if !f.message.is_empty() {
-                eprintln!("fence {name}: {f}");
+                eprintln!("fence {name}: {}", terminal::escape(&f.message));
             }
             ExitCode::from(f.code)
         }
@@ -339,7 +408,17 @@ fn serve_metrics(addr: std::net::SocketAddr) -> Result<(), Failure> {
         })
 }
 
-async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
+async fn dispatch(cmd: Cmd, file_mode: Option<u32>) -> Result<u8, Failure> {
+    // Commands that only read open a file:// store read-only: it may be a read-only mount,
+    // a snapshot, or a store this user can only read.
+    let writing = stores::FileAccess {
+        file_mode,
+        read_only: false,
+    };
+    let reading = stores::FileAccess {
+        file_mode,
+        read_only: true,
+    };
     match cmd {
         Cmd::Run {
             store,
@@ -352,13 +431,14 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
             conflict_exit_code,
             fenced_exit_code,
             metrics,
+            containment,
             command,
         } => {
             names::check_lease(&lease)?;
             if let Some(addr) = metrics {
                 serve_metrics(addr)?;
             }
-            let store = stores::open(&store, Some(ttl))?;
+            let store = stores::open_shared(&store, Some(ttl), writing)?;
             run::run(run::RunOptions {
                 store,
                 lease,
@@ -370,6 +450,7 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
                 quiet,
                 conflict_exit_code,
                 fenced_exit_code,
+                containment,
                 command,
             })
             .await
@@ -384,7 +465,7 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
             value,
         } => {
             names::check_lease(&lease)?;
-            let store = stores::open(&store, None)?;
+            let store = stores::open_shared(&store, None, writing)?;
             let value = read_value(file.as_deref(), value)?;
             let node = node.unwrap_or_else(|| format!("put-{}", std::process::id()));
             kv::put(&store.store, &node, &lease, epoch, &key, &value).await?;
@@ -392,7 +473,7 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
         }
         Cmd::Get { store, lease, key } => {
             names::check_lease(&lease)?;
-            let store = stores::open(&store, None)?;
+            let store = stores::open_shared(&store, None, reading)?;
             let value = kv::get(&store.store, &lease, &key)
                 .await
                 .map_err(|f| match f.code {
@@ -405,14 +486,32 @@ async fn dispatch(cmd: Cmd) -> Result<u8, Failure> {
             write_stdout(&value)?;
             Ok(OK)
         }
-        Cmd::Status { store, name, json } => show_status(&store, name.as_deref(), json).await,
-        Cmd::Probe { url, rounds, json } => run_probe(&url, rounds.into(), json).await,
+        Cmd::Status {
+            store,
+            name,
+            json,
+            all,
+        } => {
+            // A named cell is shown whatever its state.
+            let rows = if all || name.is_some() {
+                status::Rows::All
+            } else {
+                status::Rows::Current
+            };
+            show_status(&store, name.as_deref(), json, rows, reading).await
+        }
+        Cmd::Probe { url, rounds, json } => run_probe(&url, rounds.into(), json, writing).await,
+        Cmd::Check {
+            store,
+            prefix,
+            json,
+        } => run_check(&store, prefix.as_deref(), json, reading).await,
         Cmd::Demo {
             nodes,
             cells,
             ttl,
             store,
-        } => run_demo(nodes.into(), cells as usize, ttl, store.as_deref()).await,
+        } => run_demo(nodes.into(), cells as usize, ttl, store.as_deref(), writing).await,
         Cmd::Reaper { .. } | Cmd::Exec { .. } => Err(Failure::usage("internal subcommand")),
     }
 }
@@ -434,25 +533,42 @@ fn read_value(file: Option<&str>, value: Option<String>) -> Result<Vec<u8>, Fail
     }
 }
 
+/// Writes a value: its bytes unchanged to a file or a pipe, escaped for a terminal
+/// ([`terminal::printable`]) when stdout is one.
 fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
+    use std::io::IsTerminal;
     let mut out = std::io::stdout().lock();
+    let shown;
+    let bytes = if out.is_terminal() {
+        shown = terminal::printable(bytes);
+        shown.as_bytes()
+    } else {
+        bytes
+    };
     out.write_all(bytes)
         .and_then(|()| out.flush())
         .map_err(|e| Failure::new(USAGE, format!("cannot write stdout: {e}")))
 }
 
-async fn show_status(url: &str, name: Option<&str>, json: bool) -> Result<u8, Failure> {
+async fn show_status(
+    url: &str,
+    name: Option<&str>,
+    json: bool,
+    rows: status::Rows,
+    access: stores::FileAccess,
+) -> Result<u8, Failure> {
     if let Some(name) = name {
         names::check_lease(name)?;
     }
-    let store = stores::open(url, None)?;
+    let store = stores::open_shared(url, None, access)?;
     let status = status::read(&store.store, &store.url, name).await?;
     if json {
-        let text = serde_json::to_string_pretty(&status)
-            .map_err(|e| Failure::new(CHECK_FAILED, e.to_string()))?;
-        outln!("{text}");
+        outln!("{}", terminal::json(&status));
     } else {
-        outln!("{}", status::table(&status).trim_end());
+        outln!(
+            "{}",
+            terminal::escape_lines(status::table(&status, rows).trim_end())
+        );
     }
     match status.bad.len() {
         0 => Ok(OK),
@@ -463,8 +579,33 @@ async fn show_status(url: &str, name: Option<&str>, json: bool) -> Result<u8, Fa
     }
 }
 
-async fn run_probe(url: &str, rounds: usize, json: bool) -> Result<u8, Failure> {
-    let store = stores::open(url, None)?;
+async fn run_check(
+    url: &str,
+    prefix: Option<&str>,
+    json: bool,
+    access: stores::FileAccess,
+) -> Result<u8, Failure> {
+    let store = stores::open_shared(url, None, access)?;
+    let mut report = check::check(&store.store, prefix).await?;
+    report.store = store.url.clone();
+    if json {
+        outln!("{}", terminal::json(&report));
+    } else {
+        outln!(
+            "{}",
+            terminal::escape_lines(check::table(&report).trim_end())
+        );
+    }
+    Ok(check::exit_code(&report))
+}
+
+async fn run_probe(
+    url: &str,
+    rounds: usize,
+    json: bool,
+    access: stores::FileAccess,
+) -> Result<u8, Failure> {
+    let store = stores::open_with(url, None, access)?;
     let report = probe::run(store.store.as_ref(), rounds, true).await;
     // A file store keeps the directories of deleted keys: remove the empty ones the probe made.
     let left_dirs = store.prune_dirs(&report.prefix);
@@ -472,18 +613,19 @@ async fn run_probe(url: &str, rounds: usize, json: bool) -> Result<u8, Failure> 
         let mut value = serde_json::to_value(probe::ProbeJson::from(&report))
             .map_err(|e| Failure::new(CHECK_FAILED, e.to_string()))?;
         value["left_dirs"] = serde_json::json!(left_dirs);
-        let text = serde_json::to_string_pretty(&value)
-            .map_err(|e| Failure::new(CHECK_FAILED, e.to_string()))?;
-        outln!("{text}");
+        outln!("{}", terminal::json(&value));
     } else {
-        outln!("{report}");
+        outln!("{}", terminal::escape_lines(&report.to_string()));
         for dir in &left_dirs {
-            outln!("  left behind: directory {dir}");
+            outln!("  left behind: directory {}", terminal::escape(dir));
         }
     }
     let code = probe::exit_code(&report.verdict);
     if code != OK {
-        eprintln!("fence probe: {}", report.verdict);
+        eprintln!(
+            "fence probe: {}",
+            terminal::escape(&report.verdict.to_string())
+        );
     }
     Ok(code)
 }
@@ -493,6 +635,7 @@ async fn run_demo(
     cells: usize,
     ttl: Duration,
     store: Option<&str>,
+    access: stores::FileAccess,
 ) -> Result<u8, Failure> {
     if nodes < 2 || cells == 0 {
         return Err(Failure::usage("needs at least 2 nodes and 1 cell"));
@@ -500,7 +643,7 @@ async fn run_demo(
     if ttl < Duration::from_millis(30) {
         return Err(Failure::usage("--ttl must be at least 30ms"));
     }
-    let opened = stores::open_demo(store)?;
+    let opened = stores::open_demo(store, access)?;
     let cfg = demo::DemoConfig {
         nodes,
         cells,

@@ -44,12 +44,55 @@ pub fn signal_on_parent_death(signal: Signal) {
     }
 }
 
+/// Whether [`children`] and [`descendants`] see anything: they read `/proc` (Linux).
+pub const WALKS_PROC: bool = cfg!(target_os = "linux");
+
 /// This process's children that are still listed (alive or not yet reaped). Linux reads
 /// `/proc`; elsewhere the list is empty (without a subreaper, orphans never become ours).
 pub fn children() -> Vec<ChildProc> {
+    let me = nix::unistd::getpid();
+    table()
+        .into_iter()
+        .filter(|p| p.ppid == me)
+        .map(|p| p.child)
+        .collect()
+}
+
+/// Every descendant of this process that `/proc` lists (Linux; elsewhere none): children,
+/// their children, and so on. One read of `/proc` is not a snapshot: a process that forks
+/// and exits while it is read can hide its child, so callers repeat the walk.
+pub fn descendants() -> Vec<ChildProc> {
+    let all = table();
+    let mut found = std::collections::HashSet::from([nix::unistd::getpid()]);
+    let mut out: Vec<ChildProc> = Vec::new();
+    let mut next = 0;
+    let mut parent = nix::unistd::getpid();
+    loop {
+        for p in all.iter().filter(|p| p.ppid == parent) {
+            if found.insert(p.child.pid) {
+                out.push(p.child);
+            }
+        }
+        let Some(child) = out.get(next) else {
+            return out;
+        };
+        parent = child.pid;
+        next += 1;
+    }
+}
+
+/// A process as `/proc` lists it.
+#[derive(Clone, Copy, Debug)]
+struct ProcEntry {
+    child: ChildProc,
+    ppid: Pid,
+}
+
+/// Every process `/proc` lists (Linux; elsewhere none).
+fn table() -> Vec<ProcEntry> {
     #[cfg(target_os = "linux")]
     {
-        linux::children_of(nix::unistd::getpid())
+        linux::table()
     }
     #[cfg(not(target_os = "linux"))]
     {
@@ -59,32 +102,33 @@ pub fn children() -> Vec<ChildProc> {
 
 #[cfg(target_os = "linux")]
 mod linux {
-    use super::ChildProc;
+    use super::{ChildProc, ProcEntry};
     use nix::unistd::Pid;
 
-    pub fn children_of(parent: Pid) -> Vec<ChildProc> {
+    pub(super) fn table() -> Vec<ProcEntry> {
         let Ok(dir) = std::fs::read_dir("/proc") else {
             return Vec::new();
         };
         dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-            .filter_map(stat_of)
-            .filter(|(ppid, _)| ppid.1 == parent)
-            .map(|((pid, _), pgid)| ChildProc { pid, pgid })
+            .filter_map(entry_of)
             .collect()
     }
 
-    /// `((pid, ppid), pgid)` from `/proc/PID/stat` (fields after the last `)`, since the
-    /// command name may contain anything).
-    fn stat_of(pid: i32) -> Option<((Pid, Pid), Pid)> {
+    /// From `/proc/PID/stat`: the fields after the last `)`, since the command name may
+    /// contain anything.
+    fn entry_of(pid: i32) -> Option<ProcEntry> {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         let rest = &stat[stat.rfind(')')? + 1..];
         let mut fields = rest.split_whitespace().skip(1);
         let ppid = fields.next()?.parse().ok()?;
         let pgid = fields.next()?.parse().ok()?;
-        Some((
-            (Pid::from_raw(pid), Pid::from_raw(ppid)),
-            Pid::from_raw(pgid),
-        ))
+        Some(ProcEntry {
+            child: ChildProc {
+                pid: Pid::from_raw(pid),
+                pgid: Pid::from_raw(pgid),
+            },
+            ppid: Pid::from_raw(ppid),
+        })
     }
 }
 
@@ -138,7 +182,7 @@ fn is_terminal_stop(s: Signal) -> bool {
 }
 
 /// The shell convention: an exit code, or 128 + N for signal N.
-fn exit_code(status: WaitStatus) -> Option<u8> {
+pub fn exit_code(status: WaitStatus) -> Option<u8> {
     match status {
         WaitStatus::Exited(_, code) => Some(code as u8),
         WaitStatus::Signaled(_, s, _) => Some(128u8.saturating_add(s as i32 as u8)),

@@ -2,27 +2,37 @@
 //! becomes the command. Both are the `fence` binary run with a hidden subcommand.
 //!
 //! ```text
-//! fence run            holds the lease; forwards signals to the reaper
-//!  └─ fence __reaper   its own process group; child subreaper (Linux); parent-death signal
+//! fence run                 holds the lease; forwards signals to the supervising process
+//!  └─ fence __reaper        the supervising process (or, with a namespace, the gate of
+//!      │                    crate::contain, whose child is the supervising process)
 //!      └─ fence __exec → CMD   leader of the command's process group; parent-death SIGKILL
 //! ```
 //!
-//! The reaper talks to `fence run` through two pipes. On the control pipe, `fence run` writes
-//! `H` (a heartbeat) every TTL/10 while it holds the lease, and `T` to ask for the command's
-//! end with the full grace period; end of file means that `fence run` is gone (exited or
-//! killed), and the grace period is then capped, so the tree is gone before a lease that was
-//! being renewed can expire. When the heartbeats stop for longer than TTL/3 (`fence run` was
-//! stopped, or is stuck), the reaper stops the command's process group with SIGSTOP, and
-//! continues it when they come back: a command never runs on while its supervisor, who alone
-//! knows whether the lease still holds, cannot act. On the report pipe the reaper writes
-//! `ready <pgid>` once it forwards signals.
+//! The supervising process reaches the command's processes through [`Members`]: as the init
+//! of the command's PID namespace ([`Role::Init`], [`crate::members::Namespace`]), or, where
+//! no namespace can be made, as a child subreaper that walks `/proc` ([`Role::Tracker`],
+//! [`crate::members::Tracked`]).
 //!
-//! When the command exits, when asked, or when `fence run` dies, the reaper signals the
-//! command's process group and every process that became its child (orphans reparent to a
-//! subreaper, also after `setsid` or a double fork): SIGTERM (and SIGCONT, so stopped ones
-//! see it), SIGKILL after the grace period, again and again until it has no child left and
-//! the group is empty. Only then does it exit (with the command's exit code, or 128 + N), and
-//! only then does `fence run` release the lease.
+//! It talks to `fence run` through two pipes. On the control pipe, `fence run` writes `H` (a
+//! heartbeat) every TTL/10 while it holds the lease, `T` to ask for the command's end with
+//! the full grace period, and `F` when it was continued in the foreground of its terminal
+//! (hand the terminal to the command, then continue it); end of file means that `fence run`
+//! is gone (exited or killed), and the grace period is then capped, so the processes are gone
+//! before a lease that was being renewed can expire. When the heartbeats stop for longer than
+//! TTL/3 (`fence run` was stopped, or is stuck), every process of the command is stopped
+//! (SIGSTOP), and continued when they come back: a command never runs on while its
+//! supervisor, who alone knows whether the lease still holds, cannot act. On the report pipe
+//! the supervising process writes `ready …` once it forwards signals, and `stop N` when the
+//! command stopped on its terminal (`fence run` then stops too, so the shell sees the job
+//! stop). A stop that follows a SIGTSTP from `fence run` is not reported (`fence run` stopped
+//! itself already), and N counts the SIGCONTs passed on for `fence run` so far, so that a stop
+//! `fence run` has continued the command past before it read the line is not acted on.
+//!
+//! When the command exits, when asked, or when `fence run` dies, every process of the command
+//! gets SIGTERM (and SIGCONT, so stopped ones see it), and SIGKILL after the grace period,
+//! again and again until none is left — SIGKILL at once if they are frozen for want of
+//! heartbeats (the lease may have run out meanwhile). Only then does the supervising process exit (with the
+//! command's exit code, or 128 + N), and only then does `fence run` release the lease.
 
 use std::ffi::{CString, OsString};
 use std::fs::File;
@@ -32,11 +42,12 @@ use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 use fence_core::Clock;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::{getpgid, getppid, Pid};
+use nix::sys::signal::Signal;
+use nix::unistd::{getppid, Pid};
 use tokio::sync::mpsc;
 
-use crate::procs::{self, ChildProc, LeaderState};
+use crate::members::{Members, Namespace, Tracked};
+use crate::procs::{self, LeaderState};
 use crate::signals::{Caught, Signals};
 
 /// The exit code when the command stage cannot start at all.
@@ -69,9 +80,44 @@ pub fn self_name() -> OsString {
         .unwrap_or_else(|| OsString::from("fence"))
 }
 
+/// The part a `fence __reaper` process plays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Makes the command's PID namespace, starts its init and passes signals to it
+    /// ([`crate::contain::gate_main`]).
+    Gate,
+    /// The init (pid 1) of the command's PID namespace: the supervising process.
+    Init,
+    /// The supervising process without a namespace: a child subreaper that walks `/proc`.
+    Tracker,
+}
+
+impl Role {
+    fn as_str(self) -> &'static str {
+        match self {
+            Role::Gate => "gate",
+            Role::Init => "init",
+            Role::Tracker => "tracker",
+        }
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Role, String> {
+        [Role::Gate, Role::Init, Role::Tracker]
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| format!("unknown role {s:?}"))
+    }
+}
+
 /// What `fence __reaper` is told.
 #[derive(Debug, Clone)]
 pub struct ReaperArgs {
+    /// The part this process plays.
+    pub role: Role,
     /// The pid of `fence run`.
     pub supervisor: i32,
     /// The read end of the control pipe (an inherited file descriptor number).
@@ -82,7 +128,7 @@ pub struct ReaperArgs {
     pub grace: Duration,
     /// SIGTERM → SIGKILL when `fence run` is gone.
     pub orphan_grace: Duration,
-    /// Heartbeats missing for this long stop the command's group until they come back.
+    /// Heartbeats missing for this long stop the command's processes until they come back.
     pub silence: Duration,
     /// Whether `fence run` was the foreground of its terminal (the command gets the terminal).
     pub foreground: bool,
@@ -90,10 +136,35 @@ pub struct ReaperArgs {
     pub command: Vec<OsString>,
 }
 
+impl ReaperArgs {
+    /// The arguments of `fence` that start a process with these (`__reaper …`).
+    pub fn argv(&self) -> Vec<OsString> {
+        let mut argv: Vec<OsString> = [
+            "__reaper".to_owned(),
+            format!("--role={}", self.role.as_str()),
+            format!("--supervisor={}", self.supervisor),
+            format!("--control-fd={}", self.control_fd),
+            format!("--report-fd={}", self.report_fd),
+            format!("--grace-ms={}", self.grace.as_millis()),
+            format!("--orphan-grace-ms={}", self.orphan_grace.as_millis()),
+            format!("--silence-ms={}", self.silence.as_millis()),
+        ]
+        .into_iter()
+        .map(OsString::from)
+        .collect();
+        if self.foreground {
+            argv.push("--foreground".into());
+        }
+        argv.push("--".into());
+        argv.extend(self.command.iter().cloned());
+        argv
+    }
+}
+
 /// Opens an inherited pipe end by its number through `/dev/fd` (a new handle on the same
 /// pipe; no unsafe adoption of a raw descriptor needed), then closes the inherited number so
 /// the command does not inherit it.
-fn adopt_pipe(fd: i32, write: bool) -> std::io::Result<File> {
+pub(crate) fn adopt_pipe(fd: i32, write: bool) -> std::io::Result<File> {
     use std::os::unix::fs::FileTypeExt;
     let open = |dir: &str| {
         File::options()
@@ -117,8 +188,12 @@ fn adopt_pipe(fd: i32, write: bool) -> std::io::Result<File> {
     Ok(file)
 }
 
-/// `fence __reaper`: runs the command's tree until it is gone; returns the command's exit code.
+/// `fence __reaper`: runs the command until none of its processes is left; returns the
+/// command's exit code.
 pub fn reaper_main(args: ReaperArgs) -> u8 {
+    if args.role == Role::Gate {
+        return crate::contain::gate_main(&args);
+    }
     let pipes =
         adopt_pipe(args.control_fd, false).and_then(|c| Ok((c, adopt_pipe(args.report_fd, true)?)));
     let (control, report) = match pipes {
@@ -128,12 +203,14 @@ pub fn reaper_main(args: ReaperArgs) -> u8 {
             return CANNOT_START;
         }
     };
-    if let Some(&s) = PARENT_DEATH.first() {
-        procs::signal_on_parent_death(s);
-    }
-    procs::become_subreaper();
-    if getppid().as_raw() != args.supervisor {
-        return CANNOT_START;
+    if args.role == Role::Tracker {
+        if let Some(&s) = PARENT_DEATH.first() {
+            procs::signal_on_parent_death(s);
+        }
+        procs::become_subreaper();
+        if getppid().as_raw() != args.supervisor {
+            return CANNOT_START;
+        }
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -154,6 +231,8 @@ enum Control {
     Beat,
     /// End the command, with the full grace period.
     Terminate,
+    /// `fence run` was continued in the foreground of its terminal.
+    Foreground,
     /// `fence run` is gone.
     Gone,
 }
@@ -164,15 +243,21 @@ fn read_control(mut control: File) -> mpsc::UnboundedReceiver<Control> {
     std::thread::spawn(move || {
         let mut bytes = [0u8; 64];
         loop {
-            let event = match control.read(&mut bytes) {
+            let n = match control.read(&mut bytes) {
                 Ok(0) | Err(_) => {
                     let _ = tx.send(Control::Gone);
                     return;
                 }
-                Ok(n) if bytes[..n].contains(&b'T') => Control::Terminate,
-                Ok(_) => Control::Beat,
+                Ok(n) => n,
             };
-            let _ = tx.send(event);
+            for event in bytes[..n].iter().filter_map(|b| match b {
+                b'H' => Some(Control::Beat),
+                b'T' => Some(Control::Terminate),
+                b'F' => Some(Control::Foreground),
+                _ => None,
+            }) {
+                let _ = tx.send(event);
+            }
         }
     });
     rx
@@ -191,20 +276,29 @@ struct Reaper {
     args: ReaperArgs,
     clock: Clock,
     leader: Pid,
-    supervisor_group: Option<Pid>,
+    members: Box<dyn Members>,
+    report: File,
     phase: Phase,
     exit: Option<u8>,
-    /// Children already sent SIGTERM.
-    termed: Vec<Pid>,
     /// The last heartbeat (monotonic ms).
     beat_at: u64,
-    /// Whether we stopped the group for want of heartbeats.
+    /// Whether we stopped the command's processes for want of heartbeats.
     frozen: bool,
+    /// SIGCONTs passed on to the command's group for `fence run`.
+    continues: u64,
+    /// Whether a SIGTSTP from `fence run` was passed on (and not yet continued): the
+    /// command's stop is then the echo of `fence run`'s own, not news to it.
+    tstp_passed: bool,
 }
 
 impl Reaper {
     async fn run(args: ReaperArgs, control: File, mut report: File) -> u8 {
-        let setup = Signals::install(PARENT_DEATH).and_then(|signals| {
+        let extra = if args.role == Role::Tracker {
+            PARENT_DEATH
+        } else {
+            &[]
+        };
+        let setup = Signals::install(extra).and_then(|signals| {
             let chld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())?;
             Ok((signals, chld, spawn_exec_stage(&args)?))
         });
@@ -212,9 +306,12 @@ impl Reaper {
             Ok(s) => s,
             Err(e) => return cannot_start(&e),
         };
-        let _ = writeln!(report, "ready {leader}");
-        drop(report);
-        let mut reaper = Reaper::new(args, leader);
+        let members: Box<dyn Members> = match args.role {
+            Role::Init => Box::new(Namespace::new(leader)),
+            _ => Box::new(Tracked::new(leader)),
+        };
+        let _ = writeln!(report, "{}", members.ready_line());
+        let mut reaper = Reaper::new(args, leader, members, report);
         let mut control = read_control(control);
         let mut control_open = true;
         loop {
@@ -222,6 +319,7 @@ impl Reaper {
                 c = control.recv(), if control_open => match c {
                     Some(Control::Beat) => reaper.on_beat(),
                     Some(Control::Terminate) => reaper.end(reaper.args.grace),
+                    Some(Control::Foreground) => reaper.on_foreground(),
                     Some(Control::Gone) | None => {
                         control_open = false;
                         reaper.end(reaper.args.orphan_grace);
@@ -237,18 +335,20 @@ impl Reaper {
         }
     }
 
-    fn new(args: ReaperArgs, leader: Pid) -> Reaper {
+    fn new(args: ReaperArgs, leader: Pid, members: Box<dyn Members>, report: File) -> Reaper {
         let clock = Clock::system();
         Reaper {
-            supervisor_group: getpgid(Some(Pid::from_raw(args.supervisor))).ok(),
             args,
-            beat_at: clock.mono_ms(),
-            clock,
             leader,
+            members,
+            report,
             phase: Phase::Running,
             exit: None,
-            termed: Vec::new(),
+            beat_at: clock.mono_ms(),
             frozen: false,
+            continues: 0,
+            tstp_passed: false,
+            clock,
         }
     }
 
@@ -263,22 +363,25 @@ impl Reaper {
         }
     }
 
+    /// Whether `fence run` is still there, as far as the parent tells: the tracker is its
+    /// child; the init is not (it learns of `fence run`'s end from the control pipe alone).
     fn supervisor_alive(&self) -> bool {
-        getppid().as_raw() == self.args.supervisor
+        self.args.role != Role::Tracker || getppid().as_raw() == self.args.supervisor
     }
 
     /// A signal: `fence run` gone (its death is what the parent-death signal says) ends the
-    /// tree; otherwise the signal is forwarded to the command's group — the parent-death
+    /// command; otherwise the signal is forwarded to the command's group — the parent-death
     /// signal too, which then came from `fence run` forwarding it.
     fn on_signal(&mut self, s: Caught) {
         if !self.supervisor_alive() {
             return self.end(self.args.orphan_grace);
         }
         if s.is(Signal::SIGCONT) {
-            self.frozen = false;
-            if self.args.foreground && self.phase == Phase::Running {
-                self.reclaim_terminal();
-            }
+            self.continues += 1;
+            self.tstp_passed = false;
+        }
+        if s.is(Signal::SIGTSTP) {
+            self.tstp_passed = true;
         }
         procs::send_number(self.leader, s.0, true);
     }
@@ -287,37 +390,47 @@ impl Reaper {
         self.beat_at = self.clock.mono_ms();
         if self.frozen && self.phase == Phase::Running {
             self.frozen = false;
-            procs::signal_group(self.leader, Some(Signal::SIGCONT));
+            self.members.resume();
         }
     }
 
-    /// Heartbeats missing: stop the group until they come back (or `fence run` ends it).
-    fn watch_silence(&mut self) {
-        let silent_for = self.clock.mono_ms().saturating_sub(self.beat_at);
-        if self.phase == Phase::Running
-            && !self.frozen
-            && silent_for > self.args.silence.as_millis() as u64
-        {
-            self.frozen = true;
-            procs::signal_group(self.leader, Some(Signal::SIGSTOP));
-        }
-    }
-
-    /// After `fg`, the shell gave the terminal to `fence run`'s group: pass it on.
-    fn reclaim_terminal(&self) {
-        if self.supervisor_group.is_some() && procs::foreground_group() == self.supervisor_group {
+    /// `fence run` was continued in the foreground (`fg`): the terminal goes to the command,
+    /// then the command's group continues.
+    fn on_foreground(&mut self) {
+        if self.args.foreground && self.phase == Phase::Running {
             procs::hand_terminal(self.leader);
         }
+        self.continues += 1;
+        self.tstp_passed = false;
+        procs::signal_group(self.leader, Some(Signal::SIGCONT));
     }
 
-    /// Starts ending the tree (or shortens the grace period of an end under way).
+    /// Heartbeats missing: stop every process of the command until they come back (or
+    /// `fence run` ends it). Repeated on every step while frozen, so that a process the
+    /// fallback's walk missed is stopped by the next one.
+    fn watch_silence(&mut self) {
+        let silent_for = self.clock.mono_ms().saturating_sub(self.beat_at);
+        if self.phase == Phase::Running && silent_for > self.args.silence.as_millis() as u64 {
+            self.frozen = true;
+            self.members.stop();
+        }
+    }
+
+    /// Starts ending the command (or shortens the grace period of an end under way). A
+    /// command frozen for want of heartbeats is killed where it stands, never continued to
+    /// handle SIGTERM: its end comes from a `fence run` that was silent for longer than
+    /// TTL/3 and has now lost the lease or died, so another holder may already run.
     fn end(&mut self, grace: Duration) {
+        let grace = if self.frozen { Duration::ZERO } else { grace };
         let kill_at = self.clock.mono_ms() + grace.as_millis() as u64;
         match self.phase {
+            Phase::Running if self.frozen => {
+                self.phase = Phase::Ending { kill_at };
+                self.members.kill();
+            }
             Phase::Running => {
                 self.phase = Phase::Ending { kill_at };
-                procs::signal_group(self.leader, Some(Signal::SIGTERM));
-                procs::signal_group(self.leader, Some(Signal::SIGCONT));
+                self.members.terminate();
             }
             Phase::Ending { kill_at: old } => {
                 self.phase = Phase::Ending {
@@ -327,80 +440,42 @@ impl Reaper {
         }
     }
 
-    /// Looks at the tree; returns the exit code once it is gone.
+    /// Looks at the command's processes; returns the exit code once none is left.
     fn step(&mut self) -> Option<u8> {
         if !self.supervisor_alive() {
             self.end(self.args.orphan_grace);
         }
         self.watch_silence();
         self.watch_leader();
-        let children = self.reap_orphans();
-        let Phase::Ending { kill_at } = self.phase else {
-            return None;
-        };
-        if self.clock.mono_ms() >= kill_at {
-            procs::signal_group(self.leader, Some(Signal::SIGKILL));
-            children
-                .iter()
-                .for_each(|&c| procs::signal_child(c, Signal::SIGKILL));
-        } else {
-            self.term_new(&children);
+        if let Phase::Ending { kill_at } = self.phase {
+            if self.clock.mono_ms() >= kill_at {
+                self.members.kill();
+            } else {
+                self.members.terminate();
+            }
         }
-        self.gone(&children).then(|| {
-            procs::reap(self.leader);
-            self.exit.unwrap_or(0)
-        })
+        let empty = self.members.sweep(self.exit.is_some());
+        self.exit.filter(|_| empty)
     }
 
     fn watch_leader(&mut self) {
         if self.exit.is_some() {
             return;
         }
-        match procs::leader_state(self.leader) {
+        match self.members.leader_state() {
             LeaderState::Running => {}
             LeaderState::TerminalStop if self.phase == Phase::Running => {
                 // A terminal stop of the command stops `fence run` too, so the shell sees
-                // its job stop (and `fg` resumes both).
-                let _ = kill(Pid::from_raw(self.args.supervisor), Signal::SIGTSTP);
+                // its job stop (and `fg` resumes both) — unless `fence run` stopped first.
+                if !std::mem::replace(&mut self.tstp_passed, false) {
+                    let _ = writeln!(self.report, "stop {}", self.continues);
+                }
             }
             LeaderState::TerminalStop => {}
             LeaderState::Exited(code) => {
                 self.exit = Some(code);
                 self.end(self.args.grace);
             }
-        }
-    }
-
-    /// Reaps exited orphans; returns the children (besides the leader) still there.
-    fn reap_orphans(&self) -> Vec<ChildProc> {
-        procs::children()
-            .into_iter()
-            .filter(|c| c.pid != self.leader)
-            .filter(|c| !procs::reap(c.pid))
-            .collect()
-    }
-
-    fn term_new(&mut self, children: &[ChildProc]) {
-        for c in children {
-            if !self.termed.contains(&c.pid) {
-                procs::signal_child(*c, Signal::SIGTERM);
-                procs::signal_child(*c, Signal::SIGCONT);
-                self.termed.push(c.pid);
-            }
-        }
-    }
-
-    /// Whether nothing of the tree is left but the leader's unreaped exit.
-    fn gone(&self, children: &[ChildProc]) -> bool {
-        if self.exit.is_none() || !children.is_empty() {
-            return false;
-        }
-        if cfg!(target_os = "linux") {
-            // Every living member of the group is our descendant (we are the subreaper), so
-            // with no child left besides the leader's zombie, the group is empty.
-            true
-        } else {
-            !procs::signal_group(self.leader, None)
         }
     }
 }

@@ -20,12 +20,13 @@ use std::time::Duration;
 use fence_core::{CellClaim, Clock, Error, ErrorKind, Fence, LeaseKeeper};
 use nix::sys::signal::Signal;
 
+use crate::contain::Containment;
 use crate::exit::{describe, lease_lost, shown, Failure, CANNOT_EXECUTE, OK, STORE};
 use crate::names::{check_lease, node_of};
 use crate::procs;
 use crate::signals::{stop_self, terminates, Caught, Signals};
 use crate::stores::OpenedStore;
-use crate::tree::{CommandTree, TreeSpec};
+use crate::tree::{CommandTree, StartError, TreeSpec};
 
 /// A wait without end (`--wait` without `--timeout`): a century.
 pub const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
@@ -49,6 +50,8 @@ pub struct RunOptions {
     pub conflict_exit_code: u8,
     /// The exit code when the lease is lost while the command runs (76 by default).
     pub fenced_exit_code: u8,
+    /// How the command's processes are held (`--containment`).
+    pub containment: Containment,
     /// The command and its arguments; empty: hold the lease until a signal.
     pub command: Vec<OsString>,
 }
@@ -79,7 +82,7 @@ impl Held {
     async fn release(self) {
         let cell = self.claim.cell().to_owned();
         if let Err(e) = self.claim.release().await {
-            eprintln!(
+            errln!(
                 "fence run: warning: could not release lease {}: {}",
                 shown(&cell),
                 describe(&e)
@@ -106,6 +109,7 @@ pub async fn run(opts: RunOptions) -> Result<u8, Failure> {
         .ttl(opts.ttl)
         .addr(holder_addr())
         .build()?;
+    let started_ms = fence.clock().mono_ms();
     let keeper = tokio::select! {
         k = acquire(&fence, &opts) => k?,
         s = until_terminating(&mut signals) => {
@@ -113,7 +117,7 @@ pub async fn run(opts: RunOptions) -> Result<u8, Failure> {
             return Err(Failure::new(code, format!("{s} while waiting for lease {}", opts.lease_shown())));
         }
     };
-    let claim = match claim(&keeper, &opts).await {
+    let claim = match claim(&keeper, &opts, started_ms).await {
         Ok(c) => c,
         Err(f) => {
             keeper.release().await;
@@ -216,7 +220,7 @@ async fn announce(fence: &Fence, opts: &RunOptions, limit: Duration) {
     } else {
         format!(" (at most {})", humantime::format_duration(limit))
     };
-    eprintln!(
+    errln!(
         "fence run: waiting for lease {}{most}: {whom}",
         opts.lease_shown()
     );
@@ -271,9 +275,49 @@ fn unobserved_expiry(opts: &RunOptions) -> String {
     }
 }
 
-async fn claim(keeper: &LeaseKeeper, opts: &RunOptions) -> Result<CellClaim, Failure> {
+/// Claims the cell. While it waits (`--wait`, `--timeout`), a claim that failed for a store
+/// reason is retried, as the acquire is, until the wait runs out (measured from
+/// `started_ms`): a waiter never exits 69 while its wait lasts.
+async fn claim(
+    keeper: &LeaseKeeper,
+    opts: &RunOptions,
+    started_ms: u64,
+) -> Result<CellClaim, Failure> {
+    let clock = Clock::system();
+    let mut pause = Duration::from_millis(50);
+    let mut said = false;
+    loop {
+        let e = match keeper.claim(&opts.lease).await {
+            Ok(claim) => return Ok(claim),
+            Err(e) => e,
+        };
+        let waited = Duration::from_millis(clock.mono_ms().saturating_sub(started_ms));
+        let left = opts
+            .wait
+            .map_or(Duration::ZERO, |w| w.saturating_sub(waited));
+        let not_the_store = matches!(
+            e.kind(),
+            ErrorKind::Busy | ErrorKind::Fenced | ErrorKind::InvalidInput | ErrorKind::InvalidKey
+        );
+        if not_the_store || left.is_zero() || !keeper.is_held() {
+            return Err(claim_failure(opts, e));
+        }
+        if !said && !opts.quiet {
+            eprintln!(
+                "fence run: claiming lease {} failed ({}); retrying while the wait lasts",
+                opts.lease_shown(),
+                describe(&e)
+            );
+            said = true;
+        }
+        clock.sleep(pause.min(left)).await;
+        pause = (pause * 2).min(Duration::from_secs(1));
+    }
+}
+
+fn claim_failure(opts: &RunOptions, e: Error) -> Failure {
     let lease = opts.lease_shown();
-    keeper.claim(&opts.lease).await.map_err(|e| match e.kind() {
+    match e.kind() {
         ErrorKind::Busy => Failure::new(
             opts.conflict_exit_code,
             format!("lease {lease} is held by a process other than a fence run of it"),
@@ -283,7 +327,7 @@ async fn claim(keeper: &LeaseKeeper, opts: &RunOptions) -> Result<CellClaim, Fai
             format!("lease {lease} was lost before the command started"),
         ),
         _ => Failure::from(e).prefixed(&format!("lease {lease}")),
-    })
+    }
 }
 
 /// Resolves once the lease is lost, with the reason in words. Besides the keeper's own
@@ -326,14 +370,11 @@ async fn hold(held: Held, mut signals: Signals, opts: &RunOptions) -> Result<u8,
 
 /// Runs the command's tree to its end; releases the lease only once the tree is gone.
 async fn supervise(held: Held, mut signals: Signals, opts: &RunOptions) -> Result<u8, Failure> {
-    let mut tree = match CommandTree::spawn(&tree_spec(&held, opts)) {
+    let mut tree = match CommandTree::start(&tree_spec(&held, opts)).await {
         Ok(t) => t,
         Err(e) => {
             held.release().await;
-            return Err(Failure::new(
-                CANNOT_EXECUTE,
-                format!("cannot start the command: {e}"),
-            ));
+            return Err(cannot_start(e));
         }
     };
     let (status, lost) = watch(&mut tree, &held, &mut signals, opts).await;
@@ -348,18 +389,33 @@ async fn supervise(held: Held, mut signals: Signals, opts: &RunOptions) -> Resul
     Ok(code)
 }
 
+fn cannot_start(e: StartError) -> Failure {
+    match e {
+        StartError::Uncontained(why) => Failure::new(
+            CANNOT_EXECUTE,
+            format!("--containment=required, and no PID namespace can be made here: {why}"),
+        ),
+        StartError::Io(e) => Failure::new(CANNOT_EXECUTE, format!("cannot start the command: {e}")),
+    }
+}
+
 fn tree_spec(held: &Held, opts: &RunOptions) -> TreeSpec {
+    let mut env: Vec<(String, String)> = vec![
+        ("FENCE_EPOCH".into(), held.claim.epoch().to_string()),
+        ("FENCE_LEASE".into(), opts.lease.clone()),
+        ("FENCE_STORE".into(), opts.store.url.clone()),
+        ("FENCE_NODE".into(), held.keeper.node().to_owned()),
+    ];
+    if let Some(mode) = opts.store.file_mode {
+        env.push(("FENCE_FILE_MODE".into(), format!("{mode:04o}")));
+    }
     TreeSpec {
         command: opts.command.clone(),
-        env: vec![
-            ("FENCE_EPOCH".into(), held.claim.epoch().to_string()),
-            ("FENCE_LEASE".into(), opts.lease.clone()),
-            ("FENCE_STORE".into(), opts.store.url.clone()),
-            ("FENCE_NODE".into(), held.keeper.node().to_owned()),
-        ],
+        env,
         grace: opts.grace,
         orphan_grace: opts.orphan_grace(),
         silence: opts.ttl / 3,
+        containment: opts.containment,
     }
 }
 
@@ -394,19 +450,20 @@ async fn watch(
     }
 }
 
-/// The command's exit code from the supervising process's status. If that process itself
-/// was killed, what is left of the tree is ended here first.
+/// The command's exit code from the supervising process's status, once no process of the
+/// command is left: if the supervising process itself was killed, what is left is ended
+/// here first (and in every case `fence run`'s own orphans are swept).
 async fn exit_code(tree: &mut CommandTree, status: std::io::Result<ExitStatus>) -> u8 {
     match status {
-        Ok(status) => match status.signal() {
-            None => status.code().unwrap_or(0) as u8,
-            Some(signal) => {
-                tree.kill_remains().await;
-                128u8.saturating_add(signal as u8)
+        Ok(status) => {
+            tree.sweep(status.signal().is_some()).await;
+            match status.signal() {
+                None => status.code().unwrap_or(0) as u8,
+                Some(signal) => 128u8.saturating_add(signal as u8),
             }
-        },
+        }
         Err(e) => {
-            tree.kill_remains().await;
+            tree.sweep(true).await;
             eprintln!("fence run: lost track of the command: {e}");
             STORE
         }

@@ -8,8 +8,8 @@
 //! BUS, FPE, ILL, TRAP, SYS: they concern the process that faults), CHLD (about fence's own
 //! children), PIPE (fence writes little and handles a closed pipe as an error), TTIN and TTOU
 //! (a caught terminal-stop signal is re-sent on every retry of the read or write that caused
-//! it). PWR is also the supervising process's parent-death signal: it tells the two apart by
-//! whether `fence run` is still its parent.
+//! it). PWR is also the parent-death signal of the supervising process (fallback) and of
+//! the gate (namespace): each tells the two apart by whether `fence run` is still its parent.
 
 use std::fmt;
 use std::future::poll_fn;

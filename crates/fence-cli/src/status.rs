@@ -10,17 +10,18 @@
 //!   "leases": [{"node": "run.backup", "expires_ms": 1767225601000,
 //!               "expires_in_ms": 1000, "live": true, "released": false, "addr": "pid:42@host",
 //!               "generation": "…", "version": "…"}],
-//!   "cells": [{"name": "backup", "holder": "run.backup", "epoch": 3,
-//!              "live": true, "expires_in_ms": 1000, "version": "…",
+//!   "cells": [{"name": "backup", "holder": "run.backup", "holder_addr": "pid:42@host",
+//!              "epoch": 3, "live": true, "expires_in_ms": 1000, "version": "…",
 //!              "data": {"epoch": 3, "node": "run.backup", "version": "…",
 //!                       "keys": ["state"]}}],
 //!   "bad": [{"key": "cells/old/own.json", "error": "corrupt record at …"}]
 //! }
 //! ```
 //!
-//! `holder` is `null` for a released cell; `live` says whether the holder's node lease is
-//! unexpired by this machine's clock; `data` is `null` before the first claim and `keys` is
-//! `null` when the data is not a fence key map. `bad` lists the records that could not be read
+//! `holder` is `null` for a released cell; `holder_addr` is the address its holder's node
+//! lease advertises (`null` without a lease record); `live` says whether the holder's node
+//! lease is unexpired by this machine's clock; `data` is `null` before the first claim and
+//! `keys` is `null` when the data is not a fence key map. `bad` lists the records that could not be read
 //! (corrupt, a directory or a symlink where a record belongs, unreadable), each with its
 //! `key` and `error`; every other record is still listed, and `fence status` exits 69.
 
@@ -32,6 +33,7 @@ use serde::Serialize;
 
 use crate::exit::{describe, shown, Failure, NOT_FOUND};
 use crate::kv::KeyMap;
+use crate::terminal::escape;
 
 /// Everything `fence status` shows.
 #[derive(Debug, Clone, Serialize)]
@@ -85,6 +87,9 @@ pub struct CellRow {
     pub name: String,
     /// The owning node, `None` when released.
     pub holder: Option<String>,
+    /// The address the holder's node lease advertises (`pid:PID@HOST` for `fence run`), if
+    /// it has a lease record.
+    pub holder_addr: Option<String>,
     /// The current epoch.
     pub epoch: u64,
     /// Whether the holder's node lease is unexpired.
@@ -283,6 +288,7 @@ async fn read_cell(own: &Ownership, name: &str, status: &mut Status) {
         name: name.to_owned(),
         live: lease.is_some_and(|l| l.live),
         expires_in_ms: lease.map(|l| l.expires_in_ms),
+        holder_addr: lease.map(|l| l.addr.clone()),
         holder: owner.node,
         epoch: owner.epoch,
         version: owner.etag.as_str().to_owned(),
@@ -291,53 +297,166 @@ async fn read_cell(own: &Ownership, name: &str, status: &mut Status) {
     status.cells.push(row);
 }
 
-/// The status as a readable table.
-pub fn table(status: &Status) -> String {
-    let mut out = format!("store {}\n\nNODE LEASES\n", status.store);
-    out += &format!("  {:<36} {:<16} VERSION\n", "NODE", "EXPIRES IN");
-    for l in &status.leases {
-        out += &format!(
-            "  {:<36} {:<16} {}\n",
-            l.node,
-            if l.released {
-                "released".into()
-            } else {
-                expires(Some(l.expires_in_ms))
-            },
-            l.version
-        );
-    }
-    out += "\nCELLS\n";
-    out += &format!(
-        "  {:<20} {:<36} {:>6} {:<16} {:<8} VERSION\n",
-        "NAME", "HOLDER", "EPOCH", "EXPIRES IN", "KEYS"
+/// Which rows the table shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Rows {
+    /// Everything but released cells and released node leases (they only pile up: a released
+    /// cell keeps its epoch, and its record is never deleted).
+    #[default]
+    Current,
+    /// Every record (`fence status --all`).
+    All,
+}
+
+/// The status as a readable table: one row per cell with its holder's node lease folded in
+/// (node, address, expiry), so a `fence run` lock (cell `NAME`, node lease `run.NAME`) is one
+/// row; then the node leases that hold none of the cells shown (library nodes between claims).
+/// With [`Rows::Current`], released rows are counted in a last line, not shown. Every field
+/// is escaped for the terminal ([`crate::terminal`]).
+pub fn table(status: &Status, rows: Rows) -> String {
+    let cells: Vec<&CellRow> = status
+        .cells
+        .iter()
+        .filter(|c| rows == Rows::All || c.holder.is_some())
+        .collect();
+    let holders: BTreeSet<&str> = cells.iter().filter_map(|c| c.holder.as_deref()).collect();
+    let leases: Vec<&LeaseRow> = status
+        .leases
+        .iter()
+        .filter(|l| !holders.contains(l.node.as_str()))
+        .filter(|l| rows == Rows::All || !l.released)
+        .collect();
+    let mut out = format!("store {}\n\n", escape(&status.store));
+    out += "CELLS (`fence run --lease NAME` holds cell NAME with node lease run.NAME: one row)\n";
+    out += &columns(
+        &["NAME", "EPOCH", "HOLDER", "ADDRESS", "EXPIRES IN", "KEYS"],
+        cells.iter().map(|c| cell_fields(status, c)).collect(),
     );
-    for c in &status.cells {
-        let holder = c.holder.as_deref().unwrap_or("(released)");
-        let keys = c
-            .data
-            .as_ref()
-            .and_then(|d| d.keys.as_ref())
-            .map_or("-".to_owned(), |k| k.len().to_string());
-        let released = c
-            .holder
-            .as_deref()
-            .is_some_and(|h| status.leases.iter().any(|l| l.node == h && l.released));
-        let exp = match (&c.holder, released) {
-            (None, _) => "-".into(),
-            (Some(_), true) => "lease released".into(),
-            (Some(_), false) => expires(c.expires_in_ms),
-        };
-        out += &format!(
-            "  {:<20} {:<36} {:>6} {:<16} {:<8} {}\n",
-            c.name, holder, c.epoch, exp, keys, c.version
+    if !leases.is_empty() {
+        out += "\nNODE LEASES HOLDING NONE OF THE CELLS ABOVE\n";
+        out += &columns(
+            &["NODE", "ADDRESS", "EXPIRES IN"],
+            leases.iter().map(|l| lease_fields(l)).collect(),
         );
     }
-    if !status.bad.is_empty() {
-        out += "\nBAD RECORDS (not readable; everything else is listed above)\n";
-        for b in &status.bad {
-            out += &format!("  {:<40} {}\n", b.key, b.error);
-        }
+    out += &bad_section(status);
+    out += &hidden_line(status, cells.len(), rows);
+    out
+}
+
+fn cell_fields(status: &Status, c: &CellRow) -> Vec<String> {
+    let lease = c
+        .holder
+        .as_deref()
+        .and_then(|h| status.leases.iter().find(|l| l.node == h));
+    let keys = c
+        .data
+        .as_ref()
+        .and_then(|d| d.keys.as_ref())
+        .map_or("-".to_owned(), |k| k.len().to_string());
+    let exp = match (&c.holder, lease) {
+        (None, _) => "-".into(),
+        (Some(_), Some(l)) if l.released => "lease released".into(),
+        (Some(_), _) => expires(c.expires_in_ms),
+    };
+    vec![
+        c.name.clone(),
+        c.epoch.to_string(),
+        c.holder.clone().unwrap_or_else(|| "(released)".into()),
+        or_dash(c.holder_addr.as_deref().unwrap_or_default()),
+        exp,
+        keys,
+    ]
+}
+
+fn lease_fields(l: &LeaseRow) -> Vec<String> {
+    let exp = if l.released {
+        "released".into()
+    } else {
+        expires(Some(l.expires_in_ms))
+    };
+    vec![l.node.clone(), or_dash(&l.addr), exp]
+}
+
+fn or_dash(text: &str) -> String {
+    if text.is_empty() {
+        "-".into()
+    } else {
+        text.to_owned()
+    }
+}
+
+fn bad_section(status: &Status) -> String {
+    if status.bad.is_empty() {
+        return String::new();
+    }
+    let mut out = "\nBAD RECORDS (not readable; everything else is listed above)\n".to_owned();
+    out += &columns(
+        &["KEY", "ERROR"],
+        status
+            .bad
+            .iter()
+            .map(|b| vec![b.key.clone(), b.error.clone()])
+            .collect(),
+    );
+    out
+}
+
+/// "N released cell(s) and M released node lease(s) not shown (fence status --all)".
+fn hidden_line(status: &Status, shown_cells: usize, rows: Rows) -> String {
+    if rows == Rows::All {
+        return String::new();
+    }
+    let hidden_cells = status.cells.len() - shown_cells;
+    let holds_a_cell = |l: &LeaseRow| {
+        status
+            .cells
+            .iter()
+            .any(|c| c.holder.as_ref() == Some(&l.node))
+    };
+    let hidden_leases = status
+        .leases
+        .iter()
+        .filter(|l| l.released && !holds_a_cell(l))
+        .count();
+    if hidden_cells + hidden_leases == 0 {
+        return String::new();
+    }
+    format!(
+        "\n{hidden_cells} released cell(s) and {hidden_leases} released node lease(s) not shown \
+         (fence status --all)\n"
+    )
+}
+
+/// Left-aligned columns (numbers too), each as wide as its widest escaped field; `(none)`
+/// for no rows.
+fn columns(header: &[&str], rows: Vec<Vec<String>>) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .into_iter()
+        .map(|r| r.iter().map(|f| escape(f).into_owned()).collect())
+        .collect();
+    if rows.is_empty() {
+        return "  (none)\n".into();
+    }
+    let width = |i: usize| {
+        rows.iter()
+            .map(|r| r[i].chars().count())
+            .chain([header[i].len()])
+            .max()
+            .unwrap_or(0)
+    };
+    let widths: Vec<usize> = (0..header.len()).map(width).collect();
+    let line = |fields: Vec<&str>| {
+        let padded: Vec<String> = fields
+            .iter()
+            .zip(&widths)
+            .map(|(f, w)| format!("{f:<w$}"))
+            .collect();
+        format!("  {}\n", padded.join("  ").trim_end())
+    };
+    let mut out = line(header.to_vec());
+    for r in &rows {
+        out += &line(r.iter().map(String::as_str).collect());
     }
     out
 }

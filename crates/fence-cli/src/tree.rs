@@ -1,6 +1,6 @@
-//! `fence run`'s side of the command's process tree: starts the supervising process
-//! ([`crate::reaper`]), passes signals to it, asks it to end the command, and waits until the
-//! whole tree is gone.
+//! `fence run`'s side of the command's processes: starts the supervising process
+//! ([`crate::reaper`]) in the containment asked for ([`crate::contain`]), passes signals to
+//! it, asks it to end the command, and waits until every process of the command is gone.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -9,15 +9,19 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::ExitStatus;
 use std::time::Duration;
 
+use fence_core::Clock;
 use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::net::unix::pipe::Receiver;
 use tokio::process::{Child, Command};
 
+use crate::contain::{Containment, Uncontained, UNCONTAINED};
+use crate::members::{Members, Tracked};
 use crate::procs;
-use crate::reaper::{self_exe, self_name};
-use crate::signals::Caught;
+use crate::reaper::{self_exe, self_name, ReaperArgs, Role};
+use crate::signals::{stop_self, Caught};
 
 /// How the command is started.
 #[derive(Debug, Clone)]
@@ -33,93 +37,188 @@ pub struct TreeSpec {
     /// Heartbeats ([`CommandTree::heartbeat`]) missing for this long stop the command until
     /// they come back.
     pub silence: Duration,
+    /// In a PID namespace of its own, or tracked.
+    pub containment: Containment,
 }
 
-/// The command's running tree.
+/// Why the command did not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// `--containment=required`, and no PID namespace could be made.
+    Uncontained(Uncontained),
+    /// The supervising process could not be started.
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for StartError {
+    fn from(e: std::io::Error) -> StartError {
+        StartError::Io(e)
+    }
+}
+
+/// After `terminate`, the supervising process has the grace period and this much more to
+/// end the command before `fence run` kills it (which ends a namespace at once, and leaves
+/// the fallback's remains to [`CommandTree::sweep`]): a stopped or stuck supervising process
+/// must not keep a lost lease's command running.
+const TERMINATE_SLACK: Duration = Duration::from_secs(1);
+
+/// The command's running processes.
 #[derive(Debug)]
 pub struct CommandTree {
     reaper: Child,
     pid: Pid,
     control: File,
-    report: Option<tokio::net::unix::pipe::Receiver>,
-    /// The command's process group, once the reaper reported it.
+    report: Option<Lines<BufReader<Receiver>>>,
+    /// The command's process group, once the tracker reported it (fallback only).
     group: Option<Pid>,
-    /// Signals that came before the reaper was ready for them.
-    pending: Vec<Caught>,
+    /// Whether the command runs in a PID namespace of its own.
+    contained: bool,
     /// Whether the terminal was handed to the command (and must be taken back).
     foreground: bool,
+    grace: Duration,
+    /// Whether the command's end was asked for.
+    ending: bool,
+    /// When to kill the supervising process if it has not ended the command (monotonic ms).
+    end_by: Option<u64>,
+    /// SIGCONTs passed on to the command.
+    continues: u64,
+    clock: Clock,
 }
 
 /// A pipe whose `ours` end is closed on exec and whose `theirs` end is inherited.
 fn pipe_pair(ours_is_read: bool) -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let (read, write) = nix::unistd::pipe()?;
+    let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
     let (ours, theirs) = if ours_is_read {
         (read, write)
     } else {
         (write, read)
     };
-    fcntl(&ours, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+    fcntl(&theirs, FcntlArg::F_SETFD(FdFlag::empty()))?;
     Ok((ours, theirs))
 }
 
 impl CommandTree {
-    /// Starts the supervising process, which starts the command in a process group of its
-    /// own. Must be called from the thread that lives as long as this process (the main
-    /// thread): on Linux the supervising process's parent-death signal follows the thread
-    /// that started it.
-    pub fn spawn(spec: &TreeSpec) -> std::io::Result<CommandTree> {
+    /// Starts the command, in a PID namespace of its own unless `spec` says `fallback` (or,
+    /// with `auto`, none can be made: that is said on stderr). Returns once the supervising
+    /// process forwards signals (or has failed to start; [`CommandTree::wait`] then tells).
+    /// Must be called from the thread that lives as long as this process (the main thread):
+    /// on Linux the supervising process's parent-death signal follows the thread that
+    /// started it.
+    pub async fn start(spec: &TreeSpec) -> Result<CommandTree, StartError> {
+        if spec.containment != Containment::Fallback {
+            let mut tree = CommandTree::spawn(spec, Role::Gate)?;
+            let line = tree.first_report().await;
+            match line.as_deref().and_then(|l| l.strip_prefix(UNCONTAINED)) {
+                None => {
+                    tree.contained = true;
+                    return Ok(tree);
+                }
+                Some(why) => {
+                    let why = Uncontained(why.trim().to_owned());
+                    let _ = tree.reaper.wait().await;
+                    if spec.containment == Containment::Required {
+                        return Err(StartError::Uncontained(why));
+                    }
+                    eprintln!(
+                        "fence run: warning: no PID namespace for the command ({why}); its processes are tracked instead (see \"The command's processes\" in docs/cli.md; --containment=required refuses, --containment=fallback does not try)"
+                    );
+                }
+            }
+        }
+        let mut tree = CommandTree::spawn(spec, Role::Tracker)?;
+        let line = tree.first_report().await;
+        tree.group = line
+            .as_deref()
+            .and_then(|l| l.strip_prefix("ready "))
+            .and_then(|g| g.trim().parse::<i32>().ok())
+            .filter(|&g| g > 0)
+            .map(Pid::from_raw);
+        Ok(tree)
+    }
+
+    /// Starts `fence __reaper` in `role`, in a process group of its own.
+    fn spawn(spec: &TreeSpec, role: Role) -> std::io::Result<CommandTree> {
         let (control, control_theirs) = pipe_pair(false)?;
         // A stuck reaper must not block us: a full pipe just drops a heartbeat.
         let flags = OFlag::from_bits_truncate(fcntl(&control, FcntlArg::F_GETFL)?);
         fcntl(&control, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
         let (report, report_theirs) = pipe_pair(true)?;
         let foreground = procs::in_foreground();
-        let mut cmd = Command::new(self_exe()?);
-        cmd.arg0(self_name())
-            .arg("__reaper")
-            .args(["--supervisor", &std::process::id().to_string()])
-            .args(["--control-fd", &control_theirs.as_raw_fd().to_string()])
-            .args(["--report-fd", &report_theirs.as_raw_fd().to_string()])
-            .args(["--grace-ms", &spec.grace.as_millis().to_string()])
-            .args([
-                "--orphan-grace-ms",
-                &spec.orphan_grace.as_millis().to_string(),
-            ])
-            .args(["--silence-ms", &spec.silence.as_millis().to_string()]);
-        if foreground {
-            cmd.arg("--foreground");
-        }
-        cmd.arg("--")
-            .args(&spec.command)
+        let args = ReaperArgs {
+            role,
+            supervisor: std::process::id() as i32,
+            control_fd: control_theirs.as_raw_fd(),
+            report_fd: report_theirs.as_raw_fd(),
+            grace: spec.grace,
+            orphan_grace: spec.orphan_grace,
+            silence: spec.silence,
+            foreground,
+            command: spec.command.clone(),
+        };
+        let reaper = Command::new(self_exe()?)
+            .arg0(self_name())
+            .args(args.argv())
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .process_group(0);
-        let reaper = cmd.spawn()?;
+            .process_group(0)
+            .spawn()?;
         drop((control_theirs, report_theirs));
         let pid = Pid::from_raw(reaper.id().unwrap_or(0) as i32);
-        let report = tokio::net::unix::pipe::Receiver::from_owned_fd(report)?;
+        let report = BufReader::new(Receiver::from_owned_fd(report)?).lines();
         Ok(CommandTree {
             reaper,
             pid,
             control: File::from(control),
             report: Some(report),
             group: None,
-            pending: Vec::new(),
+            contained: false,
             foreground,
+            grace: spec.grace,
+            ending: false,
+            end_by: None,
+            continues: 0,
+            clock: Clock::system(),
         })
     }
 
-    /// Passes `signal` to the command's process group (through the supervising process).
-    pub fn forward(&mut self, signal: Caught) {
-        if self.group.is_none() {
-            self.pending.push(signal);
-            return;
-        }
-        procs::send_number(self.pid, signal.0, false);
+    /// Whether the command runs in a PID namespace of its own.
+    pub fn contained(&self) -> bool {
+        self.contained
     }
 
-    /// Asks for the command's end: SIGTERM to the whole tree, SIGKILL after the grace period.
+    /// The first line the supervising process (or the gate) reports; `None` if it ended
+    /// without one.
+    async fn first_report(&mut self) -> Option<String> {
+        let line = next_line(&mut self.report).await;
+        if line.is_none() {
+            self.report = None;
+        }
+        line
+    }
+
+    /// Passes `signal` to the command's process group (through the supervising process). A
+    /// SIGCONT while `fence run` is the foreground of its terminal (after `fg`) first hands
+    /// the terminal to the command.
+    pub fn forward(&mut self, signal: Caught) {
+        if signal.is(Signal::SIGCONT) {
+            self.continues += 1;
+        }
+        let handed = signal.is(Signal::SIGCONT)
+            && self.foreground
+            && procs::in_foreground()
+            && self.control.write_all(b"F").is_ok();
+        if !handed {
+            procs::send_number(self.pid, signal.0, false);
+        }
+    }
+
+    /// Asks for the command's end: SIGTERM to every process, SIGKILL after the grace period.
+    /// If the supervising process has not ended the command soon after that (it is stopped
+    /// or stuck), it is killed.
     pub fn terminate(&mut self) {
         let _ = self.control.write_all(b"T");
+        self.ending = true;
+        let by = self.clock.mono_ms() + (self.grace + TERMINATE_SLACK).as_millis() as u64;
+        self.end_by = Some(self.end_by.map_or(by, |old| old.min(by)));
     }
 
     /// Tells the supervising process that the lease still holds.
@@ -128,55 +227,51 @@ impl CommandTree {
     }
 
     /// Waits until the supervising process has exited, which it does only when no process of
-    /// the command's tree is left. Returns its status: the command's exit code (or 128 + N),
-    /// or a signal if the supervising process itself was killed.
+    /// the command is left. Returns its status: the command's exit code (or 128 + N), or a
+    /// signal if the supervising process itself was killed.
     pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
         loop {
-            let Some(report) = self.report.as_mut() else {
-                return self.reaper.wait().await;
-            };
-            let mut line = Vec::new();
+            let end_by = self.end_by;
             tokio::select! {
                 status = self.reaper.wait() => return status,
-                _ = report.read_to_end(&mut line) => {
-                    self.report = None;
-                    self.on_report(&line);
+                line = next_line(&mut self.report), if self.report.is_some() => match line {
+                    Some(line) => self.on_report(&line),
+                    None => self.report = None,
+                },
+                () = self.clock.sleep_until(end_by.unwrap_or(0)), if end_by.is_some() => {
+                    self.end_by = None;
+                    let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
                 }
             }
         }
     }
 
-    fn on_report(&mut self, line: &[u8]) {
-        let text = String::from_utf8_lossy(line);
-        let group = text
-            .trim()
-            .strip_prefix("ready ")
-            .and_then(|g| g.parse::<i32>().ok());
-        self.group = Some(Pid::from_raw(group.unwrap_or(0)));
-        for s in std::mem::take(&mut self.pending) {
-            procs::send_number(self.pid, s.0, false);
+    /// `stop N`: the command stopped on its terminal, after N of our SIGCONTs; `fence run`
+    /// stops too, unless it has continued the command since (it was stopped itself, and the
+    /// line waited for it) or is ending it.
+    fn on_report(&mut self, line: &str) {
+        let stopped_after = line
+            .strip_prefix("stop ")
+            .and_then(|n| n.trim().parse::<u64>().ok());
+        if !self.ending && stopped_after.is_some_and(|n| n >= self.continues) {
+            stop_self();
         }
     }
 
-    /// After the supervising process was killed: kills what is left of the command's tree
-    /// (its group, and on Linux every orphan that reparented to us), until nothing is left.
-    pub async fn kill_remains(&mut self) {
-        let clock = fence_core::Clock::system();
-        let until = clock.mono_ms() + 10_000;
+    /// After the supervising process has exited: SIGKILL to every process of the command
+    /// that is still there — `fence run`'s own descendants (orphans come to it, a subreaper)
+    /// and, if the supervising process was `killed`, the tracked command's process group —
+    /// until none is left. Nothing is found when the supervising process ended the command
+    /// itself; this is the check before the lease is released.
+    pub async fn sweep(&mut self, killed: bool) {
+        let group = self.group.filter(|_| killed && !self.contained);
+        let mut orphans = Tracked::orphans(group);
         loop {
-            let group = self.group.filter(|g| g.as_raw() > 0);
-            let in_group = group.is_some_and(|g| procs::signal_group(g, Some(Signal::SIGKILL)));
-            let children: Vec<_> = procs::children()
-                .into_iter()
-                .filter(|c| !procs::reap(c.pid))
-                .collect();
-            children
-                .iter()
-                .for_each(|&c| procs::signal_child(c, Signal::SIGKILL));
-            if (!in_group && children.is_empty()) || clock.mono_ms() > until {
+            orphans.kill();
+            if orphans.sweep(true) {
                 return;
             }
-            clock.sleep(Duration::from_millis(10)).await;
+            self.clock.sleep(Duration::from_millis(10)).await;
         }
     }
 
@@ -185,5 +280,13 @@ impl CommandTree {
         if self.foreground {
             procs::hand_terminal(nix::unistd::getpgrp());
         }
+    }
+}
+
+/// The next line of the report pipe; `None` at its end (or when there is no pipe).
+async fn next_line(report: &mut Option<Lines<BufReader<Receiver>>>) -> Option<String> {
+    match report.as_mut() {
+        Some(lines) => lines.next_line().await.ok().flatten(),
+        None => None,
     }
 }

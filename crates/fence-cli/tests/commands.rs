@@ -73,7 +73,7 @@ fn status_json_shows_what_run_and_put_did() {
         "released: no holder"
     );
     assert_eq!(json["cells"][0]["epoch"], epoch, "release keeps the epoch");
-    let table = output(&["status", "--store", &store.url]);
+    let table = output(&["status", "--store", &store.url, "--all"]);
     assert_eq!(table.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&table.stdout).contains("(released)"));
 }

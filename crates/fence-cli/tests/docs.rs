@@ -222,3 +222,94 @@ fn the_cost_table_in_backends_md_renders() {
         );
     }
 }
+
+/// The test servers' env files, if the servers are running (`FENCE_SERVERS_DIR`); a notice
+/// (a failure with `FENCE_REQUIRE_SERVERS=1`) otherwise.
+fn servers_dir(test: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("FENCE_SERVERS_DIR").map(PathBuf::from);
+    let found = dir.filter(|d| {
+        ["s3.env", "gcs.env", "azure.env"]
+            .iter()
+            .all(|f| d.join(f).is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var("FENCE_REQUIRE_SERVERS").as_deref() != Ok("1"),
+            "{test}: no test servers but FENCE_REQUIRE_SERVERS=1"
+        );
+        eprintln!("SKIPPED {test}: no test servers (FENCE_SERVERS_DIR)");
+    }
+    found
+}
+
+/// docs/cli.md's walk over the test servers runs as written (under a fresh prefix, on the
+/// servers already running), mapping their `FENCE_*` variables to the ones fence reads.
+#[test]
+fn the_test_servers_block_in_cli_md_works_as_written() {
+    let test = "the_test_servers_block_in_cli_md_works_as_written";
+    let Some(dir) = servers_dir(test) else {
+        return;
+    };
+    let doc = repo_file("docs/cli.md");
+    let all = sections(&sh_block(
+        &doc,
+        "## Trying the CLI against the test servers",
+    ));
+    let lines: Vec<String> = ["S3 ", "GCS ", "Azure "]
+        .iter()
+        .flat_map(|s| section(&all, s))
+        .collect();
+    assert!(lines.len() >= 8, "{all:?}");
+    let fresh = format!("/try-{}-{}\"", std::process::id(), fence_core::now_ms());
+    let script = lines.join("\n").replace("/try\"", &fresh);
+    let bin_dir = Path::new(fence_bin()).parent().unwrap().to_owned();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut cmd = Command::new("sh");
+    cmd.arg("-ec").arg(&script);
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy().into_owned();
+        if k.starts_with("AWS_") || k.starts_with("AZURE") || k.starts_with("FENCE_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd
+        .env("PATH", path)
+        .env("FENCE_SERVERS_DIR", &dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{script}\n{said}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for store in ["S3", "GCS", "Azure"] {
+        assert!(said.contains(&format!("{store} epoch 1")), "{said}");
+    }
+}
+
+/// README's `[dependencies]` snippet names crates of this workspace at their paths.
+#[test]
+fn the_dependencies_snippet_in_readme_names_real_crates() {
+    let readme = repo_file("README.md");
+    let start = readme.find("```toml\n[dependencies]").expect("a snippet") + 8;
+    let len = readme[start..].find("```").unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut crates = 0;
+    for line in readme[start..start + len].lines() {
+        let Some((name, rest)) = line.split_once(" = { path = \"../fence/") else {
+            continue;
+        };
+        let path = rest.split('"').next().unwrap();
+        let manifest = std::fs::read_to_string(root.join(path).join("Cargo.toml"))
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert!(manifest.contains(&format!("name = \"{name}\"")), "{line}");
+        crates += 1;
+    }
+    assert!(crates >= 2, "no crate in the snippet");
+}

@@ -135,11 +135,35 @@ fn status_lists_every_healthy_record_and_marks_the_bad_ones() {
         let out = output(&run_args(&store, lease, &["--", "true"]));
         assert_eq!(out.status.code(), Some(0));
     }
+    // fence-fs's layout (docs/fs.md): the owner record is the newest version file in
+    // cells/<cell>/own.json.fence/i<random>/.
     let owner = |cell: &str| store.path(&format!("cells/{cell}/own.json.fence"));
-    std::fs::write(owner("corrupt"), "garbage").unwrap();
-    std::fs::remove_file(owner("dir")).unwrap();
-    std::fs::create_dir(owner("dir")).unwrap();
-    std::fs::remove_file(owner("link")).unwrap();
+    let newest = |cell: &str| {
+        let inc = std::fs::read_dir(owner(cell))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let mut versions: Vec<_> = std::fs::read_dir(inc)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        versions.sort_by_key(|p| {
+            p.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        });
+        versions.pop().unwrap()
+    };
+    std::fs::write(newest("corrupt"), "garbage").unwrap();
+    let dir = newest("dir");
+    std::fs::remove_file(&dir).unwrap();
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::remove_dir_all(owner("link")).unwrap();
     std::os::unix::fs::symlink(owner("good"), owner("link")).unwrap();
 
     let out = output(&["status", "--store", &store.url, "--json"]);
@@ -171,7 +195,7 @@ fn status_lists_every_healthy_record_and_marks_the_bad_ones() {
             "cells/link/own.json"
         ]
     );
-    let table = output(&["status", "--store", &store.url]);
+    let table = output(&["status", "--store", &store.url, "--all"]);
     assert_eq!(table.status.code(), Some(69));
     let text = String::from_utf8_lossy(&table.stdout);
     assert!(
@@ -397,8 +421,11 @@ fn errors_echo_about_100_bytes_of_a_name_escaped_once() {
         format!("{}/{}", store.url, deep.display()),
     );
     std::fs::create_dir_all(store.dir.path().join(&deep)).unwrap();
+    // A writing command makes `store` a fence root (status only reads, and marks nothing).
     assert_eq!(
-        output(&["status", "--store", &store.url]).status.code(),
+        output(&run_args(&store, "mark", &["--", "true"]))
+            .status
+            .code(),
         Some(0)
     );
     for args in [
@@ -416,7 +443,9 @@ fn errors_echo_about_100_bytes_of_a_name_escaped_once() {
     }
     // The longest valid name (196 bytes), in a store error that names its key: said once.
     let longest = "y".repeat(196);
-    std::fs::create_dir_all(store.path(&format!("cells/{longest}/own.json.fence"))).unwrap();
+    // Something fence-fs did not make in the cell's object directory (docs/fs.md's layout).
+    let object = store.path(&format!("cells/{longest}/own.json.fence"));
+    std::fs::create_dir_all(object.join("junk")).unwrap();
     for args in [
         vec!["get", "--store", &store.url, "--lease", &longest, "k"],
         vec![

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{fence, fence_bin, output, wait_bounded, wait_for_file, Store};
+use common::{fence, fence_bin, output, wait_bounded, wait_for_file, Mark, Store};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -68,24 +68,16 @@ fn ten_waiters_hold_the_lease_one_at_a_time_with_rising_epochs() {
 #[test]
 fn a_paused_holder_is_fenced_when_it_wakes_and_its_stale_put_is_refused() {
     let store = Store::new();
-    let (a_epoch, a_pid) = (store.path("a.epoch"), store.path("a.pid"));
-    let a_script = format!(
-        "echo $FENCE_EPOCH > {}; echo $$ > {}; exec sleep 30",
-        a_epoch.display(),
-        a_pid.display()
-    );
-    let mut a = fence(&[
-        "run", "--store", &store.url, "--lease", "job", "--ttl", "1s", "--grace", "1s", "--", "sh",
-        "-c", &a_script,
-    ])
-    .spawn()
-    .expect("spawn holder");
-    let child_pid = Pid::from_raw(
-        wait_for_file(&a_pid, Duration::from_secs(10))
-            .parse()
-            .unwrap(),
-    );
-    let a_epoch: u64 = wait_for_file(&a_epoch, Duration::from_secs(5))
+    let a_epoch = store.path("a.epoch");
+    let a_mark = Mark::new();
+    let a_script = format!("echo $FENCE_EPOCH > {}; exec sleep 30", a_epoch.display());
+    let mut a_args = vec![
+        "run", "--store", &store.url, "--lease", "job", "--ttl", "1s", "--grace", "1s", "--",
+    ];
+    let a_command = a_mark.sh(&a_script);
+    a_args.extend(a_command.iter().map(String::as_str));
+    let mut a = fence(&a_args).spawn().expect("spawn holder");
+    let a_epoch: u64 = wait_for_file(&a_epoch, Duration::from_secs(10))
         .parse()
         .unwrap();
     let a_fence = Pid::from_raw(a.id() as i32);
@@ -131,8 +123,8 @@ fn a_paused_holder_is_fenced_when_it_wakes_and_its_stale_put_is_refused() {
         "the woken holder must exit 76 (fenced)"
     );
     assert_eq!(
-        kill(child_pid, None),
-        Err(nix::errno::Errno::ESRCH),
+        a_mark.processes(),
+        Vec::<i32>::new(),
         "the woken holder's command must be terminated"
     );
 
@@ -243,22 +235,20 @@ fn signals_sent_to_fence_reach_the_command() {
 #[test]
 fn a_command_that_ignores_sigterm_is_killed_after_the_grace_period() {
     let store = Store::new();
-    let pid_file = store.path("child.pid");
+    let ready = store.path("ready");
+    let mark = Mark::new();
     let script = format!(
-        "trap '' TERM; echo $$ > {}; while true; do sleep 0.1; done",
-        pid_file.display()
+        "trap '' TERM; echo up > {}; while true; do sleep 0.1; done",
+        ready.display()
     );
-    let mut holder = fence(&[
+    let mut args = vec![
         "run", "--store", &store.url, "--lease", "stubborn", "--ttl", "1s", "--grace", "500ms",
-        "--", "sh", "-c", &script,
-    ])
-    .spawn()
-    .expect("spawn holder");
-    let child = Pid::from_raw(
-        wait_for_file(&pid_file, Duration::from_secs(10))
-            .parse()
-            .unwrap(),
-    );
+        "--",
+    ];
+    let command = mark.sh(&script);
+    args.extend(command.iter().map(String::as_str));
+    let mut holder = fence(&args).spawn().expect("spawn holder");
+    wait_for_file(&ready, Duration::from_secs(10));
     // Pause the holder past its TTL: when it wakes it must fence itself, SIGTERM the command
     // (ignored), and SIGKILL it after the grace period.
     let fence_pid = Pid::from_raw(holder.id() as i32);
@@ -268,8 +258,8 @@ fn a_command_that_ignores_sigterm_is_killed_after_the_grace_period() {
     let status = wait_bounded(&mut holder, Duration::from_secs(10), "the fenced holder");
     assert_eq!(status.code(), Some(76), "a fenced holder exits 76");
     assert_eq!(
-        kill(child, None),
-        Err(nix::errno::Errno::ESRCH),
+        mark.processes(),
+        Vec::<i32>::new(),
         "the command that ignored SIGTERM must have been killed"
     );
 }

@@ -23,7 +23,7 @@ async fn a_lease_record_with_an_extreme_expiry_is_shown_not_a_panic() {
     let status = fence_cli::status::read(&store, "memory://", None)
         .await
         .expect("status reads");
-    let table = fence_cli::status::table(&status);
+    let table = fence_cli::status::table(&status, fence_cli::status::Rows::All);
     assert_eq!(status.leases.len() + status.bad.len(), 3, "{table}");
     assert!(status
         .leases

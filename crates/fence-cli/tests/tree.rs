@@ -10,58 +10,47 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{
-    alive, all_gone_within, fence, output, pid_in, run_args, wait_bounded, wait_for_line, Store,
+    fence, lines_between, output, run_args, run_marked, state_of, wait_bounded, wait_for_count,
+    wait_for_file, wait_for_line, wait_until, Mark, Store,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-/// A command that leaves three processes that all ignore SIGTERM: the shell itself, a
-/// background job in its process group, and a job that left it with `setsid`. Their pids go to
-/// `p1`, `p2`, `p3` in `dir`.
-fn stubborn_tree(store: &Store) -> String {
-    format!(
-        "trap '' TERM; cd {}; \
-         sleep 1000 & echo $! > p2; \
-         setsid sh -c 'trap \"\" TERM; echo $$ > p3; while :; do sleep 0.05; done' & \
-         echo $$ > p1; while :; do sleep 0.05; done",
-        store.dir.path().display()
+/// A command that leaves three processes that all ignore SIGTERM and write `tick` lines to
+/// `log`: the shell itself, a background job in its process group, and a job that left it
+/// with `setsid`. Each writes `up` once it runs.
+fn stubborn_tree(store: &Store, log: &std::path::Path) -> String {
+    let ticker = store.path("tick.sh");
+    std::fs::write(
+        &ticker,
+        format!(
+            "trap '' TERM; echo up >> {log}; while :; do echo tick >> {log}; sleep 0.05; done",
+            log = log.display()
+        ),
     )
-}
-
-fn tree_pids(store: &Store) -> Vec<i32> {
-    ["p1", "p2", "p3"]
-        .iter()
-        .map(|f| pid_in(&store.path(f)))
-        .collect()
+    .unwrap();
+    format!("sh {t} & setsid sh {t} & exec sh {t}", t = ticker.display())
 }
 
 #[test]
 fn sigkill_of_fence_takes_the_whole_command_tree_down_before_a_waiter_starts() {
     let store = Store::new();
-    let mut holder = fence(&run_args(
+    let log = store.path("log");
+    let mark = Mark::new();
+    let mut holder = run_marked(
         &store,
         "k",
-        &[
-            "--ttl",
-            "2s",
-            "--grace",
-            "5s",
-            "--",
-            "sh",
-            "-c",
-            &stubborn_tree(&store),
-        ],
-    ))
+        &["--ttl", "2s", "--grace", "5s"],
+        &mark,
+        &stubborn_tree(&store, &log),
+    )
     .spawn()
     .expect("spawn holder");
-    let pids = tree_pids(&store);
-    // The waiter's command records which of the holder's processes it can still see.
+    wait_for_count(&log, "up", 3);
+    // The waiter's command marks where it ran in the holder's log.
     let check = format!(
-        "cd {}; for p in {} {} {}; do kill -0 $p 2>/dev/null && echo alive $p; done > seen; echo checked >> seen",
-        store.dir.path().display(),
-        pids[0],
-        pids[1],
-        pids[2]
+        "echo waiter-start >> {log}; sleep 0.5; echo waiter-end >> {log}",
+        log = log.display()
     );
     let mut waiter = fence(&run_args(
         &store,
@@ -83,44 +72,39 @@ fn sigkill_of_fence_takes_the_whole_command_tree_down_before_a_waiter_starts() {
     std::thread::sleep(Duration::from_millis(300));
     holder.kill().expect("SIGKILL the holder");
     let _ = holder.wait();
-    assert!(
-        all_gone_within(&pids, Duration::from_secs(1)).is_some(),
-        "processes of the SIGKILLed holder's command still alive after 1 s: {:?}",
-        pids.iter().filter(|&&p| alive(p)).collect::<Vec<_>>()
-    );
     let status = wait_bounded(&mut waiter, Duration::from_secs(25), "the waiter");
     assert_eq!(status.code(), Some(0));
-    let seen = std::fs::read_to_string(store.path("seen")).expect("the waiter ran");
-    assert_eq!(
-        seen.trim(),
-        "checked",
-        "the waiter's command started beside: {seen}"
+    let beside = lines_between(&log, "waiter-start", "waiter-end");
+    assert!(
+        beside.is_empty(),
+        "the SIGKILLed holder's command ran beside the waiter's: {beside:?}"
     );
+    assert_eq!(mark.processes(), Vec::<i32>::new());
 }
 
 #[test]
 fn a_background_job_never_outlives_the_lease() {
     let store = Store::new();
+    let mark = Mark::new();
+    let ready = store.path("ready");
     let script = format!(
-        "cd {}; sleep 1000 & echo $! > bg; setsid sleep 1000 & echo $! > bg2; exit 0",
-        store.dir.path().display()
+        "sleep 1000 & setsid sleep 1000 & echo up > {}; exit 0",
+        ready.display()
     );
     // No pipes: a job that outlives fence must not keep the test waiting for their end.
-    let mut run = fence(&run_args(
-        &store,
-        "bg",
-        &["--grace", "2s", "--", "sh", "-c", &script],
-    ))
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .expect("spawn");
+    let mut run = run_marked(&store, "bg", &["--grace", "2s"], &mark, &script)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
     let status = wait_bounded(&mut run, Duration::from_secs(10), "fence run");
     assert_eq!(status.code(), Some(0));
-    for f in ["bg", "bg2"] {
-        let pid = pid_in(&store.path(f));
-        assert!(!alive(pid), "{f} ({pid}) outlived the lease");
-    }
+    assert!(ready.exists(), "the command ran");
+    assert_eq!(
+        mark.processes(),
+        Vec::<i32>::new(),
+        "a job outlived the lease"
+    );
     let next = output(&run_args(&store, "bg", &["--", "true"]));
     assert_eq!(next.status.code(), Some(0), "the lease was released");
 }
@@ -128,33 +112,33 @@ fn a_background_job_never_outlives_the_lease() {
 #[test]
 fn a_lost_lease_ends_grandchildren_too() {
     let store = Store::new();
+    let mark = Mark::new();
+    let ready = store.path("ready");
     let script = format!(
-        "cd {}; sleep 1000 & echo $! > g1; setsid sleep 1000 & echo $! > g2; \
-         echo $$ > g0; while :; do sleep 0.05; done",
-        store.dir.path().display()
+        "sleep 1000 & setsid sleep 1000 & echo up > {}; while :; do sleep 0.05; done",
+        ready.display()
     );
-    let mut holder = fence(&run_args(
+    let mut holder = run_marked(
         &store,
         "lost",
-        &["--ttl", "1s", "--grace", "300ms", "--", "sh", "-c", &script],
-    ))
+        &["--ttl", "1s", "--grace", "300ms"],
+        &mark,
+        &script,
+    )
     .stderr(Stdio::piped())
     .spawn()
     .expect("spawn holder");
-    let pids: Vec<i32> = ["g0", "g1", "g2"]
-        .iter()
-        .map(|f| pid_in(&store.path(f)))
-        .collect();
+    wait_for_file(&ready, Duration::from_secs(10));
     let fence_pid = Pid::from_raw(holder.id() as i32);
     kill(fence_pid, Signal::SIGSTOP).expect("SIGSTOP");
     std::thread::sleep(Duration::from_millis(1_500));
     kill(fence_pid, Signal::SIGCONT).expect("SIGCONT");
     let status = wait_bounded(&mut holder, Duration::from_secs(10), "the fenced holder");
     assert_eq!(status.code(), Some(76));
-    let alive_after: Vec<_> = pids.iter().filter(|&&p| alive(p)).collect();
-    assert!(
-        alive_after.is_empty(),
-        "still running after the lease was lost: {alive_after:?}"
+    assert_eq!(
+        mark.processes(),
+        Vec::<i32>::new(),
+        "still running after the lease was lost"
     );
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut holder.stderr.take().unwrap(), &mut stderr).unwrap();
@@ -204,6 +188,71 @@ fn a_stopped_fence_stops_its_command_until_it_continues() {
     );
     kill(fence_pid, Signal::SIGTERM).unwrap();
     wait_bounded(&mut holder, Duration::from_secs(10), "the holder");
+}
+
+#[test]
+fn a_terminal_stop_stops_fence_with_its_command_and_sigcont_resumes_both_for_good() {
+    let store = Store::new();
+    let ticks = store.path("ticks");
+    let script = format!(
+        "while :; do echo t >> {}; sleep 0.02; done",
+        ticks.display()
+    );
+    let mut holder = fence(&run_args(
+        &store,
+        "tstp",
+        &["--ttl", "5s", "--", "sh", "-c", &script],
+    ))
+    .spawn()
+    .expect("spawn holder");
+    assert!(wait_for_line(&ticks, "t", Duration::from_secs(10)));
+    let pid = holder.id() as i32;
+    let count = || std::fs::read_to_string(&ticks).map_or(0, |s| s.lines().count());
+    // Ctrl-Z as a shell without job control passes it: to fence, which passes it on.
+    kill(Pid::from_raw(pid), Signal::SIGTSTP).expect("SIGTSTP");
+    wait_until("fence stopping", Duration::from_secs(10), || {
+        state_of(pid) == Some('T')
+    });
+    wait_until("the command stopping", Duration::from_secs(10), || {
+        let before = count();
+        std::thread::sleep(Duration::from_millis(200));
+        count() == before
+    });
+    let stopped_at = count();
+    kill(Pid::from_raw(pid), Signal::SIGCONT).expect("SIGCONT");
+    wait_until("the command continuing", Duration::from_secs(10), || {
+        count() > stopped_at
+    });
+    // The stop it was continued past is not acted on again: fence runs on.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_ne!(state_of(pid), Some('T'), "fence stopped again");
+    kill(Pid::from_raw(pid), Signal::SIGTERM).expect("SIGTERM");
+    let status = wait_bounded(&mut holder, Duration::from_secs(10), "fence run");
+    assert_eq!(status.code(), Some(143));
+}
+
+#[test]
+fn a_command_that_stops_on_its_terminal_stops_fence_until_both_are_continued() {
+    let store = Store::new();
+    let log = store.path("log");
+    let script = format!(
+        "echo before >> {log}; kill -TSTP $$; echo after >> {log}",
+        log = log.display()
+    );
+    let mut holder = fence(&run_args(&store, "self", &["--", "sh", "-c", &script]))
+        .spawn()
+        .expect("spawn holder");
+    let pid = holder.id() as i32;
+    wait_until(
+        "fence stopping with its command",
+        Duration::from_secs(10),
+        || state_of(pid) == Some('T'),
+    );
+    assert!(!wait_for_line(&log, "after", Duration::from_millis(100)));
+    kill(Pid::from_raw(pid), Signal::SIGCONT).expect("SIGCONT");
+    let status = wait_bounded(&mut holder, Duration::from_secs(10), "fence run");
+    assert_eq!(status.code(), Some(0));
+    assert!(wait_for_line(&log, "after", Duration::from_secs(1)));
 }
 
 #[test]

@@ -37,9 +37,10 @@ pub use memory::MemoryStore;
 pub use ownership::{CasOutcome, LeaseCasError, LeaseCasOutcome, Ownership};
 pub use record::{CellHead, NodeLease, NodeLeaseRecord, OwnerRecord};
 pub use runtime::{
-    read_cell, update_cell, CellClaim, CellData, ClaimStatus, Fence, FenceBuilder, LeaseKeeper,
-    Observer, WriteAck,
+    read_cell, update_cell, CellClaim, CellData, ClaimStatus, Election, ElectionBuilder, Fence,
+    FenceBuilder, Leader, LeaderEvent, Leadership, LeaseKeeper, Observer, StepDown, WriteAck,
 };
+pub use store::DEFAULT_RECORD_LIMIT;
 pub use store::{
     Capabilities, CasGuard, ConditionalStore, DeleteOutcome, PutOutcome, Stored, Version,
 };

@@ -17,6 +17,9 @@
 //! | `rollback-acknowledged` | a claim restores the payload this process last wrote to the cell instead of carrying the current one forward |
 //! | `resume-without-seal` | a resume acts on the head it read without writing it at the same epoch (a peer's takeover racing the resume also succeeds) |
 //! | `hand-off-unregisters-early` | a hand-off takes the cell out of the lease's register before its write is sent (the lease can resume the cell it is handing away) |
+//! | `confirm-at-return` | a confirming read of a peer's lease counts from when it *returned*, not when it was sent (a renewal that landed while it travelled back is missed) |
+//! | `gc-current-epoch` | payload collection treats objects of the claim's own epoch as collectable (a write of that epoch still on its way then points the head at a deleted object) |
+//! | `log-accepts-foreign-record` | the append log takes any object already at a record's name for its own |
 
 use std::fmt;
 
@@ -43,11 +46,17 @@ pub enum Sabotage {
     ResumeWithoutSeal,
     /// See the module table.
     HandOffUnregistersEarly,
+    /// See the module table.
+    ConfirmAtReturn,
+    /// See the module table.
+    GcCurrentEpoch,
+    /// See the module table.
+    LogAcceptsForeignRecord,
 }
 
 impl Sabotage {
     /// Every switch.
-    pub const ALL: [Sabotage; 10] = [
+    pub const ALL: [Sabotage; 13] = [
         Sabotage::SkipSeal,
         Sabotage::EarlySealRead,
         Sabotage::NoLandedAfterExpiry,
@@ -58,6 +67,9 @@ impl Sabotage {
         Sabotage::RollbackAcknowledged,
         Sabotage::ResumeWithoutSeal,
         Sabotage::HandOffUnregistersEarly,
+        Sabotage::ConfirmAtReturn,
+        Sabotage::GcCurrentEpoch,
+        Sabotage::LogAcceptsForeignRecord,
     ];
 
     /// The switch's name, as CI prints it.
@@ -73,6 +85,9 @@ impl Sabotage {
             Sabotage::RollbackAcknowledged => "rollback-acknowledged",
             Sabotage::ResumeWithoutSeal => "resume-without-seal",
             Sabotage::HandOffUnregistersEarly => "hand-off-unregisters-early",
+            Sabotage::ConfirmAtReturn => "confirm-at-return",
+            Sabotage::GcCurrentEpoch => "gc-current-epoch",
+            Sabotage::LogAcceptsForeignRecord => "log-accepts-foreign-record",
         }
     }
 }

@@ -9,6 +9,14 @@ use bytes::Bytes;
 use crate::error::{Error, ErrorKind};
 use crate::key::Key;
 
+/// The default record limit of every backend (5 MiB): the largest body a store's `put`
+/// accepts and the most a `get` reads before it stops and answers
+/// [`ErrorKind::Corrupt`]. Each backend has one setting for it (its builder's
+/// `with_record_limit`), declared as [`Capabilities::max_body`]. fence's own records are a
+/// few hundred bytes; the limit bounds what a hostile or broken store can make a process
+/// hold in memory.
+pub const DEFAULT_RECORD_LIMIT: usize = 5 * 1024 * 1024;
+
 /// An opaque version token of one stored object: an S3 ETag, a GCS generation, a file
 /// version. Never empty. Compared only for equality.
 ///

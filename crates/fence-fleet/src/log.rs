@@ -39,6 +39,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use fence_core::decide::claimed::record_is_ours;
+use fence_core::decide::Flaws;
 use fence_core::runtime::{read_cell, CellClaim, Fence, WriteAck};
 use fence_core::{CasGuard, Error, ErrorKind, Key, Ownership, PutOutcome, Version};
 use futures::{StreamExt, TryStreamExt};
@@ -114,8 +116,11 @@ impl From<Run> for RunRepr {
 }
 
 impl LogHead {
-    /// Decodes a cell's data (empty: a new log).
-    pub fn decode(key: &Key, data: &[u8]) -> Result<LogHead, Error> {
+    /// Decodes the data of a cell at epoch `cell_epoch` (empty: a new log). A head whose
+    /// runs are out of order, name an invalid tag, or name an epoch above the cell's (no
+    /// claim can have written it: the next append would write a head nothing could read) is
+    /// [`ErrorKind::Corrupt`].
+    pub fn decode(key: &Key, data: &[u8], cell_epoch: u64) -> Result<LogHead, Error> {
         if data.is_empty() {
             return Ok(LogHead::default());
         }
@@ -132,6 +137,12 @@ impl LogHead {
             .all(|r| r.tag.as_deref().is_none_or(valid_tag));
         if !ordered || !covered || head.runs.last().is_some_and(|r| r.first_seq > head.next) {
             return Err(Error::corrupt(key, "log head runs out of order"));
+        }
+        if head.runs.iter().any(|r| r.epoch > cell_epoch) {
+            return Err(Error::corrupt(
+                key,
+                format!("log head names an epoch above the cell's ({cell_epoch})"),
+            ));
         }
         if !named {
             return Err(Error::corrupt(
@@ -230,6 +241,7 @@ pub struct AppendLog {
     /// read it first), and the tag this log names its records with (`None` until a create
     /// found its name taken).
     head: tokio::sync::Mutex<(Option<SeenHead>, Option<String>)>,
+    flaws: Flaws,
 }
 
 impl AppendLog {
@@ -240,23 +252,92 @@ impl AppendLog {
             claim,
             attempt_ms: fence.config().attempt_max_ms,
             head: tokio::sync::Mutex::new((None, None)),
+            flaws: fence.flaws(),
         }
     }
 
-    /// The sequence number the next append gets, read from the store (after an ambiguous
-    /// append: the record landed if this moved past it).
+    /// The sequence number the next append gets, settled: it first *seals* the log — a
+    /// write of the head as it is, at this claim's epoch, guarded on its version — so no
+    /// append of this claim still held up in the network can land after the answer. The
+    /// answer is therefore true until this log appends again: after an ambiguous append of
+    /// sequence number `s` (and no other append through this claim since), the record
+    /// landed exactly when this answers more than `s` — or ask [`landed`](Self::landed),
+    /// which also compares the record. Errors are the seal's ([`CellClaim::write_if`]):
+    /// [`ErrorKind::Fenced`] once the cell moved on (ask `landed`).
     pub async fn next_seq(&self) -> Result<u64, Error> {
         let mut slot = self.head.lock().await;
-        let head = self.read_head().await?;
-        let next = head.0.next;
-        slot.0 = Some(head);
+        let sealed = self.seal().await?;
+        let next = sealed.0.next;
+        slot.0 = Some(sealed);
         Ok(next)
+    }
+
+    /// Whether `record` is committed at sequence number `seq` under this claim's epoch —
+    /// settled, for an append whose answer was ambiguous: the log is sealed first (see
+    /// [`next_seq`](Self::next_seq)), or, if the cell has moved to a later epoch, that later
+    /// head settles it (the claim that raised the epoch replaced every head an append of
+    /// ours could still land on). Then the committed record at `seq` is compared, bytes and
+    /// epoch, not just the number. `Ok(false)` means it never landed and never will: append
+    /// it again. An error means nothing could be settled (say, this process's lease ran out
+    /// while the cell still names it): ask again.
+    pub async fn landed(&self, seq: u64, record: &[u8]) -> Result<bool, Error> {
+        let mut slot = self.head.lock().await;
+        let epoch = self.claim.epoch();
+        let head = match self.seal().await {
+            Ok(sealed) => {
+                let head = sealed.0.clone();
+                slot.0 = Some(sealed);
+                head
+            }
+            Err(e) => self.moved_past(epoch).await?.ok_or(e)?,
+        };
+        if head.epoch_of(seq) != Some(epoch) {
+            return Ok(false);
+        }
+        let name = head.name_of(seq).unwrap_or_default();
+        let key = self.own.log_key(self.claim.cell(), &name)?;
+        let bound = Duration::from_millis(self.attempt_ms.max(1));
+        let read = tokio::time::timeout(bound, self.own.store().get(&key)).await;
+        match read.map_err(|_| timed_out(&key))?? {
+            Some(s) => Ok(s.body == record),
+            None => Err(Error::corrupt(&key, "a committed log record is missing")),
+        }
+    }
+
+    /// The log head, if the cell's head is at an epoch above `epoch` (none of our appends can
+    /// land any more).
+    async fn moved_past(&self, epoch: u64) -> Result<Option<LogHead>, Error> {
+        let cell = self.claim.cell();
+        let key = self.own.owner_key(cell)?;
+        let bound = Duration::from_millis(self.attempt_ms.max(1));
+        let read = tokio::time::timeout(bound, read_cell(&self.own, cell)).await;
+        match read.map_err(|_| timed_out(&key))?? {
+            Some(d) if d.epoch > epoch => Ok(Some(LogHead::decode(&key, &d.payload, d.epoch)?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Writes the log head as it is, at this claim's epoch, over the version just read: from
+    /// then on no earlier append of this claim can land.
+    async fn seal(&self) -> Result<SeenHead, Error> {
+        let mut last = None;
+        for _ in 0..MOVED_TRIES {
+            let (head, version) = self.read_head().await?;
+            match self.claim.write_if(version.as_ref(), head.encode()).await {
+                Ok(ack) => return Ok((head, Some(ack.version))),
+                // Someone wrote in between (and proved ours did not land): read again.
+                Err(e) if proven_unwritten(&e) => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::new(ErrorKind::Busy, "the log head kept moving")))
     }
 
     /// Appends `record`: one create of the record object, then one fenced head write (two
     /// requests, plus a head read after a failure). Errors are the head write's
-    /// ([`CellClaim::write`]): [`ErrorKind::Fenced`] means the record will never count; an
-    /// ambiguous one may have committed it (see [`next_seq`](Self::next_seq)).
+    /// ([`CellClaim::write`]): [`ErrorKind::Fenced`] that is not ambiguous means the record
+    /// will never count; an ambiguous one may have committed it — [`landed`](Self::landed)
+    /// settles which, before the record is appended again.
     pub async fn append(&self, record: impl Into<Bytes>) -> Result<Appended, Error> {
         let record = record.into();
         self.append_with(|_| record.clone()).await
@@ -264,10 +345,13 @@ impl AppendLog {
 
     /// [`append`](Self::append) of the record `record(seq)` builds for the sequence number
     /// it gets (a record that names its own place in the log). `record` runs again, for the
-    /// next number, only when the head moved before this append landed (an earlier
-    /// ambiguous append that landed late): the head write lands only over the head the
-    /// append was built on ([`CellClaim::write_if`]), so no record a reader saw is ever
-    /// replaced.
+    /// next number, only when the store *proved* this append's head write did not land
+    /// (a [`Conflict`](ErrorKind::Conflict) that is not ambiguous: the head moved before it,
+    /// say an earlier ambiguous append landing late): the head write lands only over the
+    /// head the append was built on ([`CellClaim::write_if`]), so no record a reader saw is
+    /// ever replaced, and no record is appended twice. An ambiguous error (a co-writer moved
+    /// the head after ours may have landed, say) is the caller's: settle it with
+    /// [`landed`](Self::landed) before appending again.
     pub async fn append_with(
         &self,
         mut record: impl FnMut(u64) -> Bytes,
@@ -293,7 +377,7 @@ impl AppendLog {
                 }
                 // The head moved: rebuild on the head as it is now (the record object made
                 // for `seq` is an orphan no head names).
-                Err(e) if e.kind() == ErrorKind::Conflict && tries < MOVED_TRIES => tries += 1,
+                Err(e) if proven_unwritten(&e) && tries < MOVED_TRIES => tries += 1,
                 Err(e) => {
                     // A head this append did not change stays the one to build on; after a
                     // moved head, an ambiguous answer or a fence, read the head first.
@@ -312,7 +396,7 @@ impl AppendLog {
         let cell = self.claim.cell();
         let key = self.own.owner_key(cell)?;
         match self.claim.read().await? {
-            Some(d) => Ok((LogHead::decode(&key, &d.payload)?, Some(d.version))),
+            Some(d) => Ok((LogHead::decode(&key, &d.payload, d.epoch)?, Some(d.version))),
             None => Ok((LogHead::default(), None)),
         }
     }
@@ -352,7 +436,7 @@ impl AppendLog {
             }
             match tokio::time::timeout(bound, store.get(&key)).await {
                 Ok(Ok(None)) => {}
-                Ok(Ok(Some(s))) if s.body == *body => return Ok(()),
+                Ok(Ok(Some(s))) if record_is_ours(&s.body, body, self.flaws) => return Ok(()),
                 Ok(Ok(Some(_))) => *tag = Some(self.own.fresh_nonce()),
                 Ok(Err(e)) => last = Some(e),
                 Err(_) => last = Some(timed_out(&key)),
@@ -363,6 +447,11 @@ impl AppendLog {
             .unwrap_or_else(|| Error::new(ErrorKind::Conflict, "log record names kept being taken"))
             .not_committed())
     }
+}
+
+/// Whether `e` proves the head write it answers did not land, and never will.
+fn proven_unwritten(e: &Error) -> bool {
+    e.kind() == ErrorKind::Conflict && !e.is_ambiguous()
 }
 
 fn timed_out(key: &Key) -> Error {
@@ -401,7 +490,7 @@ pub async fn read_log(fence: &Fence, cell: &str, from: u64) -> Result<LogRead, E
             records: Vec::new(),
         });
     };
-    let head = LogHead::decode(&key, &data.payload)?;
+    let head = LogHead::decode(&key, &data.payload, data.epoch)?;
     let reads = (from..head.next).map(|seq| {
         let head = &head;
         async move {

@@ -119,15 +119,22 @@ async fn a_create_landing_at_the_resumers_name_is_never_overwritten() {
     assert_eq!(log.head.name_of(2), Some(record_name(2, 1, Some(tag))));
     // The tagged head round-trips through its stored form, and a bad tag is refused.
     let key = own.owner_key("orders").unwrap();
-    assert_eq!(LogHead::decode(&key, &log.head.encode()).unwrap(), log.head);
+    assert_eq!(
+        LogHead::decode(&key, &log.head.encode(), log.epoch).unwrap(),
+        log.head
+    );
     let hostile = br#"{"next":2,"runs":[[0,1],[1,1,"../x"]]}"#;
     assert_eq!(
-        LogHead::decode(&key, hostile).unwrap_err().kind(),
+        LogHead::decode(&key, hostile, u64::MAX - 1)
+            .unwrap_err()
+            .kind(),
         fence_core::ErrorKind::Corrupt
     );
     let same_run_twice = br#"{"next":2,"runs":[[0,1],[1,1]]}"#;
     assert_eq!(
-        LogHead::decode(&key, same_run_twice).unwrap_err().kind(),
+        LogHead::decode(&key, same_run_twice, u64::MAX - 1)
+            .unwrap_err()
+            .kind(),
         fence_core::ErrorKind::Corrupt
     );
 }

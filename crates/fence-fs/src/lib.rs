@@ -2,25 +2,22 @@
 //!
 //! [`FsStore`]: a [`ConditionalStore`] over a local directory, with a compare-and-swap that is
 //! correct across threads **and across OS processes** of one machine, atomic for readers,
-//! durable when `put` returns, and safe against crashed writers.
+//! durable when `put` returns, safe against crashed writers — and that **no other process
+//! can hold up**: there is no lock. A stopped, paused or dead process never delays another
+//! writer beyond that writer's own I/O.
 //!
 //! How (see `docs/fs.md` for the whole argument):
-//! - each object has an advisory lock (`flock`) on a file next to it,
-//!   `<dir>/.fence/<object file>`, so the lock belongs to the object's directory entry
-//!   whichever root reaches it; every write or delete checks its guard and commits while
-//!   holding it. The kernel drops the lock when its holder dies, so a crashed writer never
-//!   blocks anyone;
-//! - a held lock is waited for without a thread (non-blocking tries with backoff, one
-//!   in-process queue per key), at most [`FsStore::with_lock_wait`]; then the write fails
-//!   with `Timeout`, not committed;
+//! - every version of an object is its own file, named by its generation, in the object's
+//!   incarnation directory `<dir>/<key segment>.fence/i<random>/`; the current version is the
+//!   highest one, and only it and its predecessor are kept;
+//! - a compare-and-swap from generation `g` writes the new version to an unnamed temp file,
+//!   syncs it, and `link`s it as `g+1`: the kernel lets exactly one writer create that name
+//!   (the commit point), and a check after the link tells a first successor from a late one;
+//! - a create builds a whole object directory aside and `rename`s it onto the key's: the
+//!   kernel replaces only a missing or empty directory;
 //! - a write whose caller gives up (drops the future, as a timeout does) either has landed when
-//!   the drop returns or never lands: the thread checks under the lock, right before its
-//!   commit point, that the caller still waits;
-//! - the version lives in the object file's header, so body and version are read from one
-//!   file, atomically;
-//! - a write goes to `<dir>/.fence/tmp/<object file>`, is synced, renamed over the object
-//!   (the commit point), and the directory is synced; each directory's entry in its parent is
-//!   synced before the first write below it, also when another writer made it;
+//!   the drop returns or never lands: the thread checks, right before its commit point, that
+//!   the caller still waits;
 //! - versions are `<generation>-<128 random bits>`: never repeated, also after delete and
 //!   re-create, across restarts and for identical bytes.
 //!
@@ -40,15 +37,17 @@
 #![deny(missing_docs)]
 
 mod commit;
-mod gate;
+mod create;
 pub mod layout;
+mod object;
+mod sys;
 mod tree;
 
+use std::collections::HashMap;
 use std::fmt;
+use std::os::fd::AsFd;
 use std::path::Path;
-use std::pin::Pin;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -56,31 +55,20 @@ use fence_core::{
     Capabilities, CasGuard, ConditionalStore, DeleteOutcome, Entropy, Error, ErrorKind, Key,
     PutOutcome, Stored, Version,
 };
+use rustix::fs::FileType;
 
 use crate::commit::{CommitPoint, GiveUpOnDrop};
-use crate::gate::Gates;
-use crate::layout::{encode_header, next_version, object_path, ObjectPath};
-use crate::tree::{Reach, Tree};
-
-/// How long a write waits for its key's lock by default: well inside the runtime's shortest
-/// lease-attempt timeout for the default 10 s TTL (2.5 s), and far above a healthy writer's
-/// lock hold (two `fsync`s).
-pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(1);
-
-/// The first and the longest pause between two tries of a held lock.
-const FIRST_PAUSE: Duration = Duration::from_millis(1);
-const LONGEST_PAUSE: Duration = Duration::from_millis(8);
+use crate::layout::{object_path, random_hex, version_at, ObjectPath};
+use crate::object::{Change, Found, Fresh, Object, Place, Record};
+use crate::tree::{Modes, Reach, Tree};
 
 /// A [`ConditionalStore`] over a root directory on a local file system.
 ///
 /// Cheap to clone (clones share the open root). Safe to open many times, from many
-/// processes, on one root: they all take the same per-object locks.
+/// processes, on one root: they all work on the same files, without locks.
 ///
-/// Writes wait at most [`with_lock_wait`](FsStore::with_lock_wait) for a key's lock, then
-/// fail with [`ErrorKind::Timeout`], not committed; a write whose caller stops waiting (drops
-/// the future) either has landed when the drop returns or never lands. Waiting for a held lock
-/// needs a Tokio runtime with its time driver enabled (`enable_time`, `enable_all`, or
-/// `#[tokio::main]`).
+/// A write whose caller stops waiting (drops the future) either has landed when the drop
+/// returns or never lands.
 ///
 /// ```
 /// use fence_core::ErrorKind;
@@ -92,44 +80,122 @@ pub struct FsStore {
     inner: Arc<Inner>,
 }
 
-#[derive(Clone)]
 struct Inner {
     tree: Tree,
     entropy: Entropy,
-    lock_wait: Duration,
-    gates: Arc<Gates>,
+    places: Places,
+}
+
+/// Where the objects this handle wrote last were found, so that the next operation on them
+/// skips the lookup (every use checks that the place still holds; see [`Place`]).
+#[derive(Default)]
+struct Places(Mutex<HashMap<Key, Arc<Place>>>);
+
+/// The most places a handle remembers (two open descriptors each); past it, one is
+/// forgotten for each new one.
+const PLACES_LIMIT: usize = 32;
+
+impl Places {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Arc<Place>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn get(&self, key: &Key) -> Option<Arc<Place>> {
+        self.lock().get(key).cloned()
+    }
+
+    fn remember(&self, key: &Key, place: Place) {
+        let mut places = self.lock();
+        if places.len() >= PLACES_LIMIT && !places.contains_key(key) {
+            let any = places.keys().next().cloned();
+            if let Some(any) = any {
+                places.remove(&any);
+            }
+        }
+        places.insert(key.clone(), Arc::new(place));
+    }
+
+    fn forget(&self, key: &Key) {
+        self.lock().remove(key);
+    }
 }
 
 impl fmt::Debug for FsStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let tree = &self.inner.tree;
         f.debug_struct("FsStore")
-            .field("root", &self.inner.tree.root_path())
-            .field(
-                "file_mode",
-                &format_args!("{:o}", self.inner.tree.file_mode),
-            )
-            .field("dir_mode", &format_args!("{:o}", self.inner.tree.dir_mode))
-            .field("lock_wait", &self.inner.lock_wait)
+            .field("root", &tree.root_path())
+            .field("file_mode", &format_args!("{:o}", tree.modes.file))
+            .field("dir_mode", &format_args!("{:o}", tree.modes.dir))
+            .field("read_only", &tree.read_only)
             .finish()
     }
 }
 
-/// One try of a write: done, or the key's lock was held by another.
-enum Attempt<T> {
-    Done(T),
-    Busy,
+/// How to open an [`FsStore`]: the modes of what it creates, or read-only.
+///
+/// ```
+/// let dir = tempfile::tempdir().unwrap();
+/// // A store a group shares, as /var/lock is shared (give the root to the group, mode 2770).
+/// let store = fence_fs::FsStore::options().file_mode(0o660).dir_mode(0o770).open(dir.path()).unwrap();
+/// assert!(format!("{store:?}").contains("660"));
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FsOptions {
+    modes: Modes,
+    read_only: bool,
+}
+
+impl FsOptions {
+    /// The mode of version files (default `0o600`), set exactly whatever the umask.
+    #[must_use]
+    pub fn file_mode(mut self, mode: u32) -> Self {
+        self.modes.file = mode & 0o777;
+        self
+    }
+
+    /// The mode of every directory the store creates (default `0o700`): key directories,
+    /// object and incarnation directories, `.fence` directories. Set exactly whatever the
+    /// umask; a set-group-ID bit inherited from the parent is kept.
+    #[must_use]
+    pub fn dir_mode(mut self, mode: u32) -> Self {
+        self.modes.dir = mode & 0o777;
+        self
+    }
+
+    /// Opens for reading only: nothing is created or written below the root, not even at
+    /// open, so a read-only mount, a snapshot or a directory this user can only read can be
+    /// inspected. `get` and `list` work; `put` and `delete` fail with
+    /// [`ErrorKind::PermissionDenied`], not committed.
+    #[must_use]
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
+    /// Opens the store at `root` (see [`FsStore::open`]).
+    pub fn open(self, root: impl AsRef<Path>) -> Result<FsStore, Error> {
+        let tree = Tree::open(root.as_ref(), self.modes, self.read_only)?;
+        Ok(FsStore {
+            inner: Arc::new(Inner {
+                tree,
+                entropy: Entropy::from_os(),
+                places: Places::default(),
+            }),
+        })
+    }
 }
 
 impl FsStore {
-    /// Opens the store at `root`, an existing writable directory. Creates `<root>/.fence/`
-    /// (mode 0700) and checks writability with a probe file there.
+    /// Opens the store at `root`, an existing writable directory, with the default modes.
+    /// Creates `<root>/.fence/` and checks writability with a probe there.
     ///
     /// Errors: [`ErrorKind::NotFound`] when `root` is missing, [`ErrorKind::InvalidInput`]
-    /// when it is not a directory or lies inside another fence-fs tree (below another root,
-    /// in one of its key directories or in a `.fence` directory),
-    /// [`ErrorKind::PermissionDenied`] when it is not writable (or `.fence` is a symlink),
-    /// [`ErrorKind::Unsupported`] when its file system folds case or normalises Unicode in
-    /// names (keys differing only so would alias).
+    /// when it is not a directory, lies inside another fence-fs tree (below another root, in
+    /// one of its key directories or in a `.fence` directory) or holds something fence-fs did
+    /// not make where its own files belong, [`ErrorKind::PermissionDenied`] when it is not
+    /// writable (or `.fence` is a symlink), [`ErrorKind::Unsupported`] when its file system
+    /// folds case or normalises Unicode in names (keys differing only so would alias).
     ///
     /// ```
     /// use fence_core::ErrorKind;
@@ -140,64 +206,43 @@ impl FsStore {
     /// assert_eq!(nested.kind(), ErrorKind::InvalidInput);
     /// ```
     pub fn open(root: impl AsRef<Path>) -> Result<FsStore, Error> {
-        let entropy = Entropy::from_os();
-        let tree = Tree::open(root.as_ref())?;
-        Ok(FsStore {
-            inner: Arc::new(Inner {
-                tree,
-                entropy,
-                lock_wait: DEFAULT_LOCK_WAIT,
-                gates: Arc::default(),
-            }),
-        })
+        FsOptions::default().open(root)
     }
 
-    /// The same store creating object, lock and temp files with `mode` (default `0o600`).
+    /// Opens the store at `root` for reading only (see [`FsOptions::read_only`]).
     ///
     /// ```
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// use fence_core::{CasGuard, ConditionalStore, ErrorKind, Key};
     /// let dir = tempfile::tempdir().unwrap();
-    /// let store = fence_fs::FsStore::open(dir.path()).unwrap().with_file_mode(0o640);
-    /// assert!(format!("{store:?}").contains("640"));
+    /// let store = fence_fs::FsStore::open_read_only(dir.path()).unwrap();
+    /// let key = Key::new("a").unwrap();
+    /// assert_eq!(store.get(&key).await.unwrap(), None);
+    /// let err = store.put(&key, "x".into(), CasGuard::Absent).await.unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::PermissionDenied);
+    /// assert!(!dir.path().join(".fence").exists(), "nothing was created");
+    /// # });
     /// ```
-    #[must_use]
-    pub fn with_file_mode(self, mode: u32) -> Self {
-        self.reconfigure(|inner| inner.tree.file_mode = mode & 0o7777)
+    pub fn open_read_only(root: impl AsRef<Path>) -> Result<FsStore, Error> {
+        FsOptions::default().read_only(true).open(root)
     }
 
-    /// The same store creating key directories with `mode` (default `0o700`).
-    #[must_use]
-    pub fn with_dir_mode(self, mode: u32) -> Self {
-        self.reconfigure(|inner| inner.tree.dir_mode = mode & 0o7777)
+    /// Options to open a store with other modes, or read-only.
+    pub fn options() -> FsOptions {
+        FsOptions::default()
     }
 
     /// The same store drawing version randomness from `entropy` (default: seeded by the OS).
     /// Versions stay unique only if no two writers share a seed: use seeded entropy in tests.
     #[must_use]
     pub fn with_entropy(self, entropy: Entropy) -> Self {
-        self.reconfigure(|inner| inner.entropy = entropy)
-    }
-
-    /// The same store waiting at most `wait` for a key's lock (default
-    /// [`DEFAULT_LOCK_WAIT`]); past it a write fails with [`ErrorKind::Timeout`], not
-    /// committed, having written nothing. Keep it below the shortest deadline callers put
-    /// on a write (the runtime bounds lease writes by about half the remaining authority, at
-    /// least 250 ms), so that they get this clean answer rather than an ambiguous timeout.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let dir = tempfile::tempdir().unwrap();
-    /// let store = fence_fs::FsStore::open(dir.path()).unwrap()
-    ///     .with_lock_wait(Duration::from_millis(200));
-    /// assert!(format!("{store:?}").contains("200ms"));
-    /// ```
-    #[must_use]
-    pub fn with_lock_wait(self, wait: Duration) -> Self {
-        self.reconfigure(|inner| inner.lock_wait = wait)
-    }
-
-    fn reconfigure(mut self, change: impl FnOnce(&mut Inner)) -> Self {
-        change(Arc::make_mut(&mut self.inner));
-        self
+        FsStore {
+            inner: Arc::new(Inner {
+                tree: self.inner.tree.clone(),
+                entropy,
+                places: Places::default(),
+            }),
+        }
     }
 
     /// The root directory.
@@ -231,174 +276,181 @@ impl FsStore {
         }
     }
 
-    /// Runs `work` (a write of `key`) until it finds the key's lock free, waiting at most the
-    /// lock wait. The writers of one key through this handle queue up in-process first, so
-    /// only one at a time tries the file lock; the waiting ones hold no thread. Dropping the
-    /// returned future gives the write up (see [`CommitPoint`]).
-    async fn locked<T: Send + 'static>(
+    /// Runs write `work` of `key` on a blocking thread. Dropping the returned future gives
+    /// the write up (see [`CommitPoint`]).
+    async fn write<T: Send + 'static>(
         &self,
         key: &Key,
-        work: impl Fn(&Inner, &CommitPoint) -> Result<Attempt<T>, Error> + Send + Sync + 'static,
+        work: impl FnOnce(&Inner, &CommitPoint) -> Result<T, Error> + Send + 'static,
     ) -> Result<T, Error> {
+        if self.inner.tree.read_only {
+            return Err(Error::new(
+                ErrorKind::PermissionDenied,
+                "this fence-fs store was opened read-only",
+            )
+            .with_key(key)
+            .not_committed());
+        }
         let point = Arc::new(CommitPoint::default());
         let _give_up = GiveUpOnDrop(Arc::clone(&point));
-        let work = Arc::new(work);
-        let mut wait = LockWait::new(key, self.inner.lock_wait);
-        let gate = self.inner.gates.gate(key);
-        let _turn = match gate.queue().try_lock() {
-            Ok(turn) => turn,
-            Err(_) => wait.bounded(gate.queue().lock()).await?,
-        };
-        loop {
-            let (work, point) = (Arc::clone(&work), Arc::clone(&point));
-            match self
-                .blocking(Some(key), move |inner| work(inner, &point))
-                .await?
-            {
-                Attempt::Done(t) => return Ok(t),
-                Attempt::Busy => wait.pause().await?,
-            }
-        }
+        self.blocking(Some(key), move |inner| work(inner, &point))
+            .await
     }
 }
 
-/// The bounded wait for a key's lock. The deadline starts at the first sign of contention,
-/// so an uncontended write never arms a timer.
-struct LockWait<'a> {
-    key: &'a Key,
-    limit: Duration,
-    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
-    pause: Duration,
-}
-
-impl<'a> LockWait<'a> {
-    fn new(key: &'a Key, limit: Duration) -> Self {
-        LockWait {
-            key,
-            limit,
-            deadline: None,
-            pause: FIRST_PAUSE,
-        }
+impl Fresh for Entropy {
+    fn version(&self, generation: u64) -> Version {
+        version_at(generation, [self.next_u64(), self.next_u64()])
     }
 
-    /// `op`'s output, or [`ErrorKind::Timeout`] (not committed) once the wait is used up.
-    async fn bounded<F: std::future::Future>(&mut self, op: F) -> Result<F::Output, Error> {
-        let limit = self.limit;
-        let deadline = self
-            .deadline
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
-        tokio::select! {
-            biased;
-            out = op => Ok(out),
-            () = deadline.as_mut() => Err(Error::new(
-                ErrorKind::Timeout,
-                format!(
-                    "the key's lock stayed held for {} ms (a slow, stuck or paused writer \
-                     holds it); nothing was written",
-                    limit.as_millis()
-                ),
-            )
-            .with_key(self.key)
-            .not_committed()),
-        }
-    }
-
-    /// Pauses before the next try (doubling up to [`LONGEST_PAUSE`]), or fails as
-    /// [`LockWait::bounded`] does.
-    async fn pause(&mut self) -> Result<(), Error> {
-        let pause = self.pause;
-        self.pause = (pause * 2).min(LONGEST_PAUSE);
-        self.bounded(tokio::time::sleep(pause)).await
+    fn name(&self) -> String {
+        random_hex([self.next_u64(), self.next_u64()])
     }
 }
 
 impl Inner {
-    fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
-        let path = object_path(key)?;
-        let Some(dir) = self.tree.dir(key, &path.dirs, Reach::Read)? else {
+    /// Runs `work` on `key`'s object, its directory reached as `reach` says; `None` when a
+    /// directory on the way is missing (and `reach` does not create).
+    fn with_object<T>(
+        &self,
+        key: &Key,
+        reach: Reach,
+        work: impl FnOnce(&Object<'_>) -> Result<T, Error>,
+    ) -> Result<Option<T>, Error> {
+        let path: ObjectPath = object_path(key)?;
+        let Some(dir) = self.tree.dir(key, &path.dirs, reach)? else {
             return Ok(None);
         };
-        Ok(self
-            .tree
-            .read_object(key, &dir, &path.file)?
-            .map(|(header, body)| Stored {
-                body: Bytes::from(body),
-                version: header.version,
-            }))
+        let object = Object {
+            tree: &self.tree,
+            key,
+            parent: dir.as_fd(),
+            name: &path.name,
+        };
+        work(&object).map(Some)
     }
 
-    /// One try of a conditional put. A missing directory rejects a `Match` guard without a
-    /// lock (the object cannot exist); everything else is decided under the object's lock,
-    /// and the rename commits only if the caller still waits.
+    fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
+        let stored = |r: Option<Record>| {
+            r.map(|r| Stored {
+                body: Bytes::from(r.body),
+                version: r.header.version,
+            })
+        };
+        if let Some(place) = self.places.get(key) {
+            match Object::get_at(&place, key, &self.tree)? {
+                Some(record) => return Ok(stored(record)),
+                None => self.places.forget(key),
+            }
+        }
+        let record = self.with_object(key, Reach::Read, |o| o.get())?.flatten();
+        Ok(stored(record))
+    }
+
+    /// Replaces `expected` with `change`: through the remembered place if there is one
+    /// (and `expected` is there), else after a lookup, remembering where it was found.
+    fn replace(
+        &self,
+        key: &Key,
+        expected: &Version,
+        change: Change<'_>,
+        point: &CommitPoint,
+    ) -> Result<PutOutcome, Error> {
+        if let Some(place) = self.places.get(key) {
+            let object = Object {
+                tree: &self.tree,
+                key,
+                parent: place.parent.as_fd(),
+                name: &place.name,
+            };
+            let change = match &change {
+                Change::Put(body) => Change::Put(body),
+                Change::Delete => Change::Delete,
+            };
+            match object.replace_at(&place.inc, expected, change, point, &self.entropy) {
+                Ok(Found::Here(outcome)) => return Ok(outcome),
+                Ok(Found::Elsewhere) => self.places.forget(key),
+                Err(e) => {
+                    self.places.forget(key);
+                    return Err(e);
+                }
+            }
+        }
+        let found = self.with_object(key, Reach::Write, |o| {
+            let (outcome, place) = o.replace(expected, change, point, &self.entropy)?;
+            let place = place.and_then(|inc| {
+                let parent = rustix::io::fcntl_dupfd_cloexec(o.parent, 0).ok()?;
+                let name = o.name.to_owned();
+                Some(Place { parent, name, inc })
+            });
+            Ok((outcome, place))
+        })?;
+        let Some((outcome, place)) = found else {
+            return Ok(PutOutcome::Rejected);
+        };
+        if let Some(place) = place {
+            self.places.remember(key, place);
+        }
+        Ok(outcome)
+    }
+
     fn put(
         &self,
         key: &Key,
         body: &[u8],
         guard: &CasGuard,
         point: &CommitPoint,
-    ) -> Result<Attempt<PutOutcome>, Error> {
+    ) -> Result<PutOutcome, Error> {
         point.check(key)?;
-        let path = object_path(key)?;
-        let reach = match guard {
-            CasGuard::Absent => Reach::Create,
-            CasGuard::Match(_) => Reach::Write,
-        };
-        let Some(dir) = self.tree.dir(key, &path.dirs, reach)? else {
-            return Ok(Attempt::Done(PutOutcome::Rejected));
-        };
-        let Some(locked) = self.tree.try_lock(key, &dir, &path.file)? else {
-            return Ok(Attempt::Busy);
-        };
-        let current = self.tree.read_header(key, &dir, &path.file)?;
-        let holds = match (guard, &current) {
-            (CasGuard::Absent, None) => true,
-            (CasGuard::Match(want), Some(have)) => *want == have.version,
-            _ => false,
-        };
-        if !holds {
-            return Ok(Attempt::Done(PutOutcome::Rejected));
+        match guard {
+            CasGuard::Absent => {
+                self.places.forget(key);
+                let outcome =
+                    self.with_object(key, Reach::Create, |o| o.create(body, point, &self.entropy))?;
+                Ok(outcome.unwrap_or(PutOutcome::Rejected))
+            }
+            CasGuard::Match(v) => self.replace(key, v, Change::Put(body), point),
         }
-        point.check(key)?;
-        let version = self.fresh_version(current.as_ref().map(|h| &h.version));
-        let mut record = encode_header(&version, body.len()).into_bytes();
-        record.extend_from_slice(body);
-        let tmp = self.tree.write_temp(key, &locked, &path.file, &record)?;
-        let committing = point.enter(key)?;
-        self.tree.rename_temp(key, &tmp, &path.file, &dir)?;
-        drop(committing);
-        self.tree.sync_dir(key, &dir)?;
-        Ok(Attempt::Done(PutOutcome::Applied(version)))
     }
 
-    /// One try of a conditional delete: as [`Inner::put`], the unlink being the commit point.
     fn delete(
         &self,
         key: &Key,
         version: &Version,
         point: &CommitPoint,
-    ) -> Result<Attempt<DeleteOutcome>, Error> {
+    ) -> Result<DeleteOutcome, Error> {
         point.check(key)?;
-        let path = object_path(key)?;
-        let Some(dir) = self.tree.dir(key, &path.dirs, Reach::Read)? else {
-            return Ok(Attempt::Done(DeleteOutcome::Rejected));
-        };
-        let Some(_locked) = self.tree.try_lock(key, &dir, &path.file)? else {
-            return Ok(Attempt::Busy);
-        };
-        match self.tree.read_header(key, &dir, &path.file)? {
-            Some(h) if h.version == *version => {
-                let committing = point.enter(key)?;
-                self.tree.unlink(key, &dir, &path.file)?;
-                drop(committing);
-                self.tree.sync_dir(key, &dir)?;
-                Ok(Attempt::Done(DeleteOutcome::Deleted))
-            }
-            _ => Ok(Attempt::Done(DeleteOutcome::Rejected)),
+        let outcome = self.replace(key, version, Change::Delete, point)?;
+        self.places.forget(key);
+        if !matches!(outcome, PutOutcome::Applied(_)) {
+            return Ok(DeleteOutcome::Rejected);
         }
+        // Committed: tidying up is best effort (a later create or listing finishes it).
+        let _ = self.with_object(key, Reach::Read, |o| {
+            o.tidy_deleted();
+            Ok(())
+        });
+        Ok(DeleteOutcome::Deleted)
     }
 
-    fn fresh_version(&self, previous: Option<&Version>) -> Version {
-        next_version(previous, [self.entropy.next_u64(), self.entropy.next_u64()])
+    fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
+        let mut keys = Vec::new();
+        self.tree
+            .walk_objects(prefix, &mut |dir, name, key, file_type| {
+                let listed = file_type != FileType::Directory
+                    || Object {
+                        tree: &self.tree,
+                        key: &key,
+                        parent: dir,
+                        name,
+                    }
+                    .listed();
+                if listed {
+                    keys.push(key);
+                }
+            })?;
+        keys.sort();
+        Ok(keys)
     }
 }
 
@@ -411,19 +463,19 @@ impl ConditionalStore for FsStore {
 
     async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
         let k = key.clone();
-        self.locked(key, move |inner, point| inner.put(&k, &body, &guard, point))
+        self.write(key, move |inner, point| inner.put(&k, &body, &guard, point))
             .await
     }
 
     async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
         let (k, v) = (key.clone(), version.clone());
-        self.locked(key, move |inner, point| inner.delete(&k, &v, point))
+        self.write(key, move |inner, point| inner.delete(&k, &v, point))
             .await
     }
 
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
         let prefix = prefix.cloned();
-        self.blocking(None, move |inner| inner.tree.list(prefix.as_ref()))
+        self.blocking(None, move |inner| inner.list(prefix.as_ref()))
             .await
     }
 

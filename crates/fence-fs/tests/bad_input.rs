@@ -7,6 +7,9 @@ use bytes::Bytes;
 use fence_core::{CasGuard, Commit, ConditionalStore, ErrorKind, Key, PutOutcome};
 use fence_fs::FsStore;
 use proptest::prelude::*;
+use support::{files_below, incarnation};
+
+mod support;
 
 fn key(s: &str) -> Key {
     Key::new(s).unwrap()
@@ -57,12 +60,8 @@ fn read_only_root_is_permission_denied() {
     let rw = dir.path().join("rw");
     std::fs::create_dir(&rw).unwrap();
     drop(FsStore::open(&rw).unwrap());
-    std::fs::set_permissions(
-        rw.join(".fence/tmp"),
-        std::fs::Permissions::from_mode(0o500),
-    )
-    .unwrap();
-    if !permissions_are_ignored(&rw.join(".fence/tmp")) {
+    std::fs::set_permissions(rw.join(".fence"), std::fs::Permissions::from_mode(0o500)).unwrap();
+    if !permissions_are_ignored(&rw.join(".fence")) {
         assert_eq!(
             FsStore::open(&rw).unwrap_err().kind(),
             ErrorKind::PermissionDenied
@@ -185,19 +184,6 @@ async fn symlinks_below_the_root_are_refused() {
     );
 }
 
-/// Every file below `dir`, without following symlinks.
-fn files_below(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let entry = entry.unwrap();
-        let path = entry.path();
-        if entry.file_type().unwrap().is_dir() {
-            files_below(&path, out);
-        } else {
-            out.push(path);
-        }
-    }
-}
-
 fn key_strings() -> impl Strategy<Value = String> {
     let piece = prop_oneof![
         Just("..".to_string()),
@@ -263,8 +249,8 @@ fn a_root_inside_a_fence_tree_is_refused() {
         "elsewhere",
         "elsewhere/deeper",
         ".fence",
-        ".fence/tmp",
         "app/.fence",
+        "app/x.fence",
     ] {
         let err = FsStore::open(outer.join(inner)).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidInput, "{inner}");
@@ -306,7 +292,7 @@ fn a_file_system_that_folds_names_is_refused() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         drop(FsStore::open(dir.path()).unwrap());
-        let tmp = dir.path().join(".fence/tmp");
+        let tmp = dir.path().join(".fence");
         std::fs::hard_link(tmp.join(name), tmp.join(alias)).unwrap();
         let err = FsStore::open(dir.path()).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Unsupported, "{name}");
@@ -314,5 +300,191 @@ fn a_file_system_that_folds_names_is_refused() {
         std::fs::remove_file(tmp.join(alias)).unwrap();
         std::fs::write(tmp.join(alias), "").unwrap();
         FsStore::open(dir.path()).unwrap();
+    }
+}
+
+/// Something fence-fs did not make, put where fence-fs looks.
+#[derive(Debug, Clone, Copy)]
+enum Foreign {
+    Fifo,
+    Socket,
+    Symlink,
+    Directory,
+}
+
+impl Foreign {
+    fn plant(self, path: &Path) {
+        if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+            std::fs::remove_dir_all(path).unwrap();
+        } else if std::fs::symlink_metadata(path).is_ok() {
+            std::fs::remove_file(path).unwrap();
+        }
+        match self {
+            Foreign::Fifo => {
+                rustix::fs::mknodat(
+                    rustix::fs::CWD,
+                    path,
+                    rustix::fs::FileType::Fifo,
+                    rustix::fs::Mode::from_bits_truncate(0o600),
+                    0,
+                )
+                .unwrap();
+            }
+            Foreign::Socket => {
+                // The listener is dropped: the socket file stays, nobody accepts.
+                drop(std::os::unix::net::UnixListener::bind(path).unwrap());
+            }
+            Foreign::Symlink => std::os::unix::fs::symlink("/dev/zero", path).unwrap(),
+            Foreign::Directory => std::fs::create_dir(path).unwrap(),
+        }
+    }
+}
+
+const DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `FsStore::open(root)` on another thread, or `None` if it did not return in time.
+fn open_within_deadline(root: &Path) -> Option<Result<FsStore, fence_core::Error>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let root = root.to_path_buf();
+    std::thread::spawn(move || {
+        let _ = tx.send(FsStore::open(&root));
+    });
+    rx.recv_timeout(DEADLINE).ok()
+}
+
+/// The files the open of a root makes or looks at: a FIFO, socket, symlink or directory
+/// there fails the open with a clear error, never a hang (the first layout opened
+/// `.fence/root` for reading without `O_NONBLOCK`: a FIFO there blocked for ever).
+#[test]
+fn something_foreign_at_a_root_file_fails_the_open_in_time() {
+    for name in [
+        ".fence/root",
+        ".fence/case-probe",
+        ".fence/norm-probe-\u{e9}",
+    ] {
+        for foreign in [
+            Foreign::Fifo,
+            Foreign::Socket,
+            Foreign::Symlink,
+            Foreign::Directory,
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::create_dir(dir.path().join(".fence")).unwrap();
+            foreign.plant(&dir.path().join(name));
+            let opened = open_within_deadline(dir.path())
+                .unwrap_or_else(|| panic!("open hung on a {foreign:?} at {name}"));
+            let err = opened.expect_err("a foreign file at a root file was accepted");
+            assert!(
+                matches!(
+                    err.kind(),
+                    ErrorKind::InvalidInput | ErrorKind::PermissionDenied
+                ),
+                "{foreign:?} at {name}: {err}"
+            );
+        }
+    }
+}
+
+/// What one operation gave, within its deadline.
+type Answer = Result<String, fence_core::Error>;
+
+/// `op`'s answer; panics if it does not come within the deadline.
+async fn within(what: &str, k: &Key, op: impl std::future::Future<Output = Answer>) -> Answer {
+    tokio::time::timeout(DEADLINE, op)
+        .await
+        .unwrap_or_else(|_| panic!("{what} of {k} hung"))
+}
+
+/// Runs get, both puts and delete of `k` (each with its own deadline, in this order).
+async fn every_operation(store: &FsStore, k: &Key, v: &fence_core::Version) -> Vec<Answer> {
+    let shown = |d: &dyn std::fmt::Debug| format!("{d:?}");
+    let match_v = CasGuard::Match(v.clone());
+    vec![
+        within("get", k, async { store.get(k).await.map(|s| shown(&s)) }).await,
+        within("put", k, async {
+            store.put(k, "x".into(), match_v).await.map(|o| shown(&o))
+        })
+        .await,
+        within("create", k, async {
+            store
+                .put(k, "x".into(), CasGuard::Absent)
+                .await
+                .map(|o| shown(&o))
+        })
+        .await,
+        within("delete", k, async {
+            store.delete(k, v).await.map(|o| shown(&o))
+        })
+        .await,
+    ]
+}
+
+/// Every path fence-fs opens for a key — its directories, the directory's `.fence`, the
+/// object directory, the incarnation, the current version, its predecessor, the next one —
+/// with a FIFO, socket or symlink put there (or a directory where a file belongs): every
+/// operation answers within its deadline, an error is `Corrupt` or `PermissionDenied` (not
+/// committed), and reading the key reports it (a read never looks at the directory's
+/// `.fence` or the next version's name: there, only no hang and no wrong answer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn something_foreign_at_any_path_of_a_key_is_refused_in_time() {
+    let dirs = [Foreign::Fifo, Foreign::Socket, Foreign::Symlink];
+    let files = [
+        Foreign::Fifo,
+        Foreign::Socket,
+        Foreign::Symlink,
+        Foreign::Directory,
+    ];
+    for (path, read_fails, kinds) in [
+        ("a", true, &dirs[..]),
+        ("a/.fence", false, &dirs),
+        ("a/k.fence", true, &dirs),
+        ("{inc}", true, &dirs),
+        ("{inc}/1", true, &files),
+        ("{inc}/2", true, &files),
+        ("{inc}/3", false, &files),
+    ] {
+        for &foreign in kinds {
+            let dir = tempfile::tempdir().unwrap();
+            let store = FsStore::open(dir.path()).unwrap();
+            let k = key("a/k");
+            let PutOutcome::Applied(v1) =
+                store.put(&k, "1".into(), CasGuard::Absent).await.unwrap()
+            else {
+                panic!()
+            };
+            let PutOutcome::Applied(v2) = store
+                .put(&k, "2".into(), CasGuard::Match(v1))
+                .await
+                .unwrap()
+            else {
+                panic!()
+            };
+            let inc = incarnation(dir.path(), &k);
+            let inc = inc
+                .strip_prefix(dir.path())
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .to_owned();
+            let target = dir.path().join(path.replace("{inc}", &inc));
+            foreign.plant(&target);
+            let answers = every_operation(&store, &k, &v2).await;
+            for answer in &answers {
+                if let Err(e) = answer {
+                    assert!(
+                        matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::PermissionDenied)
+                            && !e.is_ambiguous(),
+                        "{foreign:?} at {path}: {e}"
+                    );
+                }
+            }
+            if read_fails {
+                assert!(
+                    answers[0].is_err(),
+                    "{foreign:?} at {path}: read {:?}",
+                    answers[0]
+                );
+            }
+        }
     }
 }

@@ -2,16 +2,15 @@
 
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use fence_core::{
     CasGuard, Commit, ConditionalStore, DeleteOutcome, ErrorKind, Key, PutOutcome, Version,
 };
 use fence_fs::FsStore;
-use support::hold_lock;
+use support::{files_below, version_files};
 
 mod support;
 
@@ -195,15 +194,15 @@ async fn increment_n(store: &FsStore, k: &Key, n: u32) {
         match store.put(k, next, CasGuard::Match(stored.version)).await {
             Ok(PutOutcome::Applied(_)) => done += 1,
             Ok(PutOutcome::Rejected) => {}
-            // The lock stayed busy for the whole lock wait: nothing written.
             Err(e) if e.is_retryable() => {}
             Err(e) => panic!("increment failed: {e}"),
         }
     }
 }
 
-/// `open(R/app)` with key `x` and `open(R)` with key `app/x` name one file: they must take
-/// one lock. (The inner root is opened first: opened after the outer one, it is refused.)
+/// `open(R/app)` with key `x` and `open(R)` with key `app/x` name one object: their writers
+/// work on the same files. (The inner root is opened first: opened after the outer one, it is
+/// refused.)
 #[test]
 fn two_roots_aliasing_one_file_lose_no_update() {
     let dir = tempfile::tempdir().unwrap();
@@ -244,7 +243,7 @@ async fn list_is_sorted_and_hides_internal_files() {
         create(&store, &key(k), "v").await;
     }
     std::fs::write(dir.path().join("a/stray.txt"), "not an object").unwrap();
-    std::fs::write(dir.path().join(".fence/tmp/0123.tmp"), "leftover").unwrap();
+    std::fs::write(dir.path().join(".fence/new-0123"), "leftover").unwrap();
     let all: Vec<String> = store
         .list(None)
         .await
@@ -264,24 +263,53 @@ async fn list_is_sorted_and_hides_internal_files() {
     assert!(store.list(Some(&key("zz"))).await.unwrap().is_empty());
 }
 
+/// The mode bits of `path`.
+fn mode_of(path: &Path) -> u32 {
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+/// Asserts that every file below `root` has mode `file` and every directory mode `dir`.
+fn assert_modes(root: &Path, file: u32, dir: u32) {
+    let mut paths = Vec::new();
+    files_below(root, &mut paths);
+    assert!(paths.len() > 5, "{paths:?}");
+    for path in paths {
+        let is_dir = std::fs::symlink_metadata(&path).unwrap().is_dir();
+        let want = if is_dir { dir } else { file };
+        assert_eq!(mode_of(&path), want, "{}", path.display());
+    }
+}
+
 #[tokio::test]
 async fn files_are_owner_only_by_default() {
     let (dir, store) = fresh();
     create(&store, &key("m/n/o"), "secret").await;
-    let mode = |p: &str| {
-        std::fs::metadata(dir.path().join(p))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o777
-    };
-    assert_eq!(mode("m/n/o.fence"), 0o600);
-    assert_eq!(mode("m"), 0o700);
-    assert_eq!(mode("m/n"), 0o700);
-    assert_eq!(mode(".fence"), 0o700);
-    let store = store.with_file_mode(0o640);
-    create(&store, &key("m/p"), "shared").await;
-    assert_eq!(mode("m/p.fence"), 0o640);
+    assert_modes(dir.path(), 0o600, 0o700);
+}
+
+/// A group shares a store as /var/lock is shared: the root belongs to the group with the
+/// set-group-ID bit; every file and directory the store makes has the given modes exactly
+/// (whatever the umask) and keeps the group bit on directories.
+#[tokio::test]
+async fn a_group_shares_a_store_with_the_modes_it_gives() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o2770)).unwrap();
+    let store = FsStore::options()
+        .file_mode(0o660)
+        .dir_mode(0o770)
+        .open(dir.path())
+        .unwrap();
+    let k = key("cells/c1/own.json");
+    let v = create(&store, &k, "shared").await;
+    assert!(matches!(
+        update(&store, &k, "again", &v).await,
+        PutOutcome::Applied(_)
+    ));
+    assert_modes(dir.path(), 0o660, 0o2770);
 }
 
 #[tokio::test]
@@ -289,7 +317,7 @@ async fn corrupt_or_truncated_records_name_the_key() {
     let (dir, store) = fresh();
     let k = key("c/rec");
     let v = create(&store, &k, "hello world").await;
-    let path = dir.path().join("c/rec.fence");
+    let path = version_files(dir.path(), &k).pop().unwrap();
     let whole = std::fs::read(&path).unwrap();
     for bad in [&whole[..whole.len() - 3], &whole[..5], b"garbage\nxx"] {
         std::fs::write(&path, bad).unwrap();
@@ -306,69 +334,72 @@ async fn corrupt_or_truncated_records_name_the_key() {
     }
 }
 
-/// The lock file of `k` below `root`.
-fn lock_file(root: &Path, k: &Key) -> PathBuf {
-    root.join(fence_fs::layout::object_path(k).unwrap().lock_file())
-}
-
+/// Only the current version and its predecessor stay: superseded versions do not pile up.
 #[tokio::test]
-async fn crashed_writer_leftovers_do_not_block() {
+async fn superseded_versions_do_not_pile_up() {
     let (dir, store) = fresh();
-    let k = key("left/over");
-    let v = create(&store, &k, "good").await;
-    // A crashed writer leaves its temp file (half written) and its lock file behind.
-    let temp = dir
-        .path()
-        .join(fence_fs::layout::object_path(&k).unwrap().temp_file());
-    std::fs::write(&temp, "fence-fs 1 9-ab 99\nhalf").unwrap();
-    assert!(lock_file(dir.path(), &k).is_file());
-    assert_eq!(&store.get(&k).await.unwrap().unwrap().body[..], b"good");
-    let PutOutcome::Applied(_) = update(&store, &k, "next", &v).await else {
-        panic!("a leftover temp file must not block a write")
-    };
+    let k = key("chain/head");
+    let mut v = create(&store, &k, "0").await;
+    for i in 0..50 {
+        let PutOutcome::Applied(next) = update(&store, &k, "next", &v).await else {
+            panic!("write {i} rejected")
+        };
+        v = next;
+        assert!(version_files(dir.path(), &k).len() <= 2);
+    }
     assert_eq!(&store.get(&k).await.unwrap().unwrap().body[..], b"next");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_held_lock_times_a_put_out_and_it_never_lands() {
+/// A record of the first layout (one file per key, `fence-fs 1` header) is read with its
+/// version; a write over it is refused (`Unsupported`, not committed), a create rejected.
+#[tokio::test]
+async fn records_of_the_first_layout_are_read_not_rewritten() {
     let (dir, store) = fresh();
-    let store = store.with_lock_wait(Duration::from_millis(300));
-    let k = key("held");
-    let v = create(&store, &k, "x").await;
-    let holder = hold_lock(dir.path(), &k);
-    // The store's own bound: a clean Timeout, nothing written.
-    let put = store.put(&k, "y".into(), CasGuard::Match(v.clone()));
-    let err = tokio::time::timeout(Duration::from_secs(3), put)
+    std::fs::create_dir(dir.path().join("old")).unwrap();
+    std::fs::write(
+        dir.path().join("old/rec.fence"),
+        "fence-fs 1 3-ab12 5\nhello",
+    )
+    .unwrap();
+    let k = key("old/rec");
+    let stored = store.get(&k).await.unwrap().unwrap();
+    assert_eq!(
+        (&stored.body[..], stored.version.as_str()),
+        (&b"hello"[..], "3-ab12")
+    );
+    let err = store
+        .put(&k, "x".into(), CasGuard::Match(stored.version.clone()))
         .await
-        .expect("a put waiting on a held lock must give up by itself")
         .unwrap_err();
     assert_eq!(
         (err.kind(), err.commit()),
-        (ErrorKind::Timeout, Commit::NotCommitted)
+        (ErrorKind::Unsupported, Commit::NotCommitted)
     );
-    // The caller's bound, shorter than the store's: the put is dropped while it waits.
-    let abandoned = store.put(&k, "z".into(), CasGuard::Match(v.clone()));
-    assert!(tokio::time::timeout(Duration::from_millis(50), abandoned)
-        .await
-        .is_err());
-    let stored = store.get(&k).await.unwrap().unwrap();
     assert_eq!(
-        (&stored.body[..], &stored.version),
-        (&b"x"[..], &v),
-        "reads are lock-free"
+        store.put(&k, "x".into(), CasGuard::Absent).await.unwrap(),
+        PutOutcome::Rejected
     );
-    drop(holder);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let stored = store.get(&k).await.unwrap().unwrap();
-    assert_eq!(
-        (&stored.body[..], &stored.version),
-        (&b"x"[..], &v),
-        "a put landed after its caller gave up"
-    );
-    assert!(matches!(
-        update(&store, &k, "w", &v).await,
-        PutOutcome::Applied(_)
-    ));
+    assert_eq!(store.list(None).await.unwrap(), [k]);
+}
+
+/// Leftovers of writers that died while building a create or writing a named temp file (not
+/// locked by anyone) and retired incarnations are reclaimed by the next create there.
+#[tokio::test]
+async fn dead_writers_leftovers_are_reclaimed_by_the_next_create() {
+    let (dir, store) = fresh();
+    let internal = dir.path().join("d/.fence");
+    std::fs::create_dir_all(internal.join("new-00ff/i00ff")).unwrap();
+    std::fs::write(internal.join("new-00ff/i00ff/1"), "half").unwrap();
+    std::fs::write(internal.join("tmp-00ff"), "half").unwrap();
+    std::fs::create_dir_all(internal.join("old-i00aa")).unwrap();
+    std::fs::write(
+        internal.join("old-i00aa/7"),
+        "fence-fs 2 7-aa 6-aa del 0 u\n",
+    )
+    .unwrap();
+    create(&store, &key("d/k"), "v").await;
+    let left: Vec<_> = std::fs::read_dir(&internal).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 #[tokio::test]
@@ -415,4 +446,30 @@ async fn ownership_api_runs_over_fs_store() {
         a.read_owner("c1").await.unwrap().unwrap().node.as_deref(),
         Some("n2")
     );
+}
+
+/// A handle remembers where it found the keys it wrote; another handle deleting and
+/// re-creating a key meanwhile must neither hide the new record from it nor let its stale
+/// version through.
+#[tokio::test]
+async fn a_handle_sees_what_another_deleted_and_recreated() {
+    let (dir, mine) = fresh();
+    let other = FsStore::open(dir.path()).unwrap();
+    let k = key("cells/c1/own.json");
+    let v1 = create(&mine, &k, "1").await;
+    let PutOutcome::Applied(v2) = update(&mine, &k, "2", &v1).await else {
+        panic!()
+    };
+    assert_eq!(&mine.get(&k).await.unwrap().unwrap().body[..], b"2");
+    assert_eq!(other.delete(&k, &v2).await.unwrap(), DeleteOutcome::Deleted);
+    assert_eq!(mine.get(&k).await.unwrap(), None);
+    let w1 = create(&other, &k, "new").await;
+    let seen = mine.get(&k).await.unwrap().unwrap();
+    assert_eq!((&seen.body[..], &seen.version), (&b"new"[..], &w1));
+    assert_eq!(update(&mine, &k, "stale", &v2).await, PutOutcome::Rejected);
+    let PutOutcome::Applied(w2) = update(&mine, &k, "mine", &w1).await else {
+        panic!("the current version of the new incarnation must apply")
+    };
+    let seen = other.get(&k).await.unwrap().unwrap();
+    assert_eq!((&seen.body[..], &seen.version), (&b"mine"[..], &w2));
 }

@@ -4,15 +4,15 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fence_core::{Entropy, Error, ErrorKind, Key};
+use fence_core::{Entropy, Error, ErrorKind, Key, DEFAULT_RECORD_LIMIT};
+use fence_wire::limits::StoreLimits;
+use fence_wire::listing::ListingLimits;
 
 use crate::auth::{Credentials, TokenProvider};
 use crate::store::GcsStore;
 
 /// The public GCS endpoint.
 pub const DEFAULT_ENDPOINT: &str = "https://storage.googleapis.com";
-/// The largest record accepted by default (5 MiB): records go as one multipart upload.
-pub const DEFAULT_MAX_RECORD_BYTES: usize = 5 * 1024 * 1024;
 /// The lease TTL the request timeouts are derived from, unless set.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
 
@@ -70,7 +70,8 @@ pub struct GcsStoreBuilder {
     endpoint: Option<String>,
     credentials: Option<Credentials>,
     lease_ttl: Option<Duration>,
-    max_record_bytes: Option<usize>,
+    record_limit: Option<usize>,
+    listing_limits: Option<ListingLimits>,
     conditional_delete: bool,
     entropy: Option<Entropy>,
 }
@@ -82,7 +83,8 @@ impl fmt::Debug for GcsStoreBuilder {
             .field("endpoint", &self.endpoint)
             .field("credentials", &self.credentials)
             .field("lease_ttl", &self.lease_ttl)
-            .field("max_record_bytes", &self.max_record_bytes)
+            .field("record_limit", &self.record_limit)
+            .field("listing_limits", &self.listing_limits)
             .field("conditional_delete", &self.conditional_delete)
             .finish()
     }
@@ -124,11 +126,22 @@ impl GcsStoreBuilder {
         self
     }
 
-    /// The largest record `put` sends (default [`DEFAULT_MAX_RECORD_BYTES`]); larger ones are
-    /// refused with [`ErrorKind::InvalidInput`] before any I/O.
+    /// The record limit (default [`DEFAULT_RECORD_LIMIT`], 5 MiB): `put` refuses a larger
+    /// body with [`ErrorKind::InvalidInput`] before any I/O (records go as one multipart
+    /// upload), and `get` stops reading an object past it and answers
+    /// [`ErrorKind::Corrupt`] naming the key. Declared as
+    /// [`Capabilities::max_body`](fence_core::Capabilities::max_body).
     #[must_use]
-    pub fn with_max_record_bytes(mut self, max: usize) -> Self {
-        self.max_record_bytes = Some(max);
+    pub fn with_record_limit(mut self, bytes: usize) -> Self {
+        self.record_limit = Some(bytes);
+        self
+    }
+
+    /// The bounds of one `list` (default [`ListingLimits::DEFAULT`]); a listing past them
+    /// fails with [`ErrorKind::Unsupported`] saying which.
+    #[must_use]
+    pub fn with_listing_limits(mut self, limits: ListingLimits) -> Self {
+        self.listing_limits = Some(limits);
         self
     }
 
@@ -164,7 +177,10 @@ impl GcsStoreBuilder {
             prefix,
             credentials,
             timeouts,
-            max_record_bytes: self.max_record_bytes.unwrap_or(DEFAULT_MAX_RECORD_BYTES),
+            limits: StoreLimits {
+                record: self.record_limit.unwrap_or(DEFAULT_RECORD_LIMIT),
+                listing: self.listing_limits.unwrap_or_default(),
+            },
             conditional_delete: self.conditional_delete,
             entropy: self.entropy.unwrap_or_default(),
         })

@@ -11,6 +11,13 @@ use fence_core::{
     Capabilities, CasGuard, Clock, ConditionalStore, DeleteOutcome, Entropy, Error, ErrorKind, Key,
     PutOutcome, Stored, Version, MAX_KEY_LEN,
 };
+use fence_wire::body::{
+    over_put_limit, read_capped, read_prefix, read_record, reqwest_chunks, CappedError,
+};
+use fence_wire::client::CONTROL_ANSWER_LIMIT;
+use fence_wire::headers::{single, Header};
+use fence_wire::limits::StoreLimits;
+use fence_wire::listing::{collect, Page, PageAsk};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 use reqwest::{RequestBuilder, Response, StatusCode};
 
@@ -23,8 +30,6 @@ use crate::wire;
 const READ_ATTEMPTS: u32 = 3;
 /// Timeout of listing requests, which are inspection traffic on their own pool.
 const LIST_TIMEOUT: Duration = Duration::from_secs(30);
-/// Upper bound of listing pages, against a server that never ends a listing.
-const MAX_LIST_PAGES: usize = 100_000;
 /// How long a bucket seen to exist explains a 404 whose body does not say what is missing.
 const BUCKET_SEEN_FOR_MS: u64 = 30_000;
 /// The most of a 404's body read to tell a missing object from a missing bucket.
@@ -37,7 +42,7 @@ pub(crate) struct Config {
     pub prefix: Option<String>,
     pub credentials: Credentials,
     pub timeouts: Timeouts,
-    pub max_record_bytes: usize,
+    pub limits: StoreLimits,
     pub conditional_delete: bool,
     pub entropy: Entropy,
 }
@@ -86,7 +91,7 @@ impl fmt::Debug for GcsStore {
             .field("prefix", &self.cfg.prefix)
             .field("credentials", &self.cfg.credentials)
             .field("timeouts", &self.cfg.timeouts)
-            .field("max_record_bytes", &self.cfg.max_record_bytes)
+            .field("limits", &self.cfg.limits)
             .field("conditional_delete", &self.cfg.conditional_delete)
             .finish()
     }
@@ -124,6 +129,11 @@ impl GcsStore {
     /// The timeouts of record traffic.
     pub fn timeouts(&self) -> Timeouts {
         self.cfg.timeouts
+    }
+
+    /// The record limit: the largest body `put` sends and `get` reads.
+    pub fn record_limit(&self) -> usize {
+        self.cfg.limits.record
     }
 
     /// HTTP requests this store has sent (every round trip, retries of reads included).
@@ -180,17 +190,10 @@ impl GcsStore {
     }
 
     fn check_record(&self, key: &Key, body: &Bytes) -> Result<(), Error> {
-        if body.len() <= self.cfg.max_record_bytes {
-            return Ok(());
+        match body.len() <= self.cfg.limits.record {
+            true => Ok(()),
+            false => Err(over_put_limit(key, body.len(), self.cfg.limits.record)),
         }
-        let message = format!(
-            "record of {} bytes exceeds the {}-byte limit of single multipart uploads",
-            body.len(),
-            self.cfg.max_record_bytes
-        );
-        Err(Error::new(ErrorKind::InvalidInput, message)
-            .with_key(key)
-            .not_committed())
     }
 
     /// An error for a non-success status, naming the bucket where that is the subject.
@@ -223,8 +226,10 @@ impl GcsStore {
     /// (`roles/storage.objectAdmin`, no `storage.buckets.get`) work; only a body that does not
     /// say (emulators) costs a bucket check, remembered for [`BUCKET_SEEN_FOR_MS`].
     async fn resolve_404(&self, resp: Response) -> Result<(), Error> {
-        let body = resp.bytes().await.unwrap_or_default();
-        match classify::missing(&body[..body.len().min(MAX_404_BODY)]) {
+        let body = read_prefix(reqwest_chunks(resp), MAX_404_BODY)
+            .await
+            .unwrap_or_default();
+        match classify::missing(&body) {
             Missing::Object => Ok(()),
             Missing::Bucket => Err(self.bucket_missing()),
             Missing::Unsure => self.check_bucket().await,
@@ -260,7 +265,9 @@ impl GcsStore {
         let url = wire::media_url(&self.cfg.endpoint, &self.cfg.bucket, name);
         let resp = self.send(self.records.get(url)).await?;
         match resp.status() {
-            StatusCode::OK => read_media(key, resp).await.map(Some),
+            StatusCode::OK => read_media(key, resp, self.cfg.limits.record)
+                .await
+                .map(Some),
             StatusCode::NOT_FOUND => self.resolve_404(resp).await.map(|()| None),
             other => Err(self.status_error(Some(key), other)),
         }
@@ -298,35 +305,35 @@ impl GcsStore {
         }
     }
 
-    async fn list_page(&self, prefix: &str, page: Option<&str>) -> Result<wire::ListPage, Error> {
-        let url = wire::list_url(&self.cfg.endpoint, &self.cfg.bucket, prefix, page);
+    /// One page of a listing (one attempt), its answer read only up to the page's budget.
+    async fn list_page(&self, prefix: &str, ask: &PageAsk) -> Result<Page, Error> {
+        let url = wire::list_url(
+            &self.cfg.endpoint,
+            &self.cfg.bucket,
+            prefix,
+            ask.token.as_deref(),
+        );
         let resp = self
             .send_within(self.listings.get(url), LIST_TIMEOUT)
             .await?;
         if !resp.status().is_success() {
             return Err(self.status_error(None, resp.status()));
         }
-        let bytes = resp.bytes().await.map_err(transport_error)?;
-        serde_json::from_slice(&bytes).map_err(|e| {
+        let budget = usize::try_from(ask.budget).unwrap_or(usize::MAX);
+        let bytes = read_capped(reqwest_chunks(resp), budget)
+            .await
+            .map_err(|e| match e {
+                CappedError::OverLimit { .. } => ask.over.error(),
+                CappedError::Stream(e) => transport_error(e),
+            })?;
+        let page: wire::ListPage = serde_json::from_slice(&bytes).map_err(|e| {
             Error::new(ErrorKind::Unsupported, "unreadable object listing from GCS").with_source(e)
+        })?;
+        Ok(Page {
+            names: page.items.into_iter().map(|i| i.name).collect(),
+            bytes: bytes.len() as u64,
+            next: page.next_page_token,
         })
-    }
-
-    async fn list_all(&self, gcs_prefix: &str) -> Result<Vec<String>, Error> {
-        let mut names = Vec::new();
-        let mut page: Option<String> = None;
-        for _ in 0..MAX_LIST_PAGES {
-            let p = retry_read(|| self.list_page(gcs_prefix, page.as_deref())).await?;
-            names.extend(p.items.into_iter().map(|i| i.name));
-            match p.next_page_token {
-                Some(next) if Some(&next) != page.as_ref() => page = Some(next),
-                _ => return Ok(names),
-            }
-        }
-        Err(Error::new(
-            ErrorKind::Unsupported,
-            "GCS listing did not end",
-        ))
     }
 }
 
@@ -367,36 +374,49 @@ fn transport_error(e: reqwest::Error) -> Error {
         .with_source(e)
 }
 
-async fn read_media(key: &Key, resp: Response) -> Result<Stored, Error> {
-    let generation = resp
-        .headers()
-        .get("x-goog-generation")
-        .and_then(|v| v.to_str().ok())
-        .and_then(wire::parse_generation);
+/// The object's bytes and generation from one download, the bytes read only up to `limit`.
+async fn read_media(key: &Key, resp: Response, limit: usize) -> Result<Stored, Error> {
+    let generation = match single(resp.headers(), "x-goog-generation") {
+        Header::One(g) => wire::parse_generation(g),
+        Header::Absent | Header::Unusable => None,
+    };
     let Some(generation) = generation else {
-        let message = "GCS answered a download without x-goog-generation";
+        let message = "GCS answered a download without one usable x-goog-generation";
         return Err(Error::new(ErrorKind::Unsupported, message).with_key(key));
     };
-    let body = resp.bytes().await.map_err(transport_error)?;
+    let announced = resp.content_length();
+    let body = read_record(key, announced, reqwest_chunks(resp), limit, transport_error).await?;
     Ok(Stored {
         body,
         version: generation_version(generation),
     })
 }
 
-/// The version of an applied upload. Anything unreadable is ambiguous: the write landed, but
-/// we do not know as what.
+/// The version of an applied upload: the object resource's generation, which an
+/// `x-goog-generation` header, if the answer has one, must repeat. Anything unreadable or
+/// contradictory is ambiguous: the write landed, but we do not know as what.
 async fn applied_version(key: &Key, resp: Response) -> Result<PutOutcome, Error> {
-    let bytes = resp.bytes().await.map_err(transport_error)?;
-    let generation = serde_json::from_slice::<wire::ObjectResource>(&bytes)
-        .ok()
+    let header = match single(resp.headers(), "x-goog-generation") {
+        Header::Absent => Ok(None),
+        Header::One(g) => wire::parse_generation(g).map(Some).ok_or(()),
+        Header::Unusable => Err(()),
+    };
+    let limit = usize::try_from(CONTROL_ANSWER_LIMIT).unwrap_or(usize::MAX);
+    let body = match read_capped(reqwest_chunks(resp), limit).await {
+        Ok(body) => Some(body),
+        Err(CappedError::OverLimit { .. }) => None,
+        Err(CappedError::Stream(e)) => return Err(transport_error(e).with_key(key)),
+    };
+    let generation = body
+        .and_then(|b| serde_json::from_slice::<wire::ObjectResource>(&b).ok())
         .and_then(|o| o.generation)
         .and_then(|g| wire::parse_generation(&g));
-    match generation {
-        Some(g) => Ok(PutOutcome::Applied(generation_version(g))),
-        None => Err(Error::new(
+    match (generation, header) {
+        (Some(g), Ok(None)) => Ok(PutOutcome::Applied(generation_version(g))),
+        (Some(g), Ok(Some(h))) if g == h => Ok(PutOutcome::Applied(generation_version(g))),
+        _ => Err(Error::new(
             ErrorKind::Other,
-            "GCS accepted the upload but answered no generation",
+            "GCS accepted the upload but answered no single readable generation",
         )
         .with_key(key)),
     }
@@ -485,13 +505,13 @@ impl ConditionalStore for GcsStore {
             (None, Some(root)) => format!("{root}/"),
             (None, None) => String::new(),
         };
-        let mut keys: Vec<Key> = self
-            .list_all(&gcs_prefix)
-            .await?
-            .iter()
-            .filter_map(|name| self.key_of(name))
-            .filter(|k| prefix.is_none_or(|p| k.starts_with(p)))
-            .collect();
+        let read_page = |ask: PageAsk| {
+            let gcs_prefix = &gcs_prefix;
+            async move { retry_read(|| self.list_page(gcs_prefix, &ask)).await }
+        };
+        let under = |k: &Key| prefix.is_none_or(|p| k.starts_with(p));
+        let keep = |name: &str| self.key_of(name).filter(under);
+        let mut keys = collect(self.cfg.limits.listing, read_page, keep).await?;
         keys.sort();
         keys.dedup();
         Ok(keys)
@@ -503,6 +523,6 @@ impl ConditionalStore for GcsStore {
         } else {
             Capabilities::without_conditional_delete()
         };
-        base.with_max_body(self.cfg.max_record_bytes)
+        base.with_max_body(self.cfg.limits.record)
     }
 }

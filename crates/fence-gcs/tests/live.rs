@@ -19,7 +19,7 @@ use fence_core::{
 use fence_gcs::{GcsStore, StaticToken};
 use fence_testkit::{probe, run_all, ProbeConfig, SuiteConfig, Verdict};
 
-#[path = "../../fence-s3/tests/support/canned.rs"]
+#[path = "../../fence-wire/tests/support/canned.rs"]
 mod canned;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -512,7 +512,7 @@ async fn oversized_record_is_refused_before_any_request() {
         .with_url("gs://fence-test/x")
         .with_endpoint(endpoint)
         .with_anonymous()
-        .with_max_record_bytes(1024)
+        .with_record_limit(1024)
         .build()
         .unwrap();
     assert_eq!(store.capabilities().max_body, Some(1024));

@@ -1,7 +1,7 @@
 //! fence-gcs against canned HTTP servers on 127.0.0.1: redirects, least-privilege 404s, a
 //! body cut short, an echoed token, a slow token provider. No emulator needed.
 
-#[path = "../../fence-s3/tests/support/canned.rs"]
+#[path = "../../fence-wire/tests/support/canned.rs"]
 mod canned;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -44,6 +44,13 @@ pub(crate) async fn run(
         .map(|i| probe.body(&format!("{label} racer {i}")))
         .collect();
     let answers = collect(probe, key, &guard, &bodies).await;
+    // An unsupported answer (e.g. a write answered without a version) may have landed too.
+    let all_not_committed = answers.applied.is_empty()
+        && answers.unsupported.is_none()
+        && answers.unknown.len() == answers.not_committed.len();
+    if !all_not_committed {
+        probe.may_have_written(key);
+    }
     if let Some(why) = answers.unsupported {
         return Err(Stop::Unsupported(format!("{label}: {why}")));
     }

@@ -82,13 +82,17 @@ impl<'a> ProbeRun<'a> {
     }
 
     pub(crate) fn key(&self, rel: &str) -> Step<Key> {
-        let key = Key::new(format!("{}/{rel}", self.prefix))
-            .map_err(|e| Stop::Error(format!("probe key prefix: {e}")))?;
+        Key::new(format!("{}/{rel}", self.prefix))
+            .map_err(|e| Stop::Error(format!("probe key prefix: {e}")))
+    }
+
+    /// Notes that a write to `key` may have landed: cleanup deletes it, or reports it left
+    /// behind. A key whose writes all failed without committing is never reported.
+    pub(crate) fn may_have_written(&self, key: &Key) {
         self.written
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(key.clone());
-        Ok(key)
     }
 
     pub(crate) fn body(&self, tag: &str) -> Bytes {
@@ -129,6 +133,14 @@ impl<'a> ProbeRun<'a> {
             self.store.put(key, body.clone(), guard),
         )
         .await;
+        let may_have_landed = match &answer {
+            Ok(Ok(PutOutcome::Applied(_))) | Err(_) => true,
+            Ok(Ok(PutOutcome::Rejected)) => false,
+            Ok(Err(e)) => e.is_ambiguous(),
+        };
+        if may_have_landed {
+            self.may_have_written(key);
+        }
         let cause = match answer {
             Ok(Ok(outcome)) => return Ok(outcome),
             Ok(Err(e)) if e.is_ambiguous() && e.kind() != ErrorKind::Unsupported => e.to_string(),

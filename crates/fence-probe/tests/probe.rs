@@ -137,3 +137,41 @@ async fn a_missing_operation_is_unsupported_and_a_dead_store_is_an_error() {
     .await;
     assert!(matches!(dead.verdict, Verdict::Error(_)), "{dead}");
 }
+
+/// A store that nobody can reach: every request fails before anything is sent (a refused
+/// connection), and it has no conditional delete (like S3), so cleanup cannot delete.
+#[derive(Debug)]
+struct Unreachable;
+
+fn refused() -> Error {
+    Error::new(fence_core::ErrorKind::Unavailable, "connection refused").not_committed()
+}
+
+#[async_trait]
+impl ConditionalStore for Unreachable {
+    async fn get(&self, _: &Key) -> Result<Option<Stored>, Error> {
+        Err(refused())
+    }
+    async fn put(&self, _: &Key, _: Bytes, _: CasGuard) -> Result<PutOutcome, Error> {
+        Err(refused())
+    }
+    async fn delete(&self, _: &Key, _: &Version) -> Result<DeleteOutcome, Error> {
+        Err(refused())
+    }
+    async fn list(&self, _: Option<&Key>) -> Result<Vec<Key>, Error> {
+        Err(refused())
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::without_conditional_delete()
+    }
+}
+
+/// After a connect error that wrote nothing, the probe says it could not tell and does not
+/// claim to have left keys behind.
+#[tokio::test]
+async fn a_store_that_refuses_every_connection_leaves_no_keys_behind() {
+    let report = probe(&Unreachable, &ProbeConfig::default()).await;
+    assert!(matches!(report.verdict, Verdict::Error(_)), "{report}");
+    assert_eq!(report.left_behind, Vec::<Key>::new(), "{report}");
+    assert!(!report.steps.iter().any(|s| s.contains("left")), "{report}");
+}

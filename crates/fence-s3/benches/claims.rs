@@ -148,6 +148,8 @@ async fn seaweedfs() -> Option<Arc<dyn ConditionalStore>> {
             &var("FENCE_S3_ACCESS_KEY_ID").unwrap_or_default(),
             &var("FENCE_S3_SECRET_ACCESS_KEY").unwrap_or_default(),
         )
+        // The 16 MB cell's payload object is over the default 5 MiB record limit.
+        .with_record_limit(32 << 20)
         .build();
     let store = match store {
         Ok(s) => s,

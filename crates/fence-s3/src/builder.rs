@@ -1,15 +1,20 @@
 //! [`S3StoreBuilder`]: configuration of an [`S3Store`], in object_store's builder style.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::{Error, ErrorKind};
+use fence_wire::limits::StoreLimits;
+use fence_wire::listing::ListingLimits;
 use fence_wire::names::{parse_url, ObjectNames};
 use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut};
-use object_store::{BackoffConfig, RetryConfig};
+use object_store::{BackoffConfig, ClientConfigKey, RetryConfig};
 
-use crate::observe::ObservingConnector;
+use crate::credentials::{CredentialSource, CredentialsUnavailable, NamedSource};
 use crate::store::S3Store;
+use fence_wire::client::Timeouts;
+use fence_wire::exchange::ObservingConnector;
 
 /// The lease TTL the CAS client's timeouts derive from unless set.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
@@ -43,7 +48,9 @@ pub struct S3StoreBuilder {
     cas_timeout: Option<Duration>,
     read_timeout: Duration,
     read_retries: usize,
+    limits: StoreLimits,
     invalid: Option<String>,
+    metadata_disabled: bool,
 }
 
 impl Default for S3StoreBuilder {
@@ -60,10 +67,13 @@ impl S3StoreBuilder {
 
     /// Reads object_store's `AWS_*` environment variables (`AWS_ACCESS_KEY_ID`,
     /// `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT`, `AWS_BUCKET`, `AWS_ALLOW_HTTP`,
-    /// …). Without explicit credentials object_store falls back to the instance metadata
-    /// service, as the AWS SDKs do.
+    /// `AWS_METADATA_ENDPOINT`, …) and `AWS_EC2_METADATA_DISABLED`. With no credential source
+    /// configured, the instance metadata service is asked, as the AWS SDKs do (see
+    /// [`credential_source`](S3StoreBuilder::credential_source)).
     pub fn from_env() -> Self {
-        Self::from_s3(AmazonS3Builder::from_env())
+        let disabled = std::env::var("AWS_EC2_METADATA_DISABLED")
+            .is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "true" | "1"));
+        Self::from_s3(AmazonS3Builder::from_env()).with_instance_metadata(!disabled)
     }
 
     fn from_s3(s3: AmazonS3Builder) -> Self {
@@ -75,7 +85,9 @@ impl S3StoreBuilder {
             cas_timeout: None,
             read_timeout: Duration::from_secs(30),
             read_retries: 3,
+            limits: StoreLimits::default(),
             invalid: None,
+            metadata_disabled: false,
         }
     }
 
@@ -124,6 +136,36 @@ impl S3StoreBuilder {
         self
     }
 
+    /// The endpoint, if one is set (`AWS_ENDPOINT`, `AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_S3`
+    /// or [`with_endpoint`](S3StoreBuilder::with_endpoint)); `None` means AWS itself.
+    pub fn endpoint(&self) -> Option<String> {
+        [AmazonS3ConfigKey::S3Endpoint, AmazonS3ConfigKey::Endpoint]
+            .iter()
+            .filter_map(|k| self.s3.get_config_value(k))
+            .find(|e| !e.is_empty())
+    }
+
+    /// Whether the instance metadata service may be asked for credentials when no other
+    /// source is configured (default: yes; `AWS_EC2_METADATA_DISABLED=true` says no). With it
+    /// off and no other source, [`build`](S3StoreBuilder::build) fails before any I/O.
+    pub fn with_instance_metadata(mut self, enabled: bool) -> Self {
+        self.metadata_disabled = !enabled;
+        self
+    }
+
+    /// Where the store's credentials will come from, as configured now.
+    ///
+    /// ```
+    /// use fence_s3::{CredentialSource, S3Store};
+    /// let keys = S3Store::builder().with_credentials("AKID", "secret");
+    /// assert_eq!(keys.credential_source(), CredentialSource::Static);
+    /// let none = S3Store::builder().with_instance_metadata(false);
+    /// assert!(matches!(none.credential_source(), CredentialSource::InstanceMetadata { disabled: true, .. }));
+    /// ```
+    pub fn credential_source(&self) -> CredentialSource {
+        CredentialSource::of(&self.s3, self.metadata_disabled)
+    }
+
     /// Allows plain-HTTP endpoints (local test servers).
     pub fn with_allow_http(mut self, allow: bool) -> Self {
         self.s3 = self.s3.with_allow_http(allow);
@@ -152,6 +194,23 @@ impl S3StoreBuilder {
         self
     }
 
+    /// The record limit (default [`fence_core::DEFAULT_RECORD_LIMIT`], 5 MiB): `put` refuses a larger
+    /// body before any I/O, and `get` stops reading an object past it and answers
+    /// [`ErrorKind::Corrupt`] naming the key. Declared as
+    /// [`Capabilities::max_body`](fence_core::Capabilities::max_body). It bounds what a
+    /// read can make this process hold.
+    pub fn with_record_limit(mut self, bytes: usize) -> Self {
+        self.limits.record = bytes;
+        self
+    }
+
+    /// The bounds of one `list` (default [`ListingLimits::DEFAULT`]); a listing past them
+    /// fails with [`ErrorKind::Unsupported`] saying which.
+    pub fn with_listing_limits(mut self, limits: ListingLimits) -> Self {
+        self.limits.listing = limits;
+        self
+    }
+
     /// Builds the store: two object_store clients with separate connection pools, one for
     /// conditional writes (no retries, short timeouts), one for reads (retries on). Neither
     /// follows redirects.
@@ -161,9 +220,9 @@ impl S3StoreBuilder {
         }
         let bucket = self.bucket_name()?;
         let names = ObjectNames::new(self.prefix.as_deref())?;
+        self.check_http()?;
         let base = self
-            .s3
-            .clone()
+            .credentials(&bucket)?
             .with_bucket_name(&bucket)
             .with_conditional_put(S3ConditionalPut::ETagMatch)
             // One plain DELETE per object: core S3 API, answered by status like every request.
@@ -171,21 +230,90 @@ impl S3StoreBuilder {
         let cas_timeout = self.cas_timeout();
         let cas = build_client(cas_client(base.clone(), cas_timeout), &bucket)?;
         let read = build_client(self.read_client(base), &bucket)?;
-        Ok(S3Store::new(cas, read, bucket, names, cas_timeout))
+        Ok(S3Store::new(
+            cas,
+            read,
+            bucket,
+            names,
+            cas_timeout,
+            self.limits,
+        ))
     }
 
+    /// The bucket, if its name can be one: S3's rule is 3 to 63 lowercase letters, digits,
+    /// dots and hyphens, starting and ending with a letter or a digit. Legacy and
+    /// S3-compatible names (up to 255 characters, also uppercase letters and underscores, or
+    /// shorter) are let through; a space, a slash or any other character is refused before
+    /// any I/O (object_store would build no valid request from it).
     fn bucket_name(&self) -> Result<String, Error> {
         let bucket = self
             .bucket
             .clone()
             .or_else(|| self.s3.get_config_value(&AmazonS3ConfigKey::Bucket))
             .unwrap_or_default();
-        if bucket.is_empty() || bucket.contains('/') {
+        let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_');
+        let ends = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+        let valid = (1..=255).contains(&bucket.len())
+            && bucket.chars().all(allowed)
+            && ends(bucket.chars().next())
+            && ends(bucket.chars().last());
+        if !valid {
             return Err(invalid(format!(
-                "bucket name {bucket:?} is missing or invalid"
+                "bucket name {bucket:?} is missing or invalid: S3 bucket names are 3 to 63 \
+                 lowercase letters, digits, dots and hyphens, starting and ending with a letter \
+                 or a digit"
             )));
         }
         Ok(bucket)
+    }
+
+    /// A plain-HTTP endpoint needs `allow_http`: object_store would refuse every request
+    /// ("URL scheme is not allowed"), which looks like an unreachable store.
+    fn check_http(&self) -> Result<(), Error> {
+        let allowed = self
+            .s3
+            .get_config_value(&AmazonS3ConfigKey::Client(ClientConfigKey::AllowHttp))
+            .is_some_and(|v| {
+                matches!(
+                    v.to_ascii_lowercase().as_str(),
+                    "1" | "true" | "on" | "yes" | "y"
+                )
+            });
+        let plain = [AmazonS3ConfigKey::Endpoint, AmazonS3ConfigKey::S3Endpoint]
+            .iter()
+            .filter_map(|k| self.s3.get_config_value(k))
+            .find(|e| e.to_ascii_lowercase().starts_with("http://"));
+        match plain {
+            Some(endpoint) if !allowed => Err(invalid(format!(
+                "the endpoint {endpoint:?} is plain http://: allow it with AWS_ALLOW_HTTP=true \
+                 (with_allow_http(true)), or use https://"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// object_store's builder with the credentials the store will use: a remote source is
+    /// asked through its own HTTP client and names the sources tried when it gives none (see
+    /// [`crate::credentials`]); with no source at all, an error before any I/O.
+    fn credentials(&self, bucket: &str) -> Result<AmazonS3Builder, Error> {
+        let source = self.credential_source();
+        if let CredentialSource::InstanceMetadata { disabled: true, .. } = source {
+            return Err(Error::new(ErrorKind::InvalidInput, "no AWS credentials")
+                .with_source(CredentialsUnavailable::new(source))
+                .not_committed());
+        }
+        if !source.is_remote() {
+            return Ok(self.s3.clone());
+        }
+        let provider = NamedSource::new(&self.s3, bucket, source).map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidInput,
+                format!("S3 credentials for bucket {bucket:?} cannot be set up"),
+            )
+            .with_source(e)
+            .not_committed()
+        })?;
+        Ok(self.s3.clone().with_credentials(Arc::new(provider)))
     }
 
     fn cas_timeout(&self) -> Duration {
@@ -199,10 +327,10 @@ impl S3StoreBuilder {
             max_retries: self.read_retries,
             retry_timeout: self.read_timeout * 2,
         };
-        base.with_http_connector(ObservingConnector {
+        base.with_http_connector(connector(Timeouts {
             request: self.read_timeout,
             connect: Duration::from_secs(5),
-        })
+        }))
         .with_retry(retry)
     }
 }
@@ -214,11 +342,21 @@ fn cas_client(base: AmazonS3Builder, timeout: Duration) -> AmazonS3Builder {
         max_retries: 0,
         retry_timeout: timeout,
     };
-    base.with_http_connector(ObservingConnector {
+    base.with_http_connector(connector(Timeouts {
         request: timeout,
         connect: timeout.min(Duration::from_secs(1)),
-    })
+    }))
     .with_retry(retry)
+}
+
+/// The HTTP layer of a client: redirects off, every attempt recorded, answers bounded (see
+/// [`fence_wire::exchange`]). S3 error codes are in the bodies only.
+fn connector(timeouts: Timeouts) -> ObservingConnector {
+    ObservingConnector {
+        timeouts,
+        agent: concat!("fence-s3/", env!("CARGO_PKG_VERSION")),
+        code_header: None,
+    }
 }
 
 fn build_client(s3: AmazonS3Builder, bucket: &str) -> Result<AmazonS3, Error> {
@@ -244,6 +382,7 @@ impl fmt::Debug for S3StoreBuilder {
             .field("lease_ttl", &self.lease_ttl)
             .field("cas_timeout", &self.cas_timeout)
             .field("read_timeout", &self.read_timeout)
+            .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
 }
@@ -275,6 +414,76 @@ mod tests {
         assert_eq!(b.cas_timeout(), Duration::from_secs(3));
         let b = b.with_cas_timeout(Duration::from_millis(700));
         assert_eq!(b.cas_timeout(), Duration::from_millis(700));
+    }
+
+    #[test]
+    fn configuration_mistakes_are_invalid_input_before_any_io() {
+        let keyed = || S3StoreBuilder::new().with_credentials("AKID", "secret");
+        let space = keyed().with_url("s3://bucket with space/x").build();
+        assert_eq!(space.unwrap_err().kind(), ErrorKind::InvalidInput);
+        let plain = keyed()
+            .with_bucket("bucket")
+            .with_endpoint("http://127.0.0.1:9")
+            .build();
+        assert_eq!(plain.unwrap_err().kind(), ErrorKind::InvalidInput);
+        let allowed = keyed()
+            .with_bucket("bucket")
+            .with_endpoint("http://127.0.0.1:9")
+            .with_allow_http(true)
+            .build();
+        assert!(allowed.is_ok());
+    }
+
+    #[test]
+    fn no_credential_source_with_metadata_off_names_the_sources() {
+        let builder = S3StoreBuilder::new()
+            .with_bucket("bucket")
+            .with_instance_metadata(false);
+        let e = builder.build().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        let missing = std::error::Error::source(&e)
+            .and_then(|c| c.downcast_ref::<CredentialsUnavailable>())
+            .expect("the cause says which sources were tried");
+        assert!(matches!(
+            missing.source_tried(),
+            CredentialSource::InstanceMetadata { disabled: true, .. }
+        ));
+    }
+
+    #[test]
+    fn credential_sources_follow_object_stores_order() {
+        use object_store::aws::AmazonS3ConfigKey as K;
+        let with = |pairs: &[(K, &str)]| {
+            let mut b = S3StoreBuilder::new();
+            for (k, v) in pairs {
+                b.s3 = b.s3.with_config(*k, *v);
+            }
+            b.credential_source()
+        };
+        assert_eq!(
+            with(&[(K::AccessKeyId, "a"), (K::SecretAccessKey, "s")]),
+            CredentialSource::Static
+        );
+        assert_eq!(
+            with(&[(K::SkipSignature, "true")]),
+            CredentialSource::Unsigned
+        );
+        let web = [
+            (K::WebIdentityTokenFile, "/t"),
+            (K::RoleArn, "arn:aws:iam::1:role/r"),
+        ];
+        assert_eq!(with(&web), CredentialSource::WebIdentity);
+        assert_eq!(
+            with(&[(K::ContainerCredentialsRelativeUri, "/v2/x")]),
+            CredentialSource::Container
+        );
+        assert_eq!(
+            with(&[(K::MetadataEndpoint, "http://127.0.0.1:1")]),
+            CredentialSource::InstanceMetadata {
+                endpoint: "http://127.0.0.1:1".into(),
+                disabled: false
+            }
+        );
     }
 
     #[test]

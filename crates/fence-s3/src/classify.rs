@@ -6,7 +6,7 @@
 
 use fence_core::{Commit, ErrorKind};
 
-use crate::observe::Observed;
+use fence_wire::exchange::Observed;
 
 /// What a conditional PUT came to, before any follow-up request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,7 +55,7 @@ fn no_etag() -> Failure {
     failure(
         ErrorKind::Unsupported,
         Commit::Ambiguous,
-        "the store answered the write without a usable ETag (none, empty or weak), so its \
+        "the store answered the write without a usable ETag (none, several, empty or weak), so its \
          version is unknown",
     )
 }

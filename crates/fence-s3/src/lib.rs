@@ -18,16 +18,22 @@
 //!   ([`Capabilities::content_versions`](fence_core::Capabilities)); the nonce trailer of
 //!   earlier versions is stripped on read;
 //! - no conditional delete: `delete` answers `Unsupported` (release with a tombstone);
-//!   `delete_immutable` is one plain `DELETE`.
+//!   `delete_immutable` is one plain `DELETE`;
+//! - every answer is bounded: a record at the record limit
+//!   ([`S3StoreBuilder::with_record_limit`], [`fence_core::DEFAULT_RECORD_LIMIT`] by default;
+//!   past it `get` is `Corrupt`), an error body at its first 4 KiB, a listing by
+//!   [`ListingLimits`](fence_wire::listing::ListingLimits); an answer with two different
+//!   `ETag`s is never trusted (`docs/backends.md`, "Limits").
 //!
 //! See `docs/s3.md` for the details and the test servers.
 #![deny(missing_docs)]
 
 mod builder;
 mod classify;
-mod observe;
+pub mod credentials;
 mod store;
 mod trailer;
 
 pub use builder::{S3StoreBuilder, DEFAULT_LEASE_TTL};
+pub use credentials::{CredentialSource, CredentialsUnavailable};
 pub use store::S3Store;

@@ -10,8 +10,9 @@ use fence_core::{
     Capabilities, CasGuard, Clock, ConditionalStore, DeleteOutcome, Error, ErrorKind, Key,
     PutOutcome, Stored, Version,
 };
+use fence_wire::body::{over_put_limit, read_record};
+use fence_wire::limits::StoreLimits;
 use fence_wire::names::ObjectNames;
-use futures::TryStreamExt;
 use object_store::aws::AmazonS3;
 use object_store::path::Path;
 use object_store::{
@@ -22,11 +23,8 @@ use crate::builder::S3StoreBuilder;
 use crate::classify::{
     classify_delete, classify_list, classify_put, classify_read, strong_etag, Failure, PutVerdict,
 };
-use crate::observe::Exchange;
 use crate::trailer;
-
-/// The largest body of one S3 PUT (5 GiB); fence records are a few hundred bytes.
-const MAX_BODY: usize = 5 * 1024 * 1024 * 1024;
+use fence_wire::exchange::{list_names, Exchange};
 
 /// S3's bound of an object key: 1024 bytes of UTF-8.
 const MAX_OBJECT_NAME: usize = 1024;
@@ -60,6 +58,7 @@ pub struct S3Store {
     bucket: String,
     names: ObjectNames,
     cas_timeout: Duration,
+    limits: StoreLimits,
     clock: Clock,
 }
 
@@ -80,6 +79,7 @@ impl S3Store {
         bucket: String,
         names: ObjectNames,
         cas_timeout: Duration,
+        limits: StoreLimits,
     ) -> Self {
         S3Store {
             cas,
@@ -87,6 +87,7 @@ impl S3Store {
             bucket,
             names,
             cas_timeout,
+            limits,
             clock: Clock::system(),
         }
     }
@@ -104,6 +105,11 @@ impl S3Store {
     /// The bound of one conditional write.
     pub fn cas_timeout(&self) -> Duration {
         self.cas_timeout
+    }
+
+    /// The record limit: the largest body `put` sends and `get` reads.
+    pub fn record_limit(&self) -> usize {
+        self.limits.record
     }
 
     /// The S3 object key of `key`: `prefix/key`, exactly these UTF-8 bytes.
@@ -136,7 +142,7 @@ impl S3Store {
             _ => f.why.to_string(),
         };
         // The source carries at most the S3 error code and message: the HTTP layer cut the
-        // error bodies down before object_store saw them (see `observe`).
+        // error bodies down before object_store saw them (see `fence_wire::exchange`).
         let e = Error::new(f.kind, message)
             .with_commit(f.commit)
             .with_source(source);
@@ -235,14 +241,17 @@ impl S3Store {
         }
     }
 
-    /// One GET of `path` through `client`: body and version from the same answer.
+    /// One GET of `path` through `client`: body and version from the same answer, the body
+    /// read only up to the record limit. The answers may bring one byte more than the limit
+    /// (so that a longer body shows as one), and the reading stops there.
     async fn fetch(
         &self,
         client: &AmazonS3,
         key: &Key,
         path: &Path,
     ) -> Result<Option<Stored>, Error> {
-        let exchange = Exchange::default();
+        let limit = self.limits.record;
+        let exchange = Exchange::with_budget(limit as u64 + 1);
         let got = exchange
             .observe(client.get_opts(path, GetOptions::default()))
             .await;
@@ -256,10 +265,10 @@ impl S3Store {
             }
         };
         let tag = got.meta.e_tag.clone().unwrap_or_default();
-        let body = exchange
-            .observe(got.bytes())
-            .await
-            .map_err(|e| cut_body(key, e))?;
+        let size = Some(got.meta.size);
+        let broken = |e| cut_body(key, e);
+        let body = read_record(key, size, got.into_stream(), limit, broken);
+        let body = exchange.observe(body).await?;
         if !strong_etag(&tag) {
             return Err(unusable_etag(key));
         }
@@ -297,16 +306,7 @@ impl S3Store {
             Some(p) => Some(self.path_of(p)?),
             None => self.names.under(None)?,
         };
-        let exchange = Exchange::default();
-        let listing = self.read.list(under.as_ref()).try_collect::<Vec<_>>();
-        let metas = exchange.observe(listing).await.map_err(|e| {
-            let f = classify_list(exchange.last().as_ref());
-            self.error(None, f, e)
-        })?;
-        let mut keys: Vec<Key> = metas
-            .iter()
-            .filter_map(|m| self.names.key_of(m.location.as_ref()))
-            .collect();
+        let mut keys = self.list_under(under.as_ref()).await?;
         if let Some(p) = prefix {
             // S3 lists only what lies under `p/`; the key `p` itself needs its own look-up.
             if self.read(p).await?.is_some() {
@@ -316,6 +316,14 @@ impl S3Store {
         keys.sort();
         keys.dedup();
         Ok(keys)
+    }
+
+    /// The keys of every object under `under/` (the bucket's root for `None`), page by
+    /// page (with the read client's retries), within the store's listing limits.
+    async fn list_under(&self, under: Option<&Path>) -> Result<Vec<Key>, Error> {
+        let keep = |name: &str| self.names.key_of(name);
+        let failed = |x: &Exchange, e| self.error(None, classify_list(x.last().as_ref()), e);
+        list_names(&self.read, under, self.limits.listing, keep, failed).await
     }
 }
 
@@ -337,7 +345,7 @@ fn cut_body(key: &Key, source: object_store::Error) -> Error {
 fn unusable_etag(key: &Key) -> Error {
     Error::new(
         ErrorKind::Unsupported,
-        "the store answered a read without a usable ETag (none, empty or weak)",
+        "the store answered a read without a usable ETag (none, several, empty or weak)",
     )
     .with_key(key)
     .not_committed()
@@ -350,12 +358,8 @@ impl ConditionalStore for S3Store {
     }
 
     async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
-        if body.len() > MAX_BODY {
-            return Err(
-                Error::new(ErrorKind::InvalidInput, "body larger than one S3 PUT")
-                    .with_key(key)
-                    .not_committed(),
-            );
+        if body.len() > self.limits.record {
+            return Err(over_put_limit(key, body.len(), self.limits.record));
         }
         let path = self.path_of(key)?;
         self.conditional_put(key, &path, body, &guard).await
@@ -385,7 +389,7 @@ impl ConditionalStore for S3Store {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::without_conditional_delete()
-            .with_max_body(MAX_BODY)
+            .with_max_body(self.limits.record)
             .with_content_versions()
     }
 }
@@ -396,6 +400,7 @@ impl fmt::Debug for S3Store {
             .field("bucket", &self.bucket)
             .field("prefix", &self.prefix())
             .field("cas_timeout", &self.cas_timeout)
+            .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
 }

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-#[path = "support/canned.rs"]
+#[path = "../../fence-wire/tests/support/canned.rs"]
 mod canned;
 
 use bytes::Bytes;

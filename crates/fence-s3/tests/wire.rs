@@ -2,7 +2,7 @@
 //! produce on demand (redirects, a slow read after a 409, a body cut short, weak ETags, an
 //! echoed signature, a connect that never completes). No test server needed.
 
-#[path = "support/canned.rs"]
+#[path = "../../fence-wire/tests/support/canned.rs"]
 mod canned;
 
 use std::time::Duration;

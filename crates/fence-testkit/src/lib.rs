@@ -18,6 +18,8 @@
 //! - [`linearizability`]: records histories of concurrent gets and puts and checks them
 //!   against a per-key CAS register.
 //! - [`sabotage`]: deliberately broken stores the suite must catch.
+//! - [`model`]: an exhaustive model check of the real decision core (stateright), with
+//!   readable counterexamples.
 //! - [`sim`]: deterministic simulation of the runtime: one seed drives time, actions, clock
 //!   skew, pauses, crashes and store faults; properties are checked on the record.
 //!
@@ -40,6 +42,7 @@
 pub mod counting;
 pub mod faulty;
 pub mod linearizability;
+pub mod model;
 pub mod objstore;
 pub mod round_trips;
 pub mod sabotage;

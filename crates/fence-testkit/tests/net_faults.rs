@@ -1,7 +1,9 @@
 //! Faults on the wire between each real adapter and its real server: the fault proxy of
 //! `fence_testkit::wire` sits between fence-s3 and SeaweedFS / moto, between fence-gcs and
-//! fake-gcs-server, and between fence-azure and Azurite. Every answer of the adapter is checked against what the server
-//! applied, and the lease/claim/write runtime runs through the same faults.
+//! fake-gcs-server, and between fence-azure and Azurite; and between fence-opendal (OpenDAL's
+//! s3 and azblob services) and SeaweedFS, moto and Azurite. Every answer of the adapter is
+//! checked against what the server applied, and the lease/claim/write runtime runs through the
+//! same faults.
 //!
 //! Prints per server `net-faults <server>: N ops, F faults injected, V violations`.
 //! Servers come from the environment (`scripts/servers/*.sh` write it); without it the tests
@@ -114,6 +116,54 @@ fn azure() -> Option<Server> {
     })
 }
 
+/// fence-opendal over OpenDAL's s3 service.
+fn opendal_s3(name: &'static str, endpoint: String) -> Option<Server> {
+    let server = fence_opendal::emulator::S3Server {
+        endpoint: endpoint.clone(),
+        bucket: var("FENCE_S3_BUCKET")?,
+        region: var("FENCE_S3_REGION").unwrap_or_else(|| "us-east-1".into()),
+        access_key_id: var("FENCE_S3_ACCESS_KEY_ID")?,
+        secret_access_key: var("FENCE_S3_SECRET_ACCESS_KEY")?,
+    };
+    let adapter: Adapter = Box::new(move |endpoint: &str, prefix: &str| {
+        let at = fence_opendal::emulator::S3Server {
+            endpoint: endpoint.to_string(),
+            ..server.clone()
+        };
+        opendal_store(fence_opendal::emulator::s3(&at, &format!("/{prefix}")))
+    });
+    Some(Server {
+        name,
+        endpoint,
+        adapter,
+    })
+}
+
+/// fence-opendal over OpenDAL's azblob service.
+fn opendal_azblob() -> Option<Server> {
+    let container = var("FENCE_AZURE_CONTAINER")?;
+    let adapter: Adapter = Box::new(move |endpoint: &str, prefix: &str| {
+        let root = format!("/{prefix}");
+        opendal_store(fence_opendal::emulator::azurite(
+            endpoint, &container, &root,
+        ))
+    });
+    Some(Server {
+        name: "opendal-azurite",
+        endpoint: var("FENCE_AZURE_ENDPOINT")?,
+        adapter,
+    })
+}
+
+fn opendal_store(op: opendal::Result<opendal::Operator>) -> Arc<dyn ConditionalStore> {
+    let op = op.expect("valid OpenDAL configuration");
+    let store = fence_opendal::OpendalStore::builder(op)
+        .with_lease_ttl(TTL)
+        .build()
+        .expect("a compare-and-swap service");
+    Arc::new(store)
+}
+
 /// The backend named `name`, from the environment.
 fn servers(name: &str) -> Option<Server> {
     let found = match name {
@@ -121,6 +171,11 @@ fn servers(name: &str) -> Option<Server> {
         "moto" => var("FENCE_S3_MOTO_ENDPOINT").and_then(|e| s3("moto", e)),
         "fake-gcs-server" => gcs(),
         "azurite" => azure(),
+        "opendal-seaweedfs" => {
+            var("FENCE_S3_SEAWEED_ENDPOINT").and_then(|e| opendal_s3("opendal-seaweedfs", e))
+        }
+        "opendal-moto" => var("FENCE_S3_MOTO_ENDPOINT").and_then(|e| opendal_s3("opendal-moto", e)),
+        "opendal-azurite" => opendal_azblob(),
         _ => None,
     };
     if found.is_none() {
@@ -210,6 +265,21 @@ async fn net_faults_fake_gcs_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn net_faults_azurite() {
     net_faults("azurite", 4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn net_faults_opendal_seaweedfs() {
+    net_faults("opendal-seaweedfs", 5).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn net_faults_opendal_moto() {
+    net_faults("opendal-moto", 6).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn net_faults_opendal_azurite() {
+    net_faults("opendal-azurite", 7).await;
 }
 
 /// A deliberately mis-classifying adapter over the real one must be caught over the proxy:

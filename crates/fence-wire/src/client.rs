@@ -7,8 +7,17 @@
 
 use std::time::Duration;
 
-use object_store::client::{HttpError, HttpErrorKind};
+use bytes::Bytes;
+use object_store::client::{HttpError, HttpErrorKind, HttpResponse, HttpResponseBody};
 use object_store::{ClientConfigKey, ClientOptions};
+
+use crate::body::{read_prefix, AnswerBudget, Budgeted};
+use crate::error_body::{error_code, sanitized, xml_element, ERROR_BODY_LIMIT};
+
+/// The most of any answer's body object_store may read whole when the operation set no
+/// budget of its own: credentials (instance metadata, tokens) and the answers to writes,
+/// whose bodies fence never uses. A few KiB in practice.
+pub const CONTROL_ANSWER_LIMIT: u64 = 64 << 10;
 
 /// The timeouts of one client's requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +85,53 @@ pub fn transport_kind(e: &HttpError) -> HttpErrorKind {
     } else {
         e.kind()
     }
+}
+
+/// `response` with a body that passes at most what `budget` grants, and then fails
+/// ([`HttpErrorKind::Decode`]): object_store reads listing pages and credentials whole, and
+/// this is how much "whole" can be. The budget remembers that it was exceeded.
+///
+/// ```
+/// # futures::executor::block_on(async {
+/// use fence_wire::body::AnswerBudget;
+/// let answer = http::Response::new(object_store::client::HttpResponseBody::from(String::from("0123456789")));
+/// let budget = AnswerBudget::new(4);
+/// let capped = fence_wire::client::budgeted(answer, budget.clone());
+/// assert!(capped.into_body().bytes().await.is_err());
+/// assert!(budget.exceeded());
+/// # });
+/// ```
+pub fn budgeted(response: HttpResponse, budget: AnswerBudget) -> HttpResponse {
+    let (parts, body) = response.into_parts();
+    let body = Budgeted::new(body, budget, over_budget);
+    HttpResponse::from_parts(parts, HttpResponseBody::new(body))
+}
+
+fn over_budget(budget: &AnswerBudget) -> HttpError {
+    let message = format!("the answer passed its limit of {} bytes", budget.spent());
+    HttpError::new(HttpErrorKind::Decode, std::io::Error::other(message))
+}
+
+/// The first [`ERROR_BODY_LIMIT`] bytes of an error answer's body; the rest is never read
+/// (the connection is closed, not drained).
+pub async fn error_body_start(body: HttpResponseBody) -> Result<Bytes, HttpError> {
+    read_prefix(body.bytes_stream(), ERROR_BODY_LIMIT).await
+}
+
+/// The error answer object_store gets instead of `parts` + `body_start`: the same status and
+/// headers, and a body of only `code` and the (bounded) `<Message>` (see
+/// [`crate::error_body`]). Returns that code too: `code` if given (a header's), else the
+/// body's `<Code>`.
+pub fn sanitized_answer(
+    mut parts: http::response::Parts,
+    code: Option<String>,
+    body_start: &[u8],
+) -> (Option<String>, HttpResponse) {
+    parts.headers.remove(http::header::CONTENT_LENGTH);
+    let code = code.or_else(|| error_code(body_start));
+    let message = xml_element(body_start, "Message");
+    let clean = sanitized(code.as_deref(), message.as_deref());
+    (code, HttpResponse::from_parts(parts, clean.into()))
 }
 
 fn truthy(v: &str) -> bool {

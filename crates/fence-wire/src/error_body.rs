@@ -9,6 +9,11 @@
 /// The longest `<Message>` kept, in bytes.
 pub const MAX_MESSAGE: usize = 256;
 
+/// The most of an error answer's body that is read: its code and message come first in
+/// every store's error bodies (AWS's and Azure's are a few hundred bytes), and the rest of a
+/// longer body is never read.
+pub const ERROR_BODY_LIMIT: usize = 4096;
+
 /// An XML error body with only the code and the (bounded) message.
 ///
 /// ```
@@ -49,9 +54,13 @@ pub fn error_code(body: &[u8]) -> Option<String> {
         .then_some(code)
 }
 
-/// The text of the first `<name>` element of an XML body (no nesting, no markup inside).
+/// The text of the first `<name>` element of an XML body (no nesting, no markup inside). A
+/// body cut inside a character (at [`ERROR_BODY_LIMIT`]) is read up to that character.
 pub fn xml_element(body: &[u8], name: &str) -> Option<String> {
-    let text = std::str::from_utf8(body).ok()?;
+    let text = match std::str::from_utf8(body) {
+        Ok(text) => text,
+        Err(e) => std::str::from_utf8(&body[..e.valid_up_to()]).ok()?,
+    };
     let open = format!("<{name}>");
     let start = text.find(&open)? + open.len();
     let len = text[start..].find(&format!("</{name}>"))?;
@@ -91,6 +100,13 @@ mod tests {
         for secret in ["AKID", "secret-scope", "deadbeef", "TOKEN", "MAC"] {
             assert!(!clean.contains(secret), "{clean}");
         }
+    }
+
+    #[test]
+    fn a_body_cut_inside_a_character_keeps_its_code() {
+        let mut body = "<Error><Code>SlowDown</Code><Message>ñ".as_bytes().to_vec();
+        body.pop();
+        assert_eq!(error_code(&body).as_deref(), Some("SlowDown"));
     }
 
     #[test]

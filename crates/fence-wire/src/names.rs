@@ -2,7 +2,7 @@
 //!
 //! object_store's `Path::from`/`PathPart::from` escape non-ASCII bytes and
 //! `%#[]{}^|<>~"`\` (`ñ` becomes the name `%C3%B1`), which every other tool then sees; a
-//! [`Path::parse`]d name is sent as its own characters (the URL escapes it once, as HTTP
+//! [`Path::parse`](https://docs.rs/object_store/0.14/object_store/path/struct.Path.html#method.parse)d name is sent as its own characters (the URL escapes it once, as HTTP
 //! requires).
 
 use fence_core::{Error, ErrorKind, Key};

@@ -65,17 +65,26 @@ pub fn transport(kind: HttpErrorKind) -> Failure {
     }
 }
 
-/// Whether `tag` can be a version: a strong ETag with content. `""` names no content and a
-/// weak `W/"…"` ETag only promises equivalence, not the same bytes, so neither is a CAS token.
+/// Whether `tag` can be a version: one strong ETag with content. `""` names no content and a
+/// weak `W/"…"` ETag only promises equivalence, not the same bytes, so neither is a CAS token;
+/// nor is a list of tags (`"a", "b"`), which an `If-Match` sent back would match against
+/// either. Unquoted tags (some S3-compatible servers) are accepted without quotes or commas.
 ///
 /// ```
 /// use fence_wire::outcome::strong_etag;
 /// assert!(strong_etag("\"9b2c\""));
 /// assert!(!strong_etag("\"\"") && !strong_etag("W/\"9b2c\""));
+/// assert!(!strong_etag("\"a\", \"b\""));
 /// ```
 pub fn strong_etag(tag: &str) -> bool {
     let tag = tag.trim();
-    !tag.is_empty() && tag != "\"\"" && !tag.starts_with("W/") && !tag.starts_with("w/")
+    let inner = match tag.strip_prefix('"') {
+        Some(quoted) => quoted.strip_suffix('"'),
+        None => (!tag.contains(',')).then_some(tag),
+    };
+    inner.is_some_and(|t| !t.is_empty() && !t.contains('"'))
+        && !tag.starts_with("W/")
+        && !tag.starts_with("w/")
 }
 
 #[cfg(test)]
@@ -105,7 +114,18 @@ mod tests {
         for good in ["\"9b2c\"", "9b2c", "\"a-1\"", "\"0x8DC0A1B2C3D4E5F\""] {
             assert!(strong_etag(good), "{good}");
         }
-        for bad in ["", "\"\"", "W/\"9b2c\"", "w/\"x\"", "  "] {
+        for bad in [
+            "",
+            "\"\"",
+            "W/\"9b2c\"",
+            "w/\"x\"",
+            "  ",
+            "\"a\", \"b\"",
+            "\"a\",\"b\"",
+            "a, b",
+            "\"open",
+            "close\"",
+        ] {
             assert!(!strong_etag(bad), "{bad:?}");
         }
     }

@@ -34,12 +34,22 @@ impl Store {
     }
 }
 
-/// `fence ARGS` with FENCE_* variables cleared.
+/// `fence ARGS` with FENCE_* variables cleared; `FENCE_TEST_CONTAINMENT` (e.g. `fallback`),
+/// if set, becomes every run's `FENCE_CONTAINMENT`, to run a whole suite in one mode.
 pub fn fence(args: &[&str]) -> Command {
     let mut c = Command::new(fence_bin());
     c.args(args);
-    for v in ["FENCE_STORE", "FENCE_LEASE", "FENCE_EPOCH", "FENCE_NODE"] {
+    for v in [
+        "FENCE_STORE",
+        "FENCE_LEASE",
+        "FENCE_EPOCH",
+        "FENCE_NODE",
+        "FENCE_CONTAINMENT",
+    ] {
         c.env_remove(v);
+    }
+    if let Ok(mode) = std::env::var("FENCE_TEST_CONTAINMENT") {
+        c.env("FENCE_CONTAINMENT", mode);
     }
     c
 }
@@ -114,6 +124,156 @@ pub fn all_gone_within(pids: &[i32], limit: Duration) -> Option<Duration> {
     None
 }
 
+/// A mark that every process of a test command carries in its environment
+/// (`FENCE_TEST_MARK=…`), so that the test finds them from outside, whatever PID namespace
+/// they run in and whatever PIDs they see. Dropping it SIGKILLs whatever still carries it.
+pub struct Mark(String);
+
+impl Mark {
+    pub fn new() -> Mark {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        Mark(format!("FENCE_TEST_MARK={}-{n}-{t:x}", std::process::id()))
+    }
+
+    /// The command `env FENCE_TEST_MARK=… sh -c SCRIPT`, as arguments after `--`.
+    pub fn sh(&self, script: &str) -> Vec<String> {
+        ["env", &self.0, "sh", "-c", script]
+            .map(str::to_owned)
+            .to_vec()
+    }
+
+    /// The host PIDs of the living processes that carry the mark (a zombie has no
+    /// environment left, so it does not count).
+    pub fn processes(&self) -> Vec<i32> {
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                    env.split(|&b| b == 0)
+                        .any(|entry| entry == self.0.as_bytes())
+                })
+            })
+            .collect()
+    }
+
+    /// Waits until no process carries the mark; `false` if some still do after `limit`.
+    pub fn gone_within(&self, limit: Duration) -> bool {
+        let start = Instant::now();
+        while !self.processes().is_empty() {
+            if start.elapsed() > limit {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
+    }
+
+    /// SIGKILLs every process that carries the mark, until none is left (at most 10 s).
+    pub fn kill_all(&self) {
+        let start = Instant::now();
+        loop {
+            let left = self.processes();
+            if left.is_empty() || start.elapsed() > Duration::from_secs(10) {
+                return;
+            }
+            for pid in left {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Mark {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}
+
+/// The state letter of process `pid` from `/proc` (`T`: stopped), if it exists.
+pub fn state_of(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
+
+/// Waits until `ok` holds; panics after `limit`.
+pub fn wait_until(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ok() {
+        assert!(
+            start.elapsed() < limit,
+            "{what} did not happen within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The children of process `pid`, by `/proc`.
+pub fn children_of(pid: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|stat| {
+                stat.rfind(')')
+                    .and_then(|i| stat[i + 1..].split_whitespace().nth(1)?.parse::<i32>().ok())
+                    == Some(pid)
+            })
+        })
+        .collect()
+}
+
+/// `fence run` of `lease` with `flags`, running `sh -c script` under `mark`.
+pub fn run_marked(
+    store: &Store,
+    lease: &str,
+    flags: &[&str],
+    mark: &Mark,
+    script: &str,
+) -> Command {
+    let command = mark.sh(script);
+    let mut rest: Vec<&str> = flags.to_vec();
+    rest.push("--");
+    rest.extend(command.iter().map(String::as_str));
+    fence(&run_args(store, lease, &rest))
+}
+
+/// Waits until the file at `path` has `count` lines equal to `needle`; panics after 30 s.
+pub fn wait_for_count(path: &Path, needle: &str, count: usize) {
+    let start = Instant::now();
+    while std::fs::read_to_string(path).map_or(0, |s| s.lines().filter(|l| *l == needle).count())
+        < count
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{count} × {needle} did not appear in {}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The lines of the file at `path` between the lines `from` and `to`.
+pub fn lines_between(path: &Path, from: &str, to: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .skip_while(|l| *l != from)
+        .skip(1)
+        .take_while(|l| *l != to)
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Waits until `child` has written a line containing `needle` to the file at `path`.
 pub fn wait_for_line(path: &Path, needle: &str, limit: Duration) -> bool {
     let start = Instant::now();
@@ -129,31 +289,62 @@ pub fn wait_for_line(path: &Path, needle: &str, limit: Duration) -> bool {
 /// A canned HTTP server on 127.0.0.1 answering every request with `status` and an empty
 /// body, closing each connection after its answer. Runs until the test process ends.
 pub fn canned_http(status: &'static str) -> String {
-    use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let mut stream = stream;
-            let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-            let mut buf = [0u8; 65536];
-            let mut seen = Vec::new();
-            // Read the head and any body the request announces (small ones only).
-            while let Ok(n) = stream.read(&mut buf) {
-                if n == 0 {
-                    break;
+    Canned::answering(status, "").url
+}
+
+/// A canned HTTP server on 127.0.0.1 that answers every request with one status and body and
+/// keeps the head (request line and headers) of every request it got.
+pub struct Canned {
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    heads: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Canned {
+    /// Serves `status` with `body` (as `application/xml`) until the test process ends.
+    pub fn answering(status: &'static str, body: &'static str) -> Canned {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = heads.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mut stream = stream;
+                let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+                let mut buf = [0u8; 65536];
+                let mut seen = Vec::new();
+                // Read the head and any body the request announces (small ones only).
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                    if head_and_body_done(&seen) {
+                        break;
+                    }
                 }
-                seen.extend_from_slice(&buf[..n]);
-                if head_and_body_done(&seen) {
-                    break;
-                }
+                let head = String::from_utf8_lossy(&seen);
+                let head = head.split("\r\n\r\n").next().unwrap_or_default().to_owned();
+                kept.lock().unwrap().push(head);
+                let answer = format!(
+                    "HTTP/1.1 {status}\r\ncontent-type: application/xml\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes());
             }
-            let answer =
-                format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-            let _ = stream.write_all(answer.as_bytes());
+        });
+        Canned {
+            url: format!("http://{addr}"),
+            heads,
         }
-    });
-    format!("http://{addr}")
+    }
+
+    /// The heads of the requests served so far.
+    pub fn requests(&self) -> Vec<String> {
+        self.heads.lock().unwrap().clone()
+    }
 }
 
 fn head_and_body_done(seen: &[u8]) -> bool {

@@ -21,7 +21,7 @@ use crate::record::CellHead;
 use crate::store::{CasGuard, Version};
 
 /// A cell head as the claim rule needs it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct HeadView {
     /// The owner, `None` when released.
     pub node: Option<String>,
@@ -32,7 +32,7 @@ pub struct HeadView {
 }
 
 /// What to do about a cell.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ClaimDecision {
     /// Write a head naming us at `epoch`, under `guard`.
     Claim {
@@ -119,7 +119,7 @@ pub fn decide_claim(me: &str, head: Option<&HeadView>, owner: Option<Liveness>) 
 }
 
 /// What a read of the head proves about a write sent under `guard` with one of `nonces`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Evidence {
     /// The write is in the store at this version.
     Landed(Version),

@@ -29,7 +29,7 @@ use crate::record::NodeLeaseRecord;
 use crate::store::{CasGuard, Version};
 
 /// The answer to a write effect.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum WriteResult {
     /// Applied with this version.
     Applied(Version),
@@ -42,7 +42,7 @@ pub enum WriteResult {
 }
 
 /// The answer to a read effect.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ReadResult {
     /// The lease record is there.
     Found(ObservedLease),
@@ -53,7 +53,7 @@ pub enum ReadResult {
 }
 
 /// An input to the lease core.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum LeaseEvent {
     /// Start acquiring. With `wait`, a live holder is polled until it is judged dead instead of
     /// answering `Busy`, and store failures are retried with backoff (the shell bounds the
@@ -73,7 +73,7 @@ pub enum LeaseEvent {
 }
 
 /// The holder's externally visible state.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum LeaseStatus {
     /// Not held yet.
     Acquiring,
@@ -113,7 +113,7 @@ impl fmt::Display for LeaseStatus {
 }
 
 /// Why a lease was fenced.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FenceReason {
     /// The store rejected our write: someone else wrote the lease.
     Rejected,
@@ -140,7 +140,7 @@ impl fmt::Display for FenceReason {
 }
 
 /// An output of the lease core, for the shell to perform.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum LeaseEffect {
     /// Write `record` (with `nonce`) to our lease key under `guard`, giving up after
     /// `timeout_ms` (a timeout after sending is [`WriteResult::Ambiguous`]).
@@ -166,7 +166,7 @@ pub enum LeaseEffect {
 }
 
 /// The identity of the process and what it advertises.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Holder {
     /// Node id.
     pub node: String,
@@ -178,7 +178,7 @@ pub struct Holder {
     pub generation: String,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Held {
     version: Version,
     nonce: String,
@@ -187,7 +187,7 @@ struct Held {
 }
 
 /// One write sent: its identity and the time it was issued.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Try {
     nonce: String,
     anchor: u64,
@@ -195,7 +195,7 @@ struct Try {
 }
 
 /// The writes of one acquisition or one renewal.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Attempts {
     guard: CasGuard,
     tries: Vec<Try>,
@@ -236,7 +236,7 @@ impl Attempts {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Phase {
     Idle,
     /// Acquiring: a write (create or takeover) in flight.
@@ -272,7 +272,7 @@ enum Phase {
 /// assert!(core.is_held(Now { mono_ms: 2_999, ..t0 }));
 /// assert!(!core.is_held(Now { mono_ms: 3_000, ..t0 })); // anchored at 0, before it was sent
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct LeaseCore {
     holder: Holder,
     cfg: LeaseConfig,
@@ -325,7 +325,9 @@ impl LeaseCore {
         self
     }
 
-    pub(crate) fn with_flaws(mut self, flaws: Flaws) -> Self {
+    /// The same core with sabotage `flaws` (only ever set with the `sabotage` feature).
+    #[must_use]
+    pub fn with_flaws(mut self, flaws: Flaws) -> Self {
         self.flaws = flaws;
         self
     }
@@ -558,7 +560,9 @@ impl LeaseCore {
                     return self.install(now, t, o.version, None, out);
                 }
                 let sent = a.read_sent.unwrap_or(now.mono_ms);
-                let seen = Observation::update(a.seen.as_ref(), Some(o.clone()), sent, now.mono_ms);
+                let prior = a.seen.as_ref();
+                let seen =
+                    Observation::update_with(prior, Some(o.clone()), sent, now.mono_ms, self.flaws);
                 let succeeded = self.predecessor.as_deref() == Some(o.record.generation.as_str());
                 let verdict = if succeeded {
                     Liveness::Dead

@@ -10,11 +10,18 @@
 //! - [`observe`]: how a peer judges someone else's lease — only after seeing it unchanged for a
 //!   full TTL on its own monotonic clock, so no wall clock decides a takeover.
 //! - [`cell`]: the claim rule and the evidence rules of a write on a cell head.
+//! - [`claim`]: a claim, resume or adoption of a cell, as a step machine.
+//! - [`claimed`]: the writes of a claimed cell (data, release, hand-off), as a step machine.
+//! - [`write`](mod@write): the settlement of one head write by those rules, as a step machine.
 
 pub mod cell;
+pub mod claim;
+pub mod claimed;
 pub mod lease;
 pub mod observe;
+pub mod write;
 
+pub use crate::flaws::Flaws;
 pub use cell::{decide_claim, next_epoch, readback, ClaimDecision, Evidence, HeadView};
 pub use lease::{
     FenceReason, Holder, LeaseCore, LeaseEffect, LeaseEvent, LeaseStatus, ReadResult, WriteResult,
@@ -22,7 +29,7 @@ pub use lease::{
 pub use observe::{Liveness, Observation, ObservedLease};
 
 /// The time of an event: the process's monotonic clock and its wall clock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Now {
     /// Monotonic milliseconds (arbitrary origin); judges authority, ours and (by observation)
     /// our peers'.
@@ -32,7 +39,7 @@ pub struct Now {
 }
 
 /// Lease timing. `Default` is the seed's production setting: TTL 10 s.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct LeaseConfig {
     /// Lease time to live.
     pub ttl_ms: u64,

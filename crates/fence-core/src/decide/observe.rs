@@ -31,11 +31,20 @@
 //! ```
 
 use super::{LeaseConfig, Now};
+use crate::flaws::{sabotaged, Flaws};
 use crate::record::NodeLeaseRecord;
 use crate::store::Version;
 
+/// The longest TTL a lease record is believed to state: a century, the longest TTL a
+/// [`FenceBuilder`](crate::FenceBuilder) accepts. A record's own `ttl_ms` up to this is
+/// believed whatever the observer's settings, so no mix of TTLs across a fleet lets a peer
+/// take over a holder whose authority has not ended. A record stating more was written by
+/// no fence (hostile, or a unit mistake): its `ttl_ms` is ignored, as a seed record's
+/// missing one is, and the observer's own TTL applies.
+pub const MAX_RECORD_TTL_MS: u64 = 100 * 365 * 24 * 3_600_000;
+
 /// A lease record as a peer reads it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ObservedLease {
     /// The record.
     pub record: NodeLeaseRecord,
@@ -48,7 +57,7 @@ pub struct ObservedLease {
 }
 
 /// What a peer has seen of one lease key over time.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Observation {
     /// The record, or `None` when there is none.
     pub lease: Option<ObservedLease>,
@@ -59,7 +68,7 @@ pub struct Observation {
 }
 
 /// A peer's verdict on a lease.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Liveness {
     /// The holder may still act, at the latest until our monotonic `until_mono`.
     Live {
@@ -94,6 +103,25 @@ impl Observation {
         sent_mono: u64,
         returned_mono: u64,
     ) -> Self {
+        Observation::update_with(prior, lease, sent_mono, returned_mono, Flaws::default())
+    }
+
+    /// [`update`](Self::update) with sabotage `flaws` (only ever set with the `sabotage`
+    /// feature).
+    pub fn update_with(
+        prior: Option<&Observation>,
+        lease: Option<ObservedLease>,
+        sent_mono: u64,
+        returned_mono: u64,
+        flaws: Flaws,
+    ) -> Self {
+        // A confirmation counts from when its read was sent: a renewal may land while it
+        // travels back.
+        let sent_mono = if sabotaged!(flaws, ConfirmAtReturn) {
+            returned_mono
+        } else {
+            sent_mono
+        };
         let same = prior.is_some_and(|p| same_state(p.lease.as_ref(), lease.as_ref()));
         match prior {
             Some(p) if same => Observation {
@@ -106,12 +134,14 @@ impl Observation {
     }
 
     /// How long the holder's authority can last from the first sighting: the longer of our
-    /// TTL and the one the record states (never more than `stale_after`: a record claiming
-    /// more is not believed), plus 0.2 % for monotonic clocks that tick at different rates
-    /// (NTP slews them by up to 0.05 %).
+    /// TTL and the one the record states — believed whatever our own settings, unless it
+    /// exceeds the fixed [`MAX_RECORD_TTL_MS`] (a century, the longest TTL a fence accepts:
+    /// no fence wrote it, and it is ignored) — plus 0.2 % for monotonic clocks that tick at
+    /// different rates (NTP slews them by up to 0.05 %).
     pub fn hold_ms(&self, cfg: &LeaseConfig) -> u64 {
-        let theirs = self.lease.as_ref().and_then(|l| l.ttl_ms).unwrap_or(0);
-        let hold = cfg.ttl_ms.max(theirs.min(cfg.stale_after_ms));
+        let stated = self.lease.as_ref().and_then(|l| l.ttl_ms);
+        let theirs = stated.filter(|t| *t <= MAX_RECORD_TTL_MS).unwrap_or(0);
+        let hold = cfg.ttl_ms.max(theirs);
         hold.saturating_add(hold.div_ceil(500))
     }
 
@@ -223,9 +253,9 @@ mod tests {
             ttl_ms: Some(u64::MAX),
             ..lease("v", u64::MAX)
         };
-        // A record claiming an endless TTL is believed for `stale_after` at most.
+        // A record claiming an endless TTL (no fence writes one) is held for our own TTL.
         let o = Observation::first(Some(hostile), 7);
-        let cap = cfg.stale_after_ms + cfg.stale_after_ms / 500;
+        let cap = cfg.ttl_ms + cfg.ttl_ms / 500;
         assert_eq!(
             o.judge(at(u64::MAX - 1, u64::MAX), &cfg),
             Liveness::Live {

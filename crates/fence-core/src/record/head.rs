@@ -21,7 +21,7 @@ pub struct OwnerRecord {
 }
 
 /// Which format a cell head was read in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HeadFormat {
     /// The seed's `{"node": …, "epoch": …}`: no nonce, no data.
     Seed,
@@ -32,7 +32,7 @@ pub enum HeadFormat {
 }
 
 /// A payload stored as its own immutable object, `cells/<cell>/blobs/<name>`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct BlobRef {
     /// The object's name under the cell's `blobs/` folder: one key segment, never reused.
     pub name: String,
@@ -41,7 +41,7 @@ pub struct BlobRef {
 }
 
 /// Where a cell's payload is.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub enum CellPayload {
     /// No data written yet.
     #[default]
@@ -63,7 +63,7 @@ impl CellPayload {
 }
 
 /// A decoded cell head.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CellHead {
     /// The owner, `None` once released.
     pub node: Option<String>,
@@ -80,6 +80,15 @@ pub struct CellHead {
     pub extra: Extra,
     /// The format it was read in ([`HeadFormat::V2`] for heads this fence builds).
     pub format: HeadFormat,
+}
+
+/// Hashes everything but the unknown fields (which JSON values cannot hash): equal heads
+/// still hash equal.
+impl std::hash::Hash for CellHead {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (&self.node, self.epoch, &self.nonce, &self.generation).hash(state);
+        (&self.payload, self.format).hash(state);
+    }
 }
 
 impl CellHead {

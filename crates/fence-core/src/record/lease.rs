@@ -11,7 +11,7 @@ use crate::store::Version;
 
 /// A node's lease: who, until when (the writer's wall clock), and how to reach it. The seed's
 /// record, field for field.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct NodeLeaseRecord {
     /// The node id.
     pub node: String,

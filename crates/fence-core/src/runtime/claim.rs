@@ -5,16 +5,21 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tracing::{info, warn};
 
-use super::head::{superseded, HeadWrite, Settled};
+use super::head::{superseded, HeadWrite};
 use super::keeper::{Reservation, Shared};
 use super::{bounded, cell, CellData};
-use crate::decide::{decide_claim, ClaimDecision, HeadView, Liveness};
+use std::time::Duration;
+
+use crate::decide::claim::{ClaimEnd, ClaimFlow, ClaimStep};
+use crate::decide::claimed::{
+    admit, collectable, Base, CellEnd, CellStep, CellWrite, Change, Refusal,
+};
 use crate::error::{Commit, Error, ErrorKind};
 use crate::flaws::sabotaged;
 use crate::ownership::check_name;
 use crate::record::{CellHead, CellPayload, Extra, HeadFormat};
 use crate::stats;
-use crate::store::{CasGuard, Version};
+use crate::store::Version;
 
 /// A fenced write's acknowledgement: the head is stored at `version`, and the store applied
 /// it under a guard on a version that named us at `epoch` — so we owned the cell at the
@@ -45,17 +50,26 @@ impl Known {
             extra,
         }
     }
+}
 
-    /// Whether a [`CellClaim::write_if`] expecting `want` may build on this head.
-    fn satisfies(&self, want: Option<&Version>) -> bool {
-        match want {
-            Some(v) => &self.version == v,
-            None => self.payload == CellPayload::default(),
+impl From<Known> for Base {
+    fn from(k: Known) -> Base {
+        Base {
+            version: k.version,
+            payload: k.payload,
+            extra: k.extra.map(|e| *e).unwrap_or_default(),
         }
     }
+}
 
-    fn extra(&self) -> Extra {
-        self.extra.as_deref().cloned().unwrap_or_default()
+impl From<Base> for Known {
+    fn from(b: Base) -> Known {
+        let extra = (!b.extra.is_empty()).then(|| Box::new(b.extra));
+        Known {
+            version: b.version,
+            payload: b.payload,
+            extra,
+        }
     }
 }
 
@@ -115,10 +129,12 @@ fn moved_on(cell: &str) -> Error {
     .not_committed()
 }
 
-fn not_ours(cell: &str, found: u64) -> Error {
-    Error::fenced(format!(
-        "cell {cell}: epoch superseded (now {found}); nothing written"
-    ))
+fn kept_moving(cell: &str) -> Error {
+    Error::new(
+        ErrorKind::Busy,
+        format!("cell {cell}: the head kept moving"),
+    )
+    .not_committed()
 }
 
 pub(crate) async fn claim(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim, Error> {
@@ -137,139 +153,134 @@ pub(crate) async fn claim_or_resume(
         return Err(Error::fenced("cannot claim a cell without a held lease"));
     }
     let slot = shared.reserve(cell).map_err(|e| already_claimed(cell, e))?;
+    let flow = flow(shared, cell).resuming(resumable);
+    run_flow(shared, slot, cell, flow).await
+}
+
+/// The claim machine of this lease for `cell`, with the fence's sabotage switch.
+fn flow(shared: &Arc<Shared>, cell: &str) -> ClaimFlow {
+    let fence = &shared.fence;
+    let _ = cell;
+    #[cfg(feature = "sabotage")]
+    let last_written = fence.last_written(cell);
+    #[cfg(not(feature = "sabotage"))]
+    let last_written = None;
+    let flow = ClaimFlow::new(
+        shared.node(),
+        &shared.generation(),
+        fence.ownership.fresh_nonce(),
+    );
+    flow.with_flaws(fence.flaws, fence.cfg.ttl_ms, last_written)
+}
+
+/// Performs the steps of `flow` until it ends.
+async fn run_flow(
+    shared: &Arc<Shared>,
+    slot: Reservation<'_>,
+    cell: &str,
+    mut flow: ClaimFlow,
+) -> Result<(CellClaim, bool), Error> {
     let fence = &shared.fence;
     let own = &fence.ownership;
     let bound = || shared.request_bound_ms();
-    let read_head = || async {
-        bounded(&fence.clock, bound(), own.read_head(cell))
-            .await
-            .map_err(Error::not_committed)
-    };
-    let mut read = read_head().await?;
-    let mut early = None;
-    if sabotaged!(fence.flaws, EarlySealRead) {
-        early = read.as_ref().map(|(h, _)| h.payload.clone());
-        fence
-            .clock
-            .sleep(std::time::Duration::from_millis(fence.cfg.ttl_ms / 4))
-            .await;
-        read = read_head().await?;
-    }
-    if let Some((h, v)) = &read {
-        let ours = h.node.as_deref() == Some(shared.node()) && h.format == HeadFormat::V2;
-        if ours && h.generation.as_ref().is_some_and(|g| resumable.contains(g)) {
-            info!(
-                node = shared.node(),
-                cell,
-                epoch = h.epoch,
-                "cell resumed at its current epoch"
-            );
-            let claim = reseal(shared, slot, cell, h.clone(), v.clone()).await?;
-            return Ok((claim, true));
-        }
-    }
-    let writer = read.as_ref().and_then(|(h, _)| h.generation.clone());
-    let view = read.as_ref().map(|(h, v)| HeadView {
-        node: h.node.clone(),
-        epoch: h.epoch,
-        version: v.clone(),
-    });
-    let me = shared.node();
-    let mut decision = decide_claim(me, view.as_ref(), None);
-    if let ClaimDecision::NeedLease { node } = &decision {
-        let live = if sabotaged!(fence.flaws, StealLiveOwner) {
-            Liveness::Dead
-        } else {
-            let seen = fence
-                .observer
-                .liveness(fence, node, writer.as_deref(), bound())
-                .await;
-            seen.map_err(Error::not_committed)?
+    let mut step = flow.start();
+    loop {
+        step = match step {
+            ClaimStep::ReadHead => {
+                let read = bounded(&fence.clock, bound(), own.read_head(cell));
+                flow.on_head(read.await.map_err(Error::not_committed)?)
+            }
+            ClaimStep::Sleep(ms) => {
+                fence.clock.sleep(Duration::from_millis(ms)).await;
+                flow.resume()
+            }
+            ClaimStep::JudgeOwner { node, writer } => {
+                let seen = fence
+                    .observer
+                    .liveness(fence, &node, writer.as_deref(), bound());
+                flow.on_liveness(seen.await.map_err(Error::not_committed)?)
+            }
+            ClaimStep::Carry { head, epoch } => {
+                let (payload, extra) = carried(shared, cell, epoch, head).await?;
+                flow.on_carried(payload, extra)
+            }
+            ClaimStep::Seal { body, write } => {
+                let shell = HeadWrite {
+                    own,
+                    cell,
+                    owner: shared.node(),
+                    epoch: body.epoch,
+                    body: &body,
+                    guard: write.guard().clone(),
+                    flaws: fence.flaws,
+                    clock: &fence.clock,
+                };
+                flow.on_sealed(shell.drive(write, bound).await?)
+            }
+            ClaimStep::Done(end) => return claim_ended(shared, slot, cell, end),
         };
-        decision = decide_claim(me, view.as_ref(), Some(live));
     }
-    let (guard, epoch, from) = match decision {
-        ClaimDecision::Claim {
-            guard,
+}
+
+/// The claim, or the error, a finished claim machine stands for.
+fn claim_ended(
+    shared: &Arc<Shared>,
+    slot: Reservation<'_>,
+    cell: &str,
+    end: ClaimEnd,
+) -> Result<(CellClaim, bool), Error> {
+    let me = shared.node();
+    match end {
+        ClaimEnd::Claimed {
             epoch,
+            body,
+            version,
+            resumed,
             takeover_from,
-        } => (guard, epoch, takeover_from),
-        ClaimDecision::NotOurs {
+        } => {
+            if resumed {
+                info!(node = me, cell, epoch, "cell resumed at its current epoch");
+            } else {
+                info!(node = me, cell, epoch, from = ?takeover_from, "cell claimed");
+                stats::claimed(match (&takeover_from, epoch) {
+                    (Some(_), _) => stats::ClaimKind::Takeover,
+                    (None, 1) => stats::ClaimKind::New,
+                    (None, _) => stats::ClaimKind::Reclaim,
+                });
+            }
+            let known = Some(Known::of(body, version));
+            Ok((CellClaim::new(shared, slot, cell, epoch, known), resumed))
+        }
+        ClaimEnd::Busy {
             node,
             epoch,
             until_mono,
         } => {
-            let wait = until_mono.saturating_sub(fence.clock.mono_ms());
-            return Err(Error::new(
+            let wait = until_mono.saturating_sub(shared.fence.clock.mono_ms());
+            Err(Error::new(
                 ErrorKind::Busy,
                 format!("cell {cell} is owned by live node {node} at epoch {epoch} (judged dead in {wait} ms at the earliest if its lease stays unchanged)"),
             )
-            .not_committed());
-        }
-        ClaimDecision::EpochExhausted { epoch } => {
-            let key = own.owner_key(cell)?;
-            return Err(Error::corrupt(
-                &key,
-                format!("epoch {epoch} cannot be raised"),
-            ));
-        }
-        ClaimDecision::NeedLease { node } => {
-            return Err(Error::new(
-                ErrorKind::Busy,
-                format!("cell {cell}: owner {node} not judged"),
-            )
             .not_committed())
         }
-    };
-    let (prior, extra) = match read {
-        Some((h, _)) => carried(shared, cell, epoch, h).await?,
-        None => (CellPayload::Empty, Extra::new()),
-    };
-    let payload = sabotaged_carry(shared, cell, early, prior);
-    let body = CellHead {
-        node: Some(me.to_owned()),
-        epoch,
-        nonce: own.fresh_nonce(),
-        generation: Some(shared.generation()),
-        payload,
-        extra,
-        format: HeadFormat::V2,
-    };
-    if sabotaged!(fence.flaws, SkipSeal) {
-        let known = view.map(|v| Known::of(body, v.version));
-        return Ok((CellClaim::new(shared, slot, cell, epoch, known), false));
-    }
-    let write = HeadWrite {
-        own,
-        cell,
-        owner: me,
-        epoch,
-        body: &body,
-        guard,
-        flaws: fence.flaws,
-        clock: &fence.clock,
-    };
-    match write.settle(bound).await {
-        Ok(Settled::Landed(v)) => {
-            info!(node = me, cell, epoch, from = ?from, "cell claimed");
-            stats::claimed(match (&from, epoch) {
-                (Some(_), _) => stats::ClaimKind::Takeover,
-                (None, 1) => stats::ClaimKind::New,
-                (None, _) => stats::ClaimKind::Reclaim,
-            });
-            let claim = CellClaim::new(shared, slot, cell, epoch, Some(Known::of(body, v)));
-            Ok((claim, false))
-        }
-        Ok(Settled::Moved { .. }) => Err(lost_race(cell, Commit::NotCommitted)),
-        Ok(Settled::Fenced { maybe_landed, .. }) => {
-            let commit = if maybe_landed {
+        ClaimEnd::LostRace { maybe_landed } => Err(lost_race(
+            cell,
+            if maybe_landed {
                 Commit::Ambiguous
             } else {
                 Commit::NotCommitted
-            };
-            Err(lost_race(cell, commit))
+            },
+        )),
+        ClaimEnd::EpochExhausted { epoch } => {
+            let key = shared.fence.ownership.owner_key(cell)?;
+            Err(Error::corrupt(&key, format!("epoch {epoch} cannot be raised")))
         }
-        Err(e) => Err(e),
+        ClaimEnd::NotAdoptable { found: Some((owner, epoch)) } => Err(Error::fenced(format!(
+            "cell {cell} is not this node's to adopt (owner {owner:?} at epoch {epoch}; an older format needs a claim)"
+        ))),
+        ClaimEnd::NotAdoptable { found: None } => {
+            Err(Error::fenced(format!("cell {cell} has no head to adopt")))
+        }
     }
 }
 
@@ -286,95 +297,16 @@ fn already_claimed(cell: &str, epoch: u64) -> Error {
     .not_committed()
 }
 
-/// [`LeaseKeeper::adopt`](super::LeaseKeeper::adopt).
+/// [`LeaseKeeper::adopt`](super::LeaseKeeper::adopt): a resume (a read and the seal at the
+/// head's epoch) of a head that names this node.
 pub(crate) async fn adopt(shared: &Arc<Shared>, cell: &str) -> Result<CellClaim, Error> {
     check_name("cell", cell)?;
     if !shared.is_held() {
         return Err(Error::fenced("cannot adopt a cell without a held lease"));
     }
     let slot = shared.reserve(cell).map_err(|e| already_claimed(cell, e))?;
-    let fence = &shared.fence;
-    let read = bounded(
-        &fence.clock,
-        shared.request_bound_ms(),
-        fence.ownership.read_head(cell),
-    );
-    match read.await.map_err(Error::not_committed)? {
-        Some((h, v)) if h.node.as_deref() == Some(shared.node()) && h.format == HeadFormat::V2 => {
-            let epoch = h.epoch;
-            let claim = reseal(shared, slot, cell, h, v).await?;
-            info!(node = shared.node(), cell, epoch, "cell adopted at its current epoch");
-            Ok(claim)
-        }
-        Some((h, _)) => Err(Error::fenced(format!(
-            "cell {cell} is not this node's to adopt (owner {:?} at epoch {}; an older format needs a claim)",
-            h.node, h.epoch
-        ))),
-        None => Err(Error::fenced(format!("cell {cell} has no head to adopt"))),
-    }
-}
-
-/// Resumes a cell the head `h` (at version `v`) names as ours, at its epoch: one
-/// compare-and-swap of the head at the same epoch, with our write identity. It is the
-/// resume's seal — any write still in flight under an earlier version (a peer's takeover, a
-/// predecessor's late write) is rejected from then on — so a resumed claim is believed only
-/// once nobody else can land one.
-async fn reseal(
-    shared: &Arc<Shared>,
-    slot: Reservation<'_>,
-    cell: &str,
-    h: CellHead,
-    v: Version,
-) -> Result<CellClaim, Error> {
-    let fence = &shared.fence;
-    let me = shared.node();
-    let body = CellHead {
-        node: Some(me.to_owned()),
-        epoch: h.epoch,
-        nonce: fence.ownership.fresh_nonce(),
-        generation: Some(shared.generation()),
-        payload: h.payload,
-        extra: h.extra,
-        format: HeadFormat::V2,
-    };
-    if sabotaged!(fence.flaws, ResumeWithoutSeal) {
-        // Acts on the head as read: nothing tells a racing takeover that we are back.
-        return Ok(CellClaim::new(
-            shared,
-            slot,
-            cell,
-            h.epoch,
-            Some(Known::of(body, v)),
-        ));
-    }
-    let write = HeadWrite {
-        own: &fence.ownership,
-        cell,
-        owner: me,
-        epoch: h.epoch,
-        body: &body,
-        guard: CasGuard::Match(v),
-        flaws: fence.flaws,
-        clock: &fence.clock,
-    };
-    match write.settle(|| shared.request_bound_ms()).await? {
-        Settled::Landed(v) => Ok(CellClaim::new(
-            shared,
-            slot,
-            cell,
-            h.epoch,
-            Some(Known::of(body, v)),
-        )),
-        Settled::Moved { .. } => Err(lost_race(cell, Commit::NotCommitted)),
-        Settled::Fenced { maybe_landed, .. } => Err(lost_race(
-            cell,
-            if maybe_landed {
-                Commit::Ambiguous
-            } else {
-                Commit::NotCommitted
-            },
-        )),
-    }
+    let flow = flow(shared, cell).adopting();
+    run_flow(shared, slot, cell, flow).await.map(|(c, _)| c)
 }
 
 fn lost_race(cell: &str, commit: Commit) -> Error {
@@ -410,24 +342,6 @@ async fn carried(
     extra.extend(h.extra);
     let store = own.store_payload(cell, epoch, data.payload, fence.inline_max);
     Ok((bounded(&fence.clock, bound, store).await?, extra))
-}
-
-/// The payload a sabotaged claim carries instead of the current one.
-fn sabotaged_carry(
-    shared: &Shared,
-    cell: &str,
-    early: Option<CellPayload>,
-    current: CellPayload,
-) -> CellPayload {
-    let _ = (shared, cell);
-    if let Some(p) = early {
-        return p;
-    }
-    #[cfg(feature = "sabotage")]
-    if sabotaged!(shared.fence.flaws, RollbackAcknowledged) {
-        return shared.fence.last_written(cell).unwrap_or(current);
-    }
-    current
 }
 
 impl Drop for CellClaim {
@@ -598,18 +512,7 @@ impl CellClaim {
         payload: Bytes,
         exact: Option<Option<&Version>>,
     ) -> Result<WriteAck, Error> {
-        if !self.shared.is_held() && !sabotaged!(self.shared.fence.flaws, SkipFencedCheck) {
-            return Err(Error::fenced(format!(
-                "cell {}: lease not held; write refused locally",
-                self.cell
-            )));
-        }
-        if let Some(how) = self.ended() {
-            return Err(Error::fenced(format!(
-                "cell {}: the claim has ended ({how:?}); write refused locally",
-                self.cell
-            )));
-        }
+        self.refuse_unless_acting("write")?;
         let fence = &self.shared.fence;
         let stored =
             fence
@@ -644,112 +547,108 @@ impl CellClaim {
         payload: CellPayload,
         exact: Option<Option<&Version>>,
     ) -> Result<WriteAck, Error> {
-        let fence = &self.shared.fence;
-        // Taken for the write: if it is cancelled or gets no verdict, the next write reads
-        // the head instead of trusting a guard the store may have moved past.
-        let mut known = slot.take();
-        if let Some(want) = exact {
-            let base = match known.take() {
-                Some(k) if k.satisfies(want) => k,
-                _ => self.read_known().await?,
-            };
-            if !base.satisfies(want) {
-                self.collect_unused(&payload);
-                *slot = Some(base);
-                return Err(moved_on(&self.cell));
-            }
-            known = Some(base);
-        }
-        for _ in 0..4 {
-            let base = match known.take() {
-                Some(k) => k,
-                None => self.read_known().await?,
-            };
-            let body = CellHead {
-                node: Some(self.shared.node().to_owned()),
-                epoch: self.epoch,
-                nonce: fence.ownership.fresh_nonce(),
-                generation: Some(self.shared.generation()),
-                payload: payload.clone(),
-                extra: base.extra(),
-                format: HeadFormat::V2,
-            };
-            let write = HeadWrite {
-                own: &fence.ownership,
-                cell: &self.cell,
-                owner: self.shared.node(),
-                epoch: self.epoch,
-                body: &body,
-                guard: CasGuard::Match(base.version.clone()),
-                flaws: fence.flaws,
-                clock: &fence.clock,
-            };
-            match write.settle(|| self.shared.request_bound_ms()).await {
-                Ok(Settled::Landed(version)) => {
-                    stats::write_acknowledged();
-                    self.collect_replaced(&base.payload, &payload);
-                    #[cfg(feature = "sabotage")]
-                    if sabotaged!(fence.flaws, RollbackAcknowledged) {
-                        fence.wrote(&self.cell, &payload);
-                    }
-                    *slot = Some(Known::of(body, version.clone()));
-                    return Ok(WriteAck {
-                        epoch: self.epoch,
-                        version,
-                    });
-                }
-                Ok(Settled::Moved { head, version }) if exact.is_some() => {
-                    // Rejected, and the head is another write's: this one never lands.
+        let change = Change::Data {
+            payload: payload.clone(),
+            exact: exact.map(|e| e.cloned()),
+        };
+        let end = match self.change(slot, change).await {
+            Ok(end) => end,
+            Err(e) => {
+                if !e.is_ambiguous() {
                     self.collect_unused(&payload);
-                    *slot = Some(Known::of(head, version));
-                    return Err(moved_on(&self.cell));
                 }
-                Ok(Settled::Moved { head, version }) => known = Some(Known::of(head, version)),
-                Ok(Settled::Fenced {
-                    epoch,
-                    maybe_landed,
-                }) => {
-                    if !maybe_landed {
-                        self.collect_unused(&payload);
-                    }
-                    warn!(node = self.shared.node(), cell = %self.cell, epoch = self.epoch, found = epoch,
-                          "write refused: the epoch was superseded");
-                    self.end(ClaimStatus::Superseded { epoch });
-                    stats::write_fenced();
-                    return Err(superseded(&self.cell, self.epoch, epoch, maybe_landed));
+                return Err(e);
+            }
+        };
+        match end {
+            CellEnd::Written { base, replaced } => {
+                stats::write_acknowledged();
+                self.collect_replaced(&replaced, &payload);
+                #[cfg(feature = "sabotage")]
+                if sabotaged!(self.shared.fence.flaws, RollbackAcknowledged) {
+                    self.shared.fence.wrote(&self.cell, &payload);
                 }
-                Err(e) => {
-                    if !e.is_ambiguous() {
-                        self.collect_unused(&payload);
-                    }
-                    return Err(e);
+                let version = base.version.clone();
+                *slot = Some(Known::from(base));
+                Ok(WriteAck {
+                    epoch: self.epoch,
+                    version,
+                })
+            }
+            CellEnd::Conflict { base } => {
+                // The head is another write's: this one never lands.
+                self.collect_unused(&payload);
+                *slot = Some(Known::from(base));
+                Err(moved_on(&self.cell))
+            }
+            CellEnd::Superseded {
+                epoch,
+                maybe_landed,
+            } => {
+                if !maybe_landed {
+                    self.collect_unused(&payload);
                 }
+                warn!(node = self.shared.node(), cell = %self.cell, epoch = self.epoch, found = epoch,
+                      "write refused: the epoch was superseded");
+                stats::write_fenced();
+                Err(self.superseded_by(epoch, maybe_landed))
+            }
+            CellEnd::KeptMoving => {
+                self.collect_unused(&payload);
+                Err(kept_moving(&self.cell))
             }
         }
-        Err(Error::new(
-            ErrorKind::Busy,
-            format!("cell {}: the head kept moving", self.cell),
-        )
-        .not_committed())
     }
 
-    /// Reads the head for a write's guard: it must still be ours at our epoch.
-    async fn read_known(&self) -> Result<Known, Error> {
-        let own = &self.shared.fence.ownership;
-        let read = bounded(
-            &self.shared.fence.clock,
-            self.shared.request_bound_ms(),
-            own.read_head(&self.cell),
-        );
-        let found = match read.await.map_err(Error::not_committed)? {
-            Some((h, v)) if h.is_owned_by(self.shared.node(), self.epoch) => {
-                return Ok(Known::of(h, v))
-            }
-            Some((h, _)) => h.epoch,
-            None => 0,
-        };
-        self.end(ClaimStatus::Superseded { epoch: found });
-        Err(not_ours(&self.cell, found))
+    /// Performs the steps of one change of this claim's head, from what the claim knows of
+    /// it (taken: if the change is cancelled or gets no verdict, the next one reads the head
+    /// instead of trusting a guard the store may have moved past).
+    async fn change(&self, slot: &mut Option<Known>, change: Change) -> Result<CellEnd, Error> {
+        let fence = &self.shared.fence;
+        let own = &fence.ownership;
+        let bound = || self.shared.request_bound_ms();
+        let known = slot.take().map(Base::from);
+        let me = self.shared.node();
+        let nonce = own.fresh_nonce();
+        let mut core = CellWrite::new(
+            me,
+            self.epoch,
+            &self.shared.generation(),
+            nonce,
+            change,
+            known,
+        )
+        .with_flaws(fence.flaws);
+        let mut step = core.start();
+        loop {
+            step = match step {
+                CellStep::ReadBase => {
+                    let read = bounded(&fence.clock, bound(), own.read_head(&self.cell));
+                    core.on_read(read.await.map_err(Error::not_committed)?)
+                }
+                CellStep::Seal { body, write } => {
+                    let shell = HeadWrite {
+                        own,
+                        cell: &self.cell,
+                        owner: me,
+                        epoch: self.epoch,
+                        body: &body,
+                        guard: write.guard().clone(),
+                        flaws: fence.flaws,
+                        clock: &fence.clock,
+                    };
+                    let settled = shell.drive(write, bound).await?;
+                    core.on_settled(body, settled)
+                }
+                CellStep::Done(end) => return Ok(end),
+            };
+        }
+    }
+
+    /// Ends this claim as superseded by `epoch` and says so.
+    fn superseded_by(&self, epoch: u64, maybe_landed: bool) -> Error {
+        self.end(ClaimStatus::Superseded { epoch });
+        superseded(&self.cell, self.epoch, epoch, maybe_landed)
     }
 
     /// Refuses once the claim has ended in any way (closed included): nothing more is sent
@@ -769,13 +668,15 @@ impl CellClaim {
     /// once the claim's write lock is taken, so a request queued behind a slow one is never
     /// sent after the lease's authority ran out meanwhile.
     fn refuse_unless_acting(&self, what: &str) -> Result<(), Error> {
-        if !self.shared.is_held() && !sabotaged!(self.shared.fence.flaws, SkipFencedCheck) {
-            return Err(Error::fenced(format!(
+        let ended = self.ended().is_some();
+        match admit(self.shared.is_held(), ended, self.shared.fence.flaws) {
+            Ok(()) => Ok(()),
+            Err(Refusal::LeaseNotHeld) => Err(Error::fenced(format!(
                 "cell {}: lease not held; {what} refused locally, nothing written",
                 self.cell
-            )));
+            ))),
+            Err(Refusal::ClaimEnded) => self.refuse_if_over(),
         }
-        self.refuse_if_over()
     }
 
     /// Stops this claim: waits until no write of it is in flight, then ends it, so from the
@@ -851,13 +752,9 @@ impl CellClaim {
         if sabotaged!(self.shared.fence.flaws, HandOffUnregistersEarly) {
             self.leave_register();
         }
-        let receiver = |base| {
-            (
-                Some(to.to_owned()),
-                next,
-                generation.map(str::to_owned),
-                base,
-            )
+        let receiver = Change::HandOff {
+            to: to.to_owned(),
+            generation: generation.map(str::to_owned),
         };
         match self.rewrite(&mut slot, receiver).await {
             Ok(()) => {
@@ -879,15 +776,20 @@ impl CellClaim {
         }
     }
 
-    /// Deletes a payload object that no head refers to, in the background.
+    /// Deletes a payload object that no head refers to, in the background, bounded like
+    /// every request of a claim (a store that never answers leaves no task behind).
     fn collect_unused(&self, payload: &CellPayload) {
         let Some(blob) = payload.blob().cloned() else {
             return;
         };
-        let own = self.shared.fence.ownership.clone();
+        let fence = &self.shared.fence;
+        let own = fence.ownership.clone();
+        let clock = fence.clock.clone();
+        let bound = fence.cfg.attempt_max_ms;
         let cell = self.cell.to_string();
         tokio::spawn(async move {
-            if let Err(e) = own.delete_blob(&cell, &blob).await {
+            let delete = own.delete_blob(&cell, &blob);
+            if let Err(e) = bounded(&clock, bound, delete).await {
                 tracing::debug!(cell, blob = blob.name, error = %e, "payload object left for collection");
             }
         });
@@ -920,8 +822,8 @@ impl CellClaim {
                 continue;
             };
             let epoch = name.split('-').next().and_then(|e| e.parse::<u64>().ok());
-            let older = epoch.is_some_and(|e| e < self.epoch);
-            if older && current.as_deref() != Some(name) {
+            let current = current.as_deref() == Some(name);
+            if collectable(epoch, self.epoch, current, fence.flaws) {
                 bounded(&fence.clock, bound(), own.store().delete_immutable(&key)).await?;
                 deleted += 1;
             }
@@ -956,66 +858,23 @@ impl CellClaim {
         self.refuse_if_over()?;
         let mut slot = self.known.lock().await;
         self.refuse_unless_acting("release")?;
-        self.rewrite(&mut slot, |base| {
-            (None, self.epoch, Some(self.shared.generation()), base)
-        })
-        .await?;
+        self.rewrite(&mut slot, Change::Release).await?;
         info!(node = self.shared.node(), cell = %self.cell, epoch = self.epoch, "cell released");
         self.end(ClaimStatus::Released);
         Ok(())
     }
 
-    /// Rewrites the head from what this claim knows of it — `shape` gives the new owner,
-    /// epoch and writer generation over the current head — re-reading after a co-writer's
-    /// move, until the write lands or the cell is found superseded.
-    async fn rewrite(
-        &self,
-        slot: &mut Option<Known>,
-        shape: impl Fn(Known) -> (Option<String>, u64, Option<String>, Known),
-    ) -> Result<(), Error> {
-        let fence = &self.shared.fence;
-        let mut known = slot.take();
-        for _ in 0..4 {
-            let base = match known.take() {
-                Some(k) => k,
-                None => self.read_known().await?,
-            };
-            let (node, epoch, generation, base) = shape(base);
-            let body = CellHead {
-                node,
+    /// Rewrites the head from what this claim knows of it (a release or a hand-off),
+    /// re-reading after a co-writer's move, until the write lands or the cell is found
+    /// superseded.
+    async fn rewrite(&self, slot: &mut Option<Known>, change: Change) -> Result<(), Error> {
+        match self.change(slot, change).await? {
+            CellEnd::Written { .. } => Ok(()),
+            CellEnd::Superseded {
                 epoch,
-                nonce: fence.ownership.fresh_nonce(),
-                generation,
-                extra: base.extra(),
-                payload: base.payload,
-                format: HeadFormat::V2,
-            };
-            let write = HeadWrite {
-                own: &fence.ownership,
-                cell: &self.cell,
-                owner: self.shared.node(),
-                epoch: self.epoch,
-                body: &body,
-                guard: CasGuard::Match(base.version),
-                flaws: fence.flaws,
-                clock: &fence.clock,
-            };
-            match write.settle(|| self.shared.request_bound_ms()).await? {
-                Settled::Landed(_) => return Ok(()),
-                Settled::Moved { head, version } => known = Some(Known::of(head, version)),
-                Settled::Fenced {
-                    epoch,
-                    maybe_landed,
-                } => {
-                    self.end(ClaimStatus::Superseded { epoch });
-                    return Err(superseded(&self.cell, self.epoch, epoch, maybe_landed));
-                }
-            }
+                maybe_landed,
+            } => Err(self.superseded_by(epoch, maybe_landed)),
+            CellEnd::Conflict { .. } | CellEnd::KeptMoving => Err(kept_moving(&self.cell)),
         }
-        Err(Error::new(
-            ErrorKind::Busy,
-            format!("cell {}: the head kept moving", self.cell),
-        )
-        .not_committed())
     }
 }

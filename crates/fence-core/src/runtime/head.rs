@@ -1,24 +1,19 @@
-//! The protocol of every write of a cell head — claims, fenced writes, releases,
-//! `update_cell` — settled by evidence only (see [`crate::decide::cell`]).
-//!
-//! The same body (one nonce) is sent on every attempt under the same guard, so at most one
-//! attempt can land and a read-back recognises whichever did. After an ambiguous answer the
-//! write is only ever re-sent unchanged; it is never rebuilt on a newer head, because a head
-//! that moved on does not prove ours never landed underneath it.
+//! The shell of every write of a cell head — claims, fenced writes, releases,
+//! `update_cell`: it performs the steps of [`crate::decide::write::HeadWrite`], which settles
+//! the write by evidence only (see [`crate::decide::cell`]).
 
 use std::time::Duration;
 
 use super::bounded;
 use crate::clock::Clock;
-use crate::decide::{readback, Evidence};
+use crate::decide::write::{self, PutAnswer, ReadAnswer, Unsettled, WriteStep};
 use crate::error::{Commit, Error, ErrorKind};
-use crate::flaws::{sabotaged, Flaws};
+use crate::flaws::Flaws;
 use crate::ownership::Ownership;
 use crate::record::CellHead;
-use crate::store::{CasGuard, PutOutcome, Version};
+use crate::store::{CasGuard, PutOutcome};
 
-/// Sends per write, re-sends of the same request included.
-const MAX_SENDS: usize = 4;
+pub(crate) use crate::decide::write::Settled;
 
 /// The error of a head write that found the cell no longer `(owner, epoch)`'s:
 /// [`ErrorKind::Fenced`], not committed — unless an attempt may have landed before the cell
@@ -41,23 +36,6 @@ pub(crate) fn superseded(cell: &str, epoch: u64, found: u64, maybe_landed: bool)
     }
 }
 
-/// How a head write ended.
-#[derive(Debug)]
-pub(crate) enum Settled {
-    /// The write is in the store at this version.
-    Landed(Version),
-    /// Proven not landed; the head moved to `head` at `version`, still `(owner, epoch)` (a
-    /// co-writer at the same epoch): rebuild on it and write again.
-    Moved { head: CellHead, version: Version },
-    /// The cell is no longer `(owner, epoch)`'s: a later epoch, another owner, a release.
-    Fenced {
-        /// The epoch found (0 when the head is gone).
-        epoch: u64,
-        /// Whether our write may have landed before it was superseded.
-        maybe_landed: bool,
-    },
-}
-
 /// One write of a cell head.
 pub(crate) struct HeadWrite<'a> {
     pub(crate) own: &'a Ownership,
@@ -74,88 +52,91 @@ pub(crate) struct HeadWrite<'a> {
 impl HeadWrite<'_> {
     /// Sends the write until the evidence settles it; `bound` gives each request's timeout.
     pub(crate) async fn settle(&self, bound: impl Fn() -> u64) -> Result<Settled, Error> {
-        let nonces = [self.body.nonce.clone()];
-        let mut uncertain = false;
-        let mut last: Option<Error> = None;
-        for send in 0..MAX_SENDS {
-            let put = self.own.put_head(self.cell, self.body, self.guard.clone());
-            match bounded(self.clock, bound(), put).await {
-                Ok(PutOutcome::Applied(v)) => return Ok(Settled::Landed(v)),
-                Ok(PutOutcome::Rejected) => {}
-                Err(e) if e.commit() == Commit::NotCommitted => {
-                    if !e.is_retryable() || send + 1 == MAX_SENDS {
-                        return Err(self.unsettled(e, uncertain));
-                    }
-                    self.clock.sleep(Duration::from_millis(5 << send)).await;
-                    last = Some(e);
-                    continue;
-                }
-                Err(e) => {
-                    if sabotaged!(self.flaws, AckWithoutOwnerRead) {
-                        return Ok(Settled::Landed(Version::new("unconfirmed")?));
-                    }
-                    uncertain = true;
-                    last = Some(e);
-                }
-            }
-            let head = match bounded(self.clock, bound(), self.own.read_head(self.cell)).await {
-                Ok(h) => h,
-                // Re-sending the same request is safe either way; a plain rejection with
-                // nothing uncertain is not re-sent.
-                Err(e) if uncertain => {
-                    last = Some(e);
-                    continue;
-                }
-                Err(e) => return Err(e.not_committed()),
-            };
-            let seen = head.as_ref().map(|(h, v)| (h, v));
-            match readback(seen, &nonces, &self.guard, self.owner, self.epoch) {
-                Evidence::Landed(v) => return Ok(Settled::Landed(v)),
-                Evidence::Unchanged if uncertain => continue,
-                Evidence::Unchanged => {
-                    return Err(Error::new(
-                        ErrorKind::Unavailable,
-                        format!(
-                            "cell {}: the store rejected a write whose guard still holds (not linearizable?)",
-                            self.cell
-                        ),
-                    )
-                    .not_committed())
-                }
-                Evidence::MovedOn(version)
-                    if !uncertain || sabotaged!(self.flaws, ReapplyAfterAmbiguity) =>
-                {
-                    let head = head.map(|(h, _)| h).ok_or_else(|| self.gone())?;
-                    return Ok(Settled::Moved { head, version });
-                }
-                Evidence::MovedOn(_) => {
-                    let e = Error::new(
-                        ErrorKind::Conflict,
-                        format!(
-                            "cell {}: another write at epoch {} came first; ours may have landed under it and is never re-applied",
-                            self.cell, self.epoch
-                        ),
-                    );
-                    return Err(self.unsettled(e, true));
-                }
-                Evidence::Superseded { epoch } => {
-                    return Ok(Settled::Fenced {
-                        epoch,
-                        maybe_landed: uncertain,
-                    })
-                }
-            }
-        }
-        let e =
-            last.unwrap_or_else(|| Error::new(ErrorKind::Unavailable, "the store gave no verdict"));
-        Err(self.unsettled(e, uncertain))
+        let core = write::HeadWrite::new(
+            self.body.nonce.clone(),
+            self.guard.clone(),
+            self.owner,
+            self.epoch,
+        )
+        .with_flaws(self.flaws);
+        self.drive(core, bound).await
     }
 
-    fn gone(&self) -> Error {
-        Error::new(
-            ErrorKind::Unavailable,
-            format!("cell {}: head vanished", self.cell),
-        )
+    /// Performs the steps of `core`, a settlement of this write, until it settles.
+    pub(crate) async fn drive(
+        &self,
+        mut core: write::HeadWrite,
+        bound: impl Fn() -> u64,
+    ) -> Result<Settled, Error> {
+        let mut last: Option<Error> = None;
+        let mut step = core.start();
+        loop {
+            step = match step {
+                WriteStep::Send => {
+                    let put = self.own.put_head(self.cell, self.body, self.guard.clone());
+                    let answer = match bounded(self.clock, bound(), put).await {
+                        Ok(PutOutcome::Applied(v)) => PutAnswer::Applied(v),
+                        Ok(PutOutcome::Rejected) => PutAnswer::Rejected,
+                        Err(e) => {
+                            let answer = match e.commit() {
+                                Commit::NotCommitted => PutAnswer::NotCommitted {
+                                    retryable: e.is_retryable(),
+                                },
+                                Commit::Ambiguous => PutAnswer::Ambiguous,
+                            };
+                            last = Some(e);
+                            answer
+                        }
+                    };
+                    core.on_put(answer)
+                }
+                WriteStep::Pause(ms) => {
+                    self.clock.sleep(Duration::from_millis(ms)).await;
+                    core.resume()
+                }
+                WriteStep::Read => {
+                    let read = bounded(self.clock, bound(), self.own.read_head(self.cell)).await;
+                    let answer = match read {
+                        Ok(h) => ReadAnswer::Head(h),
+                        Err(e) => {
+                            last = Some(e);
+                            ReadAnswer::Failed
+                        }
+                    };
+                    core.on_read(answer)
+                }
+                WriteStep::Done(settled) => return Ok(settled),
+                WriteStep::Failed(why) => return Err(self.failed(why, last)),
+            };
+        }
+    }
+
+    /// The error of a write that settled on no verdict to build on.
+    fn failed(&self, why: Unsettled, last: Option<Error>) -> Error {
+        let last =
+            last.unwrap_or_else(|| Error::new(ErrorKind::Unavailable, "the store gave no verdict"));
+        match why {
+            Unsettled::NoVerdict { ambiguous } => self.unsettled(last, ambiguous),
+            Unsettled::ReadFailed => last.not_committed(),
+            Unsettled::GuardStillHolds => Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "cell {}: the store rejected a write whose guard still holds (not linearizable?)",
+                    self.cell
+                ),
+            )
+            .not_committed(),
+            Unsettled::MovedAfterAmbiguity => {
+                let e = Error::new(
+                    ErrorKind::Conflict,
+                    format!(
+                        "cell {}: another write at epoch {} came first; ours may have landed under it and is never re-applied",
+                        self.cell, self.epoch
+                    ),
+                );
+                self.unsettled(e, true)
+            }
+        }
     }
 
     /// The error of a write that got no verdict: ambiguous if any attempt may have landed.

@@ -145,7 +145,7 @@ impl Shared {
         self.core().is_held(now)
     }
 
-    fn status_now(&self) -> LeaseStatus {
+    pub(crate) fn status_now(&self) -> LeaseStatus {
         let now = self.fence.now();
         self.core().status_at(now)
     }
@@ -495,6 +495,67 @@ impl LeaseKeeper {
     /// won; [`ErrorKind::Corrupt`] if the head is.
     pub async fn claim(&self, cell: &str) -> Result<claim::CellClaim, Error> {
         claim::claim(&self.shared, cell).await
+    }
+
+    /// Claims `cell`, waiting up to `timeout` for it to come free: the cell's counterpart of
+    /// [`Fence::acquire_wait`]. A first [`claim`](Self::claim) (two requests for a free
+    /// cell); while a live node owns the cell, its head and its owner's lease are looked at
+    /// every [`poll_ms`](crate::decide::LeaseConfig::poll_ms) — or sooner, at the instant
+    /// the owner's lease could be judged dead — and the cell is claimed as soon as it is
+    /// released or its owner is judged dead by the observation rule (its lease record seen
+    /// unchanged for a full TTL by this process; a node never watched before costs that
+    /// TTL, as with `claim`). Store failures are retried with backoff until the deadline.
+    ///
+    /// Errors: [`ErrorKind::Busy`] (not committed) if a live owner still had the cell at the
+    /// deadline — answered at the deadline, an attempt already under way finishing first
+    /// (each of its requests bounded as `claim`'s are); else the store's last error if every
+    /// attempt failed; [`ErrorKind::Fenced`] as soon as this lease is not held — nothing is
+    /// claimed after it is lost; at once, the errors `claim` gives for bad input, a cell this
+    /// lease already claims, a corrupt head or refused credentials.
+    ///
+    /// ```
+    /// # fn block(f: impl std::future::Future<Output = ()>) {
+    /// #     tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true)
+    /// #         .build().unwrap().block_on(f)
+    /// # }
+    /// # block(async {
+    /// use std::{sync::Arc, time::Duration};
+    /// use fence_core::{ErrorKind, Fence, MemoryStore};
+    /// let store = Arc::new(MemoryStore::new());
+    /// let a = Fence::builder(store.clone(), "a").build().unwrap().acquire().await.unwrap();
+    /// let b = Fence::builder(store, "b").build().unwrap().acquire().await.unwrap();
+    /// let held = a.claim("jobs").await.unwrap();
+    /// // a is alive and renewing: b waits a second, then hears Busy.
+    /// let err = b.claim_wait("jobs", Duration::from_secs(1)).await.unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::Busy);
+    /// // Once a releases, b gets it at the next look.
+    /// let (released, claimed) = tokio::join!(held.release(), b.claim_wait("jobs", Duration::from_secs(5)));
+    /// released.unwrap();
+    /// assert_eq!(claimed.unwrap().epoch(), 2);
+    /// # });
+    /// ```
+    ///
+    /// Cancelling it is as safe as cancelling `claim`: a claim whose write may have landed
+    /// leaves the cell named by this node at a new epoch, with no [`CellClaim`](claim::CellClaim);
+    /// peers take it once this lease ends, and this lease may claim it again.
+    pub async fn claim_wait(
+        &self,
+        cell: &str,
+        timeout: std::time::Duration,
+    ) -> Result<claim::CellClaim, Error> {
+        let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        let wait = super::wait::Wait {
+            shared: &self.shared,
+            cell,
+            deadline: Some(self.shared.fence.clock.mono_ms().saturating_add(timeout_ms)),
+            period_ms: self.shared.fence.cfg.poll_ms(),
+            look_first: false,
+        };
+        match wait.run(&mut |_| {}, std::future::pending()).await? {
+            super::wait::Waited::Claimed(c) => Ok(c),
+            // `pending()` never fires: there is no stop signal to end the wait.
+            super::wait::Waited::Stopped => Err(Error::new(ErrorKind::Other, "wait stopped")),
+        }
     }
 
     /// Claims each of `cells` (see [`claim`](Self::claim)) with at most `concurrency` claims

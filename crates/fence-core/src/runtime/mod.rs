@@ -26,13 +26,17 @@
 //! - [`observer`]: judging other nodes' leases, one read shared by all cells of a node;
 //! - [`claim`]: claims and the fenced writes of a claimed cell;
 //! - `head`: the write protocol every head write goes through (evidence, never guesses);
-//! - [`cell`]: reading a cell, and writing one without a keeper (`update_cell`).
+//! - [`cell`]: reading a cell, and writing one without a keeper (`update_cell`);
+//! - `wait`: waiting for a cell ([`LeaseKeeper::claim_wait`], and an election's campaign);
+//! - [`leader`]: leader election for one resource ([`Election`]).
 
 pub mod cell;
 pub mod claim;
 mod head;
 pub mod keeper;
+pub mod leader;
 pub mod observer;
+mod wait;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -48,6 +52,7 @@ use crate::store::ConditionalStore;
 pub use cell::{read_cell, update_cell, CellData};
 pub use claim::{CellClaim, ClaimStatus, WriteAck};
 pub use keeper::LeaseKeeper;
+pub use leader::{Election, ElectionBuilder, Leader, LeaderEvent, Leadership, StepDown};
 pub use observer::Observer;
 
 /// Builds a [`Fence`].
@@ -68,7 +73,7 @@ pub struct FenceBuilder {
 
 /// The longest TTL, skew margin or stale-after a fence accepts: a century. Longer ones are
 /// certainly a unit mistake, and lease arithmetic near `u64::MAX` ms only saturates.
-const MAX_SETTING_MS: u64 = 100 * 365 * 24 * 3_600_000;
+const MAX_SETTING_MS: u64 = crate::decide::observe::MAX_RECORD_TTL_MS;
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -263,6 +268,12 @@ impl Fence {
             entropy: None,
             flaws: Flaws::default(),
         }
+    }
+
+    /// This fence's sabotage switch (always empty without the `sabotage` feature), for the
+    /// rules other crates run on its behalf ([`crate::decide::claimed::record_is_ours`]).
+    pub fn flaws(&self) -> crate::decide::Flaws {
+        self.flaws
     }
 
     /// The ownership API underneath (records, keys).

@@ -92,7 +92,7 @@ impl Observer {
             ttl_ms: l.ttl_ms,
         });
         let mut seen = self.seen();
-        let next = Observation::update(seen.get(node), lease, sent, returned);
+        let next = Observation::update_with(seen.get(node), lease, sent, returned, fence.flaws);
         Self::make_room(&mut seen, node);
         seen.insert(node.to_owned(), next.clone());
         Ok(next)

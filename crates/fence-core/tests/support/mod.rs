@@ -41,8 +41,13 @@ pub struct Steered {
 
 impl Steered {
     pub fn new() -> Arc<Self> {
+        Self::over(Arc::new(MemoryStore::new()))
+    }
+
+    /// One process's steerable path to `inner`, which others may reach directly.
+    pub fn over(inner: Arc<MemoryStore>) -> Arc<Self> {
         Arc::new(Steered {
-            inner: Arc::new(MemoryStore::new()),
+            inner,
             plan: Mutex::new(HashMap::new()),
             applied: Arc::new(Mutex::new(Vec::new())),
         })

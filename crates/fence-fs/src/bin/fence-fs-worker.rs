@@ -2,15 +2,21 @@
 //!
 //! - `fence-fs-worker incr ROOT KEY N`: N compare-and-swap increments of a decimal counter;
 //! - `fence-fs-worker crash-writer ROOT KEY`: rewrites KEY by CAS forever with
-//!   self-describing bodies (`seq=N;len=L;` then filler), until killed;
+//!   self-describing bodies (`seq=N;len=L;` then filler), printing `ack N` once write N is
+//!   acknowledged; after each write it creates a payload object `KEY.p/N` and deletes the
+//!   one before (as a head's payload objects are collected), until killed;
+//! - `fence-fs-worker writer ROOT KEY BYTES`: read-modify-CAS of KEY with BODY-sized
+//!   bodies forever, until killed;
+//! - `fence-fs-worker cycle ROOT CELL`: as node `cycler`, claims CELL's owner record at the
+//!   next epoch and releases it, forever, until killed;
 //! - `fence-fs-worker lease ROOT NODE`: waits for a line on stdin, then tries to acquire
 //!   NODE's lease with `CasGuard::Absent` and prints `applied` or `rejected`;
-//! - `fence-fs-worker hold-lock ROOT KEY`: takes KEY's file lock (as a writer in the middle
-//!   of a write holds it), prints `locked`, and holds it until stdin closes or has a line;
 //! - `fence-fs-worker create ROOT KEY BODY`: one create-if-absent put; prints `applied` or
-//!   `rejected`.
+//!   `rejected`;
+//! - `fence-fs-worker create-sized ROOT KEY BYTES`: the same with a body of BYTES bytes;
+//!   prints `applied`, `rejected` or `error <kind>`.
 
-use std::io::BufRead;
+use std::io::{BufRead, Write};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -37,49 +43,36 @@ async fn run(args: &[String]) -> Result<(), Error> {
     let usage = || {
         Error::new(
             ErrorKind::InvalidInput,
-            "usage: incr|crash-writer|lease|hold-lock|create ROOT ...",
+            "usage: incr|crash-writer|writer|cycle|lease|create|create-sized ROOT ...",
         )
     };
     let (mode, root) = match args {
         [mode, root, ..] => (mode.as_str(), root),
         _ => return Err(usage()),
     };
-    if let ("hold-lock", [key]) = (mode, &args[2..]) {
-        return hold_lock(root, &Key::new(key.as_str())?);
-    }
     let store = FsStore::open(root)?;
     match (mode, &args[2..]) {
         ("incr", [key, n]) => increment(&store, &Key::new(key.as_str())?, parse(n)?).await,
         ("crash-writer", [key]) => crash_writer(&store, &Key::new(key.as_str())?).await,
+        ("writer", [key, bytes]) => {
+            writer(&store, &Key::new(key.as_str())?, parse(bytes)? as usize).await
+        }
         ("lease", [node]) => lease(store, node).await,
+        ("cycle", [cell]) => cycle(store, cell).await,
         ("create", [key, body]) => create(&store, &Key::new(key.as_str())?, body).await,
+        ("create-sized", [key, bytes]) => {
+            let body = "x".repeat(parse(bytes)? as usize);
+            if let Err(e) = create(&store, &Key::new(key.as_str())?, &body).await {
+                println!("error {:?}", e.kind());
+            }
+            Ok(())
+        }
         _ => Err(usage()),
     }
 }
 
 fn io_error(what: &'static str) -> impl Fn(std::io::Error) -> Error {
     move |e| Error::new(ErrorKind::Other, what).with_source(e)
-}
-
-/// Holds `key`'s lock file (see [`fence_fs::layout::ObjectPath::lock_file`]) until stdin
-/// has a line or closes.
-fn hold_lock(root: &str, key: &Key) -> Result<(), Error> {
-    let path = std::path::Path::new(root).join(fence_fs::layout::object_path(key)?.lock_file());
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(io_error("cannot create the lock's directory"))?;
-    }
-    let lock = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(io_error("cannot open the lock file"))?;
-    lock.lock().map_err(io_error("cannot lock"))?;
-    println!("locked");
-    let mut line = String::new();
-    let _ = std::io::stdin().lock().read_line(&mut line);
-    Ok(())
 }
 
 async fn create(store: &FsStore, key: &Key, body: &str) -> Result<(), Error> {
@@ -133,14 +126,51 @@ pub fn crash_body(seq: u64, len: usize) -> Vec<u8> {
 
 async fn crash_writer(store: &FsStore, key: &Key) -> Result<(), Error> {
     let entropy = Entropy::from_os();
+    let mut out = std::io::stdout().lock();
     loop {
         let (guard, seq) = match store.get(key).await? {
             None => (CasGuard::Absent, 0),
             Some(Stored { body, version }) => (CasGuard::Match(version), crash_seq(key, &body)?),
         };
         let len = 16 + entropy.below(128 * 1024) as usize;
+        let body = Bytes::from(crash_body(seq + 1, len));
+        if let PutOutcome::Applied(_) = store.put(key, body, guard).await? {
+            writeln!(out, "ack {}", seq + 1)
+                .and_then(|()| out.flush())
+                .map_err(io_error("stdout"))?;
+        }
+        payload_turn(store, key, seq + 1).await?;
+    }
+}
+
+/// Creates payload object `KEY.p/seq` and deletes every other one, as a head's payload
+/// objects are written once and collected (fence-core lists and deletes those of replaced
+/// heads).
+async fn payload_turn(store: &FsStore, key: &Key, seq: u64) -> Result<(), Error> {
+    let prefix = Key::new(format!("{key}.p"))?;
+    let current = prefix.join(&seq.to_string())?;
+    store
+        .put(&current, Bytes::from(crash_body(seq, 64)), CasGuard::Absent)
+        .await?;
+    for old in store.list(Some(&prefix)).await? {
+        if old != current {
+            store.delete_immutable(&old).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Read-modify-CAS of `key` forever with `bytes`-long bodies (rejections are retried).
+async fn writer(store: &FsStore, key: &Key, bytes: usize) -> Result<(), Error> {
+    let mut seq = 0u64;
+    loop {
+        let guard = match store.get(key).await? {
+            None => CasGuard::Absent,
+            Some(stored) => CasGuard::Match(stored.version),
+        };
+        seq += 1;
         store
-            .put(key, Bytes::from(crash_body(seq + 1, len)), guard)
+            .put(key, Bytes::from(crash_body(seq, bytes)), guard)
             .await?;
     }
 }
@@ -151,6 +181,18 @@ fn crash_seq(key: &Key, body: &[u8]) -> Result<u64, Error> {
         .and_then(|r| r.split(';').next())
         .and_then(|n| n.parse().ok())
         .ok_or_else(|| Error::corrupt(key, "not a crash-writer body"))
+}
+
+async fn cycle(store: FsStore, cell: &str) -> Result<(), Error> {
+    let ownership = Ownership::new(Arc::new(store), "cycler");
+    loop {
+        let (guard, epoch) = match ownership.read_owner(cell).await? {
+            None => (CasGuard::Absent, 0),
+            Some(owner) => (CasGuard::Match(owner.etag), owner.epoch),
+        };
+        ownership.cas_owner(cell, guard, epoch + 1).await?;
+        ownership.release_owner(cell, epoch + 1).await?;
+    }
 }
 
 async fn lease(store: FsStore, node: &str) -> Result<(), Error> {

@@ -1,4 +1,5 @@
-//! [`ObjectStoreAdapter`]: the reference [`ConditionalStore`] over any [`ObjectStore`].
+//! [`ObjectStoreAdapter`]: the reference [`ConditionalStore`] over any
+//! [`ObjectStore`](https://docs.rs/object_store/0.14/object_store/trait.ObjectStore.html).
 
 use std::sync::Arc;
 
@@ -15,7 +16,7 @@ use object_store::{
     GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion,
 };
 
-/// A [`ConditionalStore`] over any [`ObjectStore`] with conditional puts (`PutMode::Create`
+/// A [`ConditionalStore`] over any [`ObjectStore`](https://docs.rs/object_store/0.14/object_store/trait.ObjectStore.html) with conditional puts (`PutMode::Create`
 /// and `PutMode::Update`): the adapter that docs/testkit.md ("Writing an adapter") walks
 /// through, and the kit's own subject when it runs faults below an adapter
 /// ([`FaultyObjectStore`](super::FaultyObjectStore)).

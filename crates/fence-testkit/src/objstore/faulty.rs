@@ -21,7 +21,7 @@ use object_store::{
 use crate::wire::{InFlight, Ledger, Upstream};
 
 /// One fault of a [`FaultyObjectStore`]. Every one of them surfaces as
-/// [`object_store::Error::Generic`] (what a transport failure looks like through
+/// [`object_store::Error::Generic`](https://docs.rs/object_store/0.14/object_store/enum.Error.html#variant.Generic) (what a transport failure looks like through
 /// object_store), so only the ledger knows whether the write took effect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StoreFault {
@@ -82,7 +82,7 @@ fn injected(fault: StoreFault, inner: Option<object_store::Error>) -> object_sto
     }
 }
 
-/// An [`ObjectStore`] wrapping another that injects seeded faults into `put_opts` (and
+/// An [`ObjectStore`](https://docs.rs/object_store/0.14/object_store/trait.ObjectStore.html) wrapping another that injects seeded faults into `put_opts` (and
 /// failures into `get_opts`), and records in a [`Ledger`] what the store below did with
 /// every marked write ([`TOKEN_MARKER`](crate::wire::TOKEN_MARKER)). An adapter over
 /// object_store is tested with it like one over HTTP is with a
@@ -131,7 +131,7 @@ impl FaultyObjectStore {
         }
     }
 
-    /// Wraps a fresh [`InMemory`] store.
+    /// Wraps a fresh [`InMemory`](https://docs.rs/object_store/0.14/object_store/memory/struct.InMemory.html) store.
     pub fn over_memory(seed: u64) -> Self {
         FaultyObjectStore::new(Arc::new(InMemory::new()), seed)
     }

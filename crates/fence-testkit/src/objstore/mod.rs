@@ -1,7 +1,7 @@
-//! Adapters over [`object_store`], tested without a server.
+//! Adapters over [`object_store`](https://docs.rs/object_store/0.14/object_store/), tested without a server.
 //!
-//! - [`FaultyObjectStore`]: an [`ObjectStore`](object_store::ObjectStore) wrapping another
-//!   (an [`InMemory`](object_store::memory::InMemory) one, say) that injects lost answers,
+//! - [`FaultyObjectStore`]: an [`ObjectStore`](https://docs.rs/object_store/0.14/object_store/trait.ObjectStore.html) wrapping another
+//!   (an [`InMemory`](https://docs.rs/object_store/0.14/object_store/memory/struct.InMemory.html) one, say) that injects lost answers,
 //!   failures before sending and late landings into conditional puts, and records in a
 //!   [`Ledger`](crate::wire::Ledger) what the store below did;
 //! - [`ObjectStoreAdapter`]: the reference adapter over object_store, the one

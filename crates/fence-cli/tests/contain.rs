@@ -1,0 +1,598 @@
+//! `fence run` contains its command so that no process of it outruns the lease: in a PID
+//! namespace whose init is fence's supervising process (`--containment=required` here, so a
+//! machine without namespaces skips these loudly instead of testing the fallback twice), and
+//! in the tracked fallback (`--containment=fallback`), which claims the same for these cases.
+//! Each test is an escape that used to work: a helper forked while the command was being
+//! ended, a process that forks again and again, a helper that left the process group while
+//! `fence run` was stopped, and a stopped supervising process.
+//!
+//! The mode goes through `FENCE_CONTAINMENT`, not the flag, so that these tests run (and fail)
+//! against a build that predates containment (`FENCE_TEST_BIN`).
+#![allow(clippy::disallowed_methods)]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::{
+    children_of, fence, fence_bin, lines_between, run_args, run_marked, wait_bounded,
+    wait_for_count, wait_for_line, Mark, Store,
+};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+const NAMESPACE: &str = "required";
+const FALLBACK: &str = "fallback";
+
+/// Whether fence can make a PID namespace here; if not, a namespace test says so and passes.
+fn namespaces(test: &str) -> bool {
+    static PROBE: OnceLock<bool> = OnceLock::new();
+    let available = *PROBE.get_or_init(|| {
+        let store = Store::new();
+        let out = fence(&run_args(&store, "probe", &["--", "true"]))
+            .env("FENCE_CONTAINMENT", NAMESPACE)
+            .output()
+            .expect("spawn fence");
+        out.status.code() == Some(0)
+    });
+    if !available {
+        eprintln!("SKIPPED {test}: fence cannot make a PID namespace on this machine");
+    }
+    available
+}
+
+/// `fence run` of `lease` in `mode` with `flags`, running `sh -c script` under `mark`.
+fn holder(
+    store: &Store,
+    lease: &str,
+    mode: &str,
+    flags: &[&str],
+    mark: &Mark,
+    script: &str,
+) -> Command {
+    let mut c = run_marked(store, lease, flags, mark, script);
+    c.env("FENCE_CONTAINMENT", mode);
+    c
+}
+
+/// The next holder of `lease`: its command writes `next-start`, waits, writes `next-end`.
+fn next_holder(store: &Store, lease: &str, log: &Path) -> Command {
+    next_holder_for(store, lease, log, "1")
+}
+
+/// [`next_holder`] whose command waits `secs` seconds between its two lines.
+fn next_holder_for(store: &Store, lease: &str, log: &Path, secs: &str) -> Command {
+    let script = format!(
+        "echo next-start >> {log}; sleep {secs}; echo next-end >> {log}",
+        log = log.display()
+    );
+    fence(&run_args(
+        store,
+        lease,
+        &[
+            "--ttl",
+            "2s",
+            "--timeout",
+            "30s",
+            "--quiet",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    ))
+}
+
+// Case 1: a worker that hands its cleanup to a detached helper when it gets SIGTERM. The
+// helper is forked while the supervising process is ending the command; a `/proc` scan that
+// is not a snapshot missed it, and the lease was released under it.
+
+fn cleanup_helper_never_runs_after_release(mode: &str) {
+    let store = Store::new();
+    for attempt in 0..20 {
+        let mark = Mark::new();
+        let ready = store.path(&format!("ready{attempt}"));
+        // Three workers whose fork-and-exit lands at different moments of the end.
+        let workers: String = (0..3)
+            .map(|w| {
+                let delay = (attempt * 3 + w * 7) % 10;
+                format!(
+                    "sh -c 'trap \"sleep 0.0{delay}; setsid sleep 30 & exit 0\" TERM; \
+                     echo up >> {ready}; while :; do sleep 0.05; done' & ",
+                    ready = ready.display()
+                )
+            })
+            .collect();
+        let script = format!("{workers} wait");
+        let mut run = holder(
+            &store,
+            "cleanup",
+            mode,
+            &["--grace", "500ms"],
+            &mark,
+            &script,
+        )
+        .spawn()
+        .expect("spawn fence run");
+        wait_for_count(&ready, "up", 3);
+        kill(Pid::from_raw(run.id() as i32), Signal::SIGTERM).expect("SIGTERM");
+        wait_bounded(&mut run, Duration::from_secs(30), "fence run");
+        let left = mark.processes();
+        assert!(
+            left.is_empty(),
+            "attempt {attempt}: a cleanup helper outlived the lease: {left:?}"
+        );
+    }
+}
+
+#[test]
+fn a_cleanup_helper_forked_on_sigterm_never_outlives_the_lease_in_a_namespace() {
+    if namespaces("case 1 in a namespace") {
+        cleanup_helper_never_runs_after_release(NAMESPACE);
+    }
+}
+
+#[test]
+fn a_cleanup_helper_forked_on_sigterm_never_outlives_the_lease_in_the_fallback() {
+    cleanup_helper_never_runs_after_release(FALLBACK);
+}
+
+// Case 2: a process that leaves the group, ignores SIGTERM, forks, and lets its parent exit,
+// again and again.
+
+fn fork_hopper_is_gone_before_the_next_holder_starts(mode: &str) {
+    let store = Store::new();
+    let mark = Mark::new();
+    let log = store.path("log");
+    let hop = store.path("hop.sh");
+    std::fs::write(
+        &hop,
+        format!(
+            "trap '' TERM; echo hop >> {log}; sleep 0.02; sh {hop} & exit 0",
+            log = log.display(),
+            hop = hop.display()
+        ),
+    )
+    .unwrap();
+    let script = format!("setsid sh {} & sleep 0.3; exit 0", hop.display());
+    let mut first = holder(
+        &store,
+        "hop",
+        mode,
+        &["--ttl", "2s", "--grace", "500ms"],
+        &mark,
+        &script,
+    )
+    .spawn()
+    .expect("spawn fence run");
+    let status = wait_bounded(&mut first, Duration::from_secs(30), "the first holder");
+    assert_eq!(status.code(), Some(0));
+    let next = next_holder(&store, "hop", &log).output().expect("next");
+    assert_eq!(next.status.code(), Some(0), "the next holder ran");
+    let beside = lines_between(&log, "next-start", "next-end");
+    assert!(
+        beside.is_empty(),
+        "the hopper ran beside the next holder: {} lines",
+        beside.len()
+    );
+    assert_eq!(
+        mark.processes(),
+        Vec::<i32>::new(),
+        "the hopper outlived the lease"
+    );
+}
+
+#[test]
+fn a_fork_hopper_is_gone_before_the_next_holder_starts_in_a_namespace() {
+    if namespaces("case 2 in a namespace") {
+        fork_hopper_is_gone_before_the_next_holder_starts(NAMESPACE);
+    }
+}
+
+#[test]
+fn a_fork_hopper_is_gone_before_the_next_holder_starts_in_the_fallback() {
+    fork_hopper_is_gone_before_the_next_holder_starts(FALLBACK);
+}
+
+// Case 3: `fence run` stopped; a helper that left the command's process group keeps writing.
+// Woken while the next holder runs, the frozen command must not be continued to handle
+// SIGTERM either: it would run for `--grace` beside the next holder.
+
+/// When the stopped `fence run` is continued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wake {
+    /// Once the next holder is done.
+    AfterNext,
+    /// While the next holder runs.
+    DuringNext,
+}
+
+fn a_stopped_holders_command_never_runs_beside_the_next(mode: &str, wake: Wake) {
+    let store = Store::new();
+    let mark = Mark::new();
+    let log = store.path("log");
+    let script = format!(
+        "setsid sh -c 'trap \"\" TERM; while :; do echo tick-helper >> {log}; sleep 0.02; done' & \
+         trap '' TERM; while :; do echo tick-main >> {log}; sleep 0.02; done",
+        log = log.display()
+    );
+    let (grace, next_secs) = match wake {
+        Wake::AfterNext => ("500ms", "1"),
+        Wake::DuringNext => ("3s", "4"),
+    };
+    let mut first = holder(
+        &store,
+        "freeze",
+        mode,
+        &["--ttl", "2s", "--grace", grace],
+        &mark,
+        &script,
+    )
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("spawn fence run");
+    assert!(wait_for_line(&log, "tick-helper", Duration::from_secs(20)));
+    let first_pid = Pid::from_raw(first.id() as i32);
+    kill(first_pid, Signal::SIGSTOP).expect("SIGSTOP");
+    let mut next = next_holder_for(&store, "freeze", &log, next_secs)
+        .spawn()
+        .expect("spawn the next holder");
+    if wake == Wake::DuringNext {
+        let started = wait_for_line(&log, "next-start", Duration::from_secs(60));
+        kill(first_pid, Signal::SIGCONT).expect("SIGCONT");
+        assert!(started, "the next holder started");
+    }
+    let next = wait_bounded(&mut next, Duration::from_secs(60), "the next holder");
+    if wake == Wake::AfterNext {
+        kill(first_pid, Signal::SIGCONT).expect("SIGCONT");
+    }
+    assert_eq!(next.code(), Some(0), "the next holder ran");
+    let beside = lines_between(&log, "next-start", "next-end");
+    assert!(
+        beside.is_empty(),
+        "the stopped holder's command wrote beside the next holder ({wake:?}): {} lines",
+        beside.len()
+    );
+    let status = wait_bounded(&mut first, Duration::from_secs(30), "the woken holder");
+    assert_eq!(status.code(), Some(76), "the woken holder lost its lease");
+    assert_eq!(mark.processes(), Vec::<i32>::new());
+}
+
+#[test]
+fn a_stopped_fence_freezes_every_process_of_the_command_in_a_namespace() {
+    if namespaces("case 3 in a namespace") {
+        a_stopped_holders_command_never_runs_beside_the_next(NAMESPACE, Wake::AfterNext);
+    }
+}
+
+#[test]
+fn a_stopped_fence_freezes_every_process_of_the_command_in_the_fallback() {
+    a_stopped_holders_command_never_runs_beside_the_next(FALLBACK, Wake::AfterNext);
+}
+
+#[test]
+fn a_frozen_command_is_killed_not_thawed_once_the_lease_ran_out_in_a_namespace() {
+    if namespaces("a frozen command woken late in a namespace") {
+        a_stopped_holders_command_never_runs_beside_the_next(NAMESPACE, Wake::DuringNext);
+    }
+}
+
+#[test]
+fn a_frozen_command_is_killed_not_thawed_once_the_lease_ran_out_in_the_fallback() {
+    a_stopped_holders_command_never_runs_beside_the_next(FALLBACK, Wake::DuringNext);
+}
+
+// A stopped supervising process: `fence run` wakes to a lost lease, and ends the command
+// itself when the supervising process does not.
+
+/// The supervising process of the `fence run` `pid`: its child (fallback), or its
+/// grandchild, the namespace's init.
+fn supervising_process(pid: u32, mode: &str) -> Pid {
+    let start = Instant::now();
+    loop {
+        let mut level = children_of(pid as i32);
+        if mode == NAMESPACE {
+            level = level.into_iter().flat_map(children_of).collect();
+        }
+        if let [one] = level[..] {
+            return Pid::from_raw(one);
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{level:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn a_stopped_supervisor_does_not_keep_a_lost_lease_command_running(mode: &str) {
+    let store = Store::new();
+    let mark = Mark::new();
+    let log = store.path("log");
+    let script = format!(
+        "trap '' TERM; echo up >> {log}; while :; do sleep 0.05; done",
+        log = log.display()
+    );
+    let mut run = holder(
+        &store,
+        "stuck",
+        mode,
+        &["--ttl", "1s", "--grace", "300ms"],
+        &mark,
+        &script,
+    )
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("spawn fence run");
+    wait_for_count(&log, "up", 1);
+    let supervisor = supervising_process(run.id(), mode);
+    let run_pid = Pid::from_raw(run.id() as i32);
+    kill(supervisor, Signal::SIGSTOP).expect("SIGSTOP the supervising process");
+    kill(run_pid, Signal::SIGSTOP).expect("SIGSTOP fence run");
+    std::thread::sleep(Duration::from_millis(1_500));
+    kill(run_pid, Signal::SIGCONT).expect("SIGCONT fence run");
+    let status = wait_bounded(&mut run, Duration::from_secs(30), "the woken holder");
+    let _ = kill(supervisor, Signal::SIGCONT);
+    assert_eq!(status.code(), Some(76));
+    assert_eq!(mark.processes(), Vec::<i32>::new());
+}
+
+#[test]
+fn a_stopped_supervising_process_does_not_keep_a_lost_lease_command_running_in_a_namespace() {
+    if namespaces("a stopped init") {
+        a_stopped_supervisor_does_not_keep_a_lost_lease_command_running(NAMESPACE);
+    }
+}
+
+#[test]
+fn a_stopped_supervising_process_does_not_keep_a_lost_lease_command_running_in_the_fallback() {
+    a_stopped_supervisor_does_not_keep_a_lost_lease_command_running(FALLBACK);
+}
+
+// What only the namespace guarantees.
+
+#[test]
+fn sigkill_of_fence_run_and_both_supervising_processes_ends_a_namespace() {
+    if !namespaces("both supervisors killed") {
+        return;
+    }
+    let store = Store::new();
+    let mark = Mark::new();
+    let log = store.path("log");
+    let script = format!(
+        "trap '' TERM; echo up >> {log}; setsid sh -c 'trap \"\" TERM; while :; do sleep 0.05; done' & \
+         while :; do sleep 0.05; done",
+        log = log.display()
+    );
+    let mut run = holder(
+        &store,
+        "killall",
+        NAMESPACE,
+        &["--ttl", "2s"],
+        &mark,
+        &script,
+    )
+    .spawn()
+    .expect("spawn fence run");
+    wait_for_count(&log, "up", 1);
+    let gate = children_of(run.id() as i32);
+    let init = supervising_process(run.id(), NAMESPACE);
+    for pid in gate.iter().map(|&p| Pid::from_raw(p)).chain([init]) {
+        kill(pid, Signal::SIGKILL).expect("SIGKILL a supervising process");
+    }
+    run.kill().expect("SIGKILL fence run");
+    let _ = run.wait();
+    assert!(
+        mark.gone_within(Duration::from_secs(20)),
+        "the command outlived every supervisor: {:?}",
+        mark.processes()
+    );
+}
+
+/// `fence run` killed while the namespace's init is stopped, under a subreaper of the same
+/// session (here an outer `fence run`; as well systemd's user manager, tini, a container's
+/// init, ...): the gate's process group is not orphaned by the death, so the kernel does not
+/// continue the stopped init (as it does, with SIGHUP and SIGCONT, for a group orphaned with
+/// a stopped member). Nothing reads the closed control pipe; the gate, which outlives
+/// `fence run`, kills the init in its place.
+#[test]
+fn sigkill_of_fence_run_while_the_init_is_stopped_ends_the_namespace() {
+    if !namespaces("fence run killed, init stopped") {
+        return;
+    }
+    let store = Store::new();
+    let mark = Mark::new();
+    let (log, inner_pid) = (store.path("log"), store.path("inner.pid"));
+    let command = mark.sh(&format!(
+        "trap '' TERM; echo up >> {log}; while :; do sleep 0.05; done",
+        log = log.display()
+    ));
+    let inner: Vec<&str> = [
+        fence_bin(),
+        "run",
+        "--store",
+        &store.url,
+        "--lease",
+        "inner",
+        "--ttl",
+        "2s",
+        "--containment",
+        "required",
+        "--",
+    ]
+    .into_iter()
+    .chain(command.iter().map(String::as_str))
+    .collect();
+    let quoted: Vec<String> = inner
+        .iter()
+        .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
+        .collect();
+    let outer_script = format!(
+        "{} 2>/dev/null & echo $! > {}; while :; do sleep 1; done",
+        quoted.join(" "),
+        inner_pid.display()
+    );
+    let mut outer = fence(&run_args(
+        &store,
+        "outer",
+        &["--containment", "fallback", "--", "sh", "-c", &outer_script],
+    ))
+    .spawn()
+    .expect("spawn the outer fence run");
+    wait_for_count(&log, "up", 1);
+    let inner_run = common::pid_in(&inner_pid);
+    let init = supervising_process(inner_run as u32, NAMESPACE);
+    kill(init, Signal::SIGSTOP).expect("SIGSTOP the init");
+    common::wait_until("the init stopped", Duration::from_secs(10), || {
+        common::state_of(init.as_raw()) == Some('T')
+    });
+    kill(Pid::from_raw(inner_run), Signal::SIGKILL).expect("SIGKILL the inner fence run");
+    let gone = mark.gone_within(Duration::from_secs(20));
+    let left = mark.processes();
+    let _ = kill(init, Signal::SIGKILL);
+    let _ = kill(Pid::from_raw(outer.id() as i32), Signal::SIGTERM);
+    wait_bounded(&mut outer, Duration::from_secs(30), "the outer fence run");
+    assert!(gone, "the command outlived fence run: {left:?}");
+}
+
+#[test]
+fn the_command_sees_its_own_pid_namespace() {
+    if !namespaces("the command's view") {
+        return;
+    }
+    let store = Store::new();
+    let out = store.path("out");
+    let script = format!(
+        "echo \"$$ $(cut -d' ' -f1,4 /proc/$$/stat)\" > {out}; \
+         tr '\\0' ' ' < /proc/1/cmdline >> {out}",
+        out = out.display()
+    );
+    let mark = Mark::new();
+    let status = holder(&store, "view", NAMESPACE, &[], &mark, &script)
+        .status()
+        .expect("fence run");
+    assert_eq!(status.code(), Some(0));
+    let text = std::fs::read_to_string(&out).unwrap();
+    let mut lines = text.lines();
+    let ids: Vec<&str> = lines.next().unwrap().split(' ').collect();
+    // The command (the shell, after `env` exec'd it) is pid 2 of the namespace, `/proc`
+    // agrees, and its parent is pid 1: fence's supervising process.
+    assert_eq!(ids, ["2", "2", "1"], "{text}");
+    assert!(lines.next().unwrap().contains("__reaper"), "{text}");
+}
+
+#[test]
+fn an_unprivileged_user_gets_a_namespace_too() {
+    // As nobody: needs root to become it, `setpriv`, and a fence binary nobody may run.
+    let as_nobody = || {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            fence_bin(),
+        ]);
+        c
+    };
+    let runs = nix::unistd::geteuid().is_root()
+        && as_nobody()
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !runs || !namespaces("unprivileged") {
+        eprintln!(
+            "SKIPPED an_unprivileged_user_gets_a_namespace_too: needs root, setpriv and a fence binary that nobody may run"
+        );
+        return;
+    }
+    let store = Store::new();
+    std::fs::set_permissions(
+        store.dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let out = store.path("out");
+    let script = format!("echo \"$$ $(id -u)\" > {}", out.display());
+    let status = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            fence_bin(),
+        ])
+        .args(run_args(&store, "nobody", &["--", "sh", "-c", &script]))
+        .env("FENCE_CONTAINMENT", NAMESPACE)
+        .status()
+        .expect("setpriv");
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(std::fs::read_to_string(&out).unwrap().trim(), "2 65534");
+}
+
+#[test]
+fn the_containment_flag_takes_auto_required_or_fallback() {
+    let store = Store::new();
+    for mode in ["auto", "fallback"] {
+        let out = fence(&run_args(
+            &store,
+            "flag",
+            &["--containment", mode, "--", "true"],
+        ))
+        .output()
+        .expect("fence run");
+        assert_eq!(out.status.code(), Some(0), "{mode}");
+    }
+    let bad = fence(&run_args(
+        &store,
+        "flag",
+        &["--containment", "maybe", "--", "true"],
+    ))
+    .output()
+    .expect("fence run");
+    assert_eq!(bad.status.code(), Some(2), "a usage error");
+}
+
+/// `fence run ARGS` in a user namespace of its own whose PID namespaces are used up, so no
+/// PID namespace can be made there (the limit is the namespace's own: nothing else changes).
+fn without_pid_namespaces(mode: &str, args: &[&str]) -> Option<std::process::Output> {
+    let probe = Command::new("unshare")
+        .args(["--user", "--map-root-user", "true"])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        eprintln!("SKIPPED: no `unshare --user` to make a user namespace without PID namespaces");
+        return None;
+    }
+    let out = Command::new("unshare")
+        .args(["--user", "--map-root-user", "sh", "-c"])
+        .arg("echo 0 > /proc/sys/user/max_pid_namespaces && exec \"$@\"")
+        .args(["sh", fence_bin()])
+        .args(args)
+        .env("FENCE_CONTAINMENT", mode)
+        .output()
+        .expect("unshare");
+    Some(out)
+}
+
+#[test]
+fn where_no_namespace_can_be_made_required_refuses_and_auto_says_so() {
+    let store = Store::new();
+    let ran = store.path("ran");
+    let script = format!("echo yes >> {}", ran.display());
+    let args = run_args(&store, "nons", &["--", "sh", "-c", &script]);
+    let Some(refused) = without_pid_namespaces("required", &args) else {
+        return;
+    };
+    assert_eq!(refused.status.code(), Some(126));
+    assert!(!ran.exists(), "the command ran without a namespace");
+    let auto = without_pid_namespaces("auto", &args).unwrap();
+    assert_eq!(auto.status.code(), Some(0), "the lease was released");
+    let said = String::from_utf8_lossy(&auto.stderr);
+    assert_eq!(said.lines().count(), 1, "one warning line: {said}");
+    let quiet = without_pid_namespaces("fallback", &args).unwrap();
+    assert_eq!(quiet.status.code(), Some(0));
+    assert!(
+        quiet.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&quiet.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&ran).unwrap(), "yes\nyes\n");
+}

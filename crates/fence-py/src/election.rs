@@ -1,0 +1,288 @@
+//! `Election`: leader election for one resource (`fence_core::Election`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fence_core::{
+    Election as CoreElection, Error, LeaderEvent as CoreEvent, Leadership as CoreTerm, StepDown,
+};
+use pyo3::exceptions::{PyStopAsyncIteration, PyStopIteration};
+use pyo3::prelude::*;
+use tokio::sync::Mutex;
+
+use crate::lease::{cell_data, payload, CellData, Fence, WriteAck};
+use crate::wait::{closed, interruptible, opt_seconds, run, run_async, runtime};
+
+/// One term of leadership: the epoch is its fencing token. Writes through it are refused by
+/// the store once a later term exists.
+#[pyclass(module = "fence", frozen)]
+pub(crate) struct Leadership {
+    term: CoreTerm,
+}
+
+#[pymethods]
+impl Leadership {
+    /// The term's epoch: pass it to anything that can refuse a lower one.
+    #[getter]
+    fn epoch(&self) -> u64 {
+        self.term.epoch()
+    }
+
+    /// The leading node.
+    #[getter]
+    fn node(&self) -> &str {
+        self.term.node()
+    }
+
+    /// The resource (cell) led.
+    #[getter]
+    fn resource(&self) -> &str {
+        self.term.resource()
+    }
+
+    /// Whether the term still stands now.
+    fn is_leader(&self) -> bool {
+        self.term.is_leader()
+    }
+
+    /// Seconds of authority left unless a renewal lands (0 once the term ended).
+    #[getter]
+    fn remaining(&self) -> f64 {
+        self.term.remaining().as_secs_f64()
+    }
+
+    /// A fenced write of the resource's cell under this term.
+    fn write(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<WriteAck> {
+        let data = payload(data)?;
+        run(py, self.term.claim().write(data)).map(WriteAck::from)
+    }
+
+    /// ``write`` as a coroutine.
+    fn write_async<'py>(
+        &self,
+        py: Python<'py>,
+        data: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let data = payload(data)?;
+        let term = self.term.clone();
+        run_async(py, async move {
+            term.claim().write(data).await.map(WriteAck::from)
+        })
+    }
+
+    /// Reads the resource's cell.
+    fn read(&self, py: Python<'_>) -> PyResult<Option<CellData>> {
+        let d = run(py, self.term.claim().read())?;
+        Ok(cell_data(py, d))
+    }
+
+    /// Waits until the term ends and says why: ``"lease_lost"``, ``"deposed"`` or
+    /// ``"resigned"``.
+    fn lost(&self, py: Python<'_>) -> PyResult<&'static str> {
+        let term = self.term.clone();
+        interruptible(py, async move { step_down(&term.lost().await) })
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Leadership(resource={:?}, node={:?}, epoch={})",
+            self.term.resource(),
+            self.term.node(),
+            self.term.epoch()
+        )
+    }
+}
+
+fn step_down(s: &StepDown) -> &'static str {
+    match s {
+        StepDown::LeaseLost { .. } => "lease_lost",
+        StepDown::Deposed { .. } => "deposed",
+        _ => "resigned",
+    }
+}
+
+/// One event of an election. ``kind`` says which, and which attributes are set:
+///
+/// - ``"started"``: this node leads: ``leadership``, ``epoch``;
+/// - ``"stopped"``: the term at ``epoch`` ended: ``reason`` (``"lease_lost"``,
+///   ``"deposed"``, ``"resigned"``), ``node`` (a deposer, when known);
+/// - ``"new_leader"``: the store names ``node`` at ``epoch`` (both ``None``: nobody);
+/// - ``"safe_time_low"``: renewals fall behind: ``epoch``, ``remaining`` seconds.
+#[pyclass(module = "fence", frozen, get_all)]
+pub(crate) struct LeaderEvent {
+    kind: &'static str,
+    leadership: Option<Py<Leadership>>,
+    epoch: Option<u64>,
+    reason: Option<&'static str>,
+    node: Option<String>,
+    remaining: Option<f64>,
+}
+
+impl LeaderEvent {
+    fn of(py: Python<'_>, e: CoreEvent) -> PyResult<Self> {
+        let mut out = LeaderEvent {
+            kind: "new_leader",
+            leadership: None,
+            epoch: None,
+            reason: None,
+            node: None,
+            remaining: None,
+        };
+        match e {
+            CoreEvent::Started(term) => {
+                out.kind = "started";
+                out.epoch = Some(term.epoch());
+                out.leadership = Some(Py::new(py, Leadership { term })?);
+            }
+            CoreEvent::Stopped { epoch, reason } => {
+                out.kind = "stopped";
+                out.epoch = Some(epoch);
+                out.reason = Some(step_down(&reason));
+                if let StepDown::Deposed { by, .. } = reason {
+                    out.node = by;
+                }
+            }
+            CoreEvent::NewLeader(leader) => {
+                out.node = leader.as_ref().map(|l| l.node.clone());
+                out.epoch = leader.map(|l| l.epoch);
+            }
+            CoreEvent::SafeTimeLow {
+                epoch, remaining, ..
+            } => {
+                out.kind = "safe_time_low";
+                out.epoch = Some(epoch);
+                out.remaining = Some(remaining.as_secs_f64());
+            }
+            _ => out.kind = "other",
+        }
+        Ok(out)
+    }
+}
+
+#[pymethods]
+impl LeaderEvent {
+    fn __repr__(&self) -> String {
+        format!(
+            "LeaderEvent(kind={:?}, node={:?}, epoch={:?})",
+            self.kind, self.node, self.epoch
+        )
+    }
+}
+
+/// Leader election for one ``resource``: the node leads while it holds its node lease and a
+/// claim of the resource's cell. Iterate it (``for event in election`` or ``async for``)
+/// for its ``LeaderEvent``s; ``stop()`` resigns and releases, so a peer leads at once.
+///
+/// >>> import fence, tempfile
+/// >>> f = fence.Fence("file://" + tempfile.mkdtemp(), "node-a", ttl=2.0)
+/// >>> election = fence.Election(f, "scheduler")
+/// >>> event = next(e for e in election if e.kind == "started")
+/// >>> event.leadership.write(b"plan").epoch == event.epoch
+/// True
+/// >>> election.stop()
+#[pyclass(module = "fence", frozen)]
+pub(crate) struct Election {
+    election: Arc<Mutex<Option<CoreElection>>>,
+}
+
+#[pymethods]
+impl Election {
+    /// Starts campaigning for ``resource`` as ``fence``'s node. ``retry_period``: how often
+    /// a follower looks (seconds; default the fence's poll period); ``check_period``: how
+    /// often the leader checks the head (default TTL/3); ``recampaign``: campaign again after
+    /// a term ends (default).
+    #[new]
+    #[pyo3(signature = (fence, resource, *, retry_period = None, check_period = None, recampaign = true))]
+    fn new(
+        fence: &Fence,
+        resource: String,
+        retry_period: Option<f64>,
+        check_period: Option<f64>,
+        recampaign: bool,
+    ) -> PyResult<Self> {
+        let mut b = CoreElection::builder(fence.fence.clone(), resource).recampaign(recampaign);
+        if let Some(d) = opt_seconds(retry_period)? {
+            b = b.retry_period(d.max(Duration::from_millis(1)));
+        }
+        if let Some(d) = opt_seconds(check_period)? {
+            b = b.check_period(d.max(Duration::from_millis(1)));
+        }
+        let _inside = runtime().enter();
+        let election = b.start().map_err(crate::errors::to_py)?;
+        Ok(Election {
+            election: Arc::new(Mutex::new(Some(election))),
+        })
+    }
+
+    /// The next event, waiting up to ``timeout`` seconds (``None``: forever); ``None`` when
+    /// none came in time or the election has ended.
+    #[pyo3(signature = (timeout = None))]
+    fn next_event(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<LeaderEvent>> {
+        let limit = opt_seconds(timeout)?;
+        let election = self.election.clone();
+        let got = interruptible(py, async move { next(&election, limit).await })?;
+        got.map(|e| LeaderEvent::of(py, e)).transpose()
+    }
+
+    /// Resigns (if leading) and releases the cell and the node lease, so a peer leads at once.
+    /// Raises the error that ended the election, if one did.
+    fn stop(&self, py: Python<'_>) -> PyResult<()> {
+        run(py, stop(self.election.clone()))
+    }
+
+    /// ``stop`` as a coroutine.
+    fn stop_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        run_async(py, stop(self.election.clone()))
+    }
+
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<LeaderEvent> {
+        self.next_event(py, None)?
+            .ok_or_else(|| PyStopIteration::new_err(()))
+    }
+
+    fn __aiter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let election = self.election.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let event = next(&election, None)
+                .await
+                .ok_or_else(|| PyStopAsyncIteration::new_err(()))?;
+            Python::attach(|py| LeaderEvent::of(py, event))
+        })
+    }
+}
+
+async fn next(
+    election: &Mutex<Option<CoreElection>>,
+    limit: Option<Duration>,
+) -> Option<CoreEvent> {
+    let mut guard = election.lock().await;
+    let e = guard.as_mut()?;
+    match limit {
+        Some(l) => tokio::time::timeout(l, e.next_event()).await.ok().flatten(),
+        None => e.next_event().await,
+    }
+}
+
+async fn stop(election: Arc<Mutex<Option<CoreElection>>>) -> Result<(), Error> {
+    let taken = election.lock().await.take();
+    match taken {
+        Some(e) => e.stop().await,
+        None => Err(closed("election")),
+    }
+}
+
+/// Registers the classes.
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Election>()?;
+    m.add_class::<Leadership>()?;
+    m.add_class::<LeaderEvent>()?;
+    Ok(())
+}

@@ -1,0 +1,32 @@
+//! # fence for Python
+//!
+//! The extension module `fence._fence`, re-exported by the `fence` package
+//! (`python/fence/__init__.py`): fence-core's leases, claims, fenced writes and leader
+//! election, and fence-fleet's fleets, over stores opened by URL as the `fence` command opens
+//! them. Every call runs on one shared tokio runtime with the GIL released; every wait can be
+//! interrupted (Ctrl-C, asyncio cancellation) without leaving a lease or claim taken
+//! (the `wait` module). The guide is the package's docstrings and the README's "Python".
+
+mod election;
+mod errors;
+mod fleet;
+mod lease;
+mod store;
+mod wait;
+
+use pyo3::prelude::*;
+
+/// The native module.
+#[pymodule]
+fn _fence(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(m)?;
+    m.add_class::<store::Store>()?;
+    m.add_class::<lease::Fence>()?;
+    m.add_class::<lease::Lease>()?;
+    m.add_class::<lease::Claim>()?;
+    m.add_class::<lease::WriteAck>()?;
+    m.add_class::<lease::CellData>()?;
+    fleet::register(m)?;
+    election::register(m)?;
+    Ok(())
+}

@@ -1,0 +1,56 @@
+//! `Store`: a store opened by URL, exactly as the `fence` command opens it.
+
+use std::sync::Arc;
+
+use fence_core::ConditionalStore;
+use pyo3::prelude::*;
+
+use crate::errors::{from_failure, to_py};
+
+/// A store named by URL, opened as the ``fence`` command opens it: ``file:///abs/dir``
+/// (an existing directory), ``s3://bucket/prefix`` (``AWS_*`` variables),
+/// ``gs://bucket/prefix`` (``FENCE_GCS_ENDPOINT`` for an emulator), ``az://container/prefix``
+/// (``AZURE_*`` variables) or ``memory://`` (this process only).
+///
+/// >>> import fence, tempfile
+/// >>> store = fence.Store("file://" + tempfile.mkdtemp())
+/// >>> store.url.startswith("file:///")
+/// True
+#[pyclass(module = "fence", frozen)]
+#[derive(Clone)]
+pub(crate) struct Store {
+    pub(crate) store: Arc<dyn ConditionalStore>,
+    url: String,
+}
+
+impl Store {
+    /// Opens `url` with the CLI's opener (its errors as fence errors).
+    pub(crate) fn open(url: &str, lease_ttl: Option<std::time::Duration>) -> PyResult<Self> {
+        let opened = fence_cli::stores::open(url, lease_ttl).map_err(|f| to_py(from_failure(f)))?;
+        Ok(Store {
+            store: opened.store,
+            url: opened.url,
+        })
+    }
+}
+
+#[pymethods]
+impl Store {
+    /// Opens the store named by ``url``. ``lease_ttl`` (seconds) tunes a remote store's
+    /// transport timeouts to the TTL of the leases it will hold, as ``fence run --ttl`` does.
+    #[new]
+    #[pyo3(signature = (url, *, lease_ttl = None))]
+    fn new(url: &str, lease_ttl: Option<f64>) -> PyResult<Self> {
+        Store::open(url, crate::wait::seconds(lease_ttl)?)
+    }
+
+    /// The store's canonical URL (a ``file://`` path made absolute).
+    #[getter]
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Store({:?})", self.url)
+    }
+}

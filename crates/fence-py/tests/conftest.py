@@ -1,0 +1,44 @@
+"""Stores for the tests: local files always, the S3 test server (SeaweedFS) when
+scripts/servers/s3.sh has started it (required when FENCE_REQUIRE_SERVERS=1)."""
+
+import os
+import tempfile
+import uuid
+
+import pytest
+
+
+def _s3_env():
+    need = ["FENCE_S3_SEAWEED_ENDPOINT", "FENCE_S3_BUCKET", "FENCE_S3_ACCESS_KEY_ID",
+            "FENCE_S3_SECRET_ACCESS_KEY"]
+    if all(os.environ.get(v) for v in need):
+        return {v: os.environ[v] for v in need}
+    if os.environ.get("FENCE_REQUIRE_SERVERS") == "1":
+        pytest.fail("FENCE_S3_* variables missing but FENCE_REQUIRE_SERVERS=1")
+    return None
+
+
+def s3_url(monkeypatch):
+    """A fresh s3:// URL on SeaweedFS, its credentials in this process's environment (the
+    store is opened from AWS_* variables exactly as the fence command opens it)."""
+    env = _s3_env()
+    if env is None:
+        pytest.skip("no S3 test server (run scripts/servers/s3.sh start)")
+    monkeypatch.setenv("AWS_ENDPOINT", env["FENCE_S3_SEAWEED_ENDPOINT"])
+    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", env["FENCE_S3_ACCESS_KEY_ID"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", env["FENCE_S3_SECRET_ACCESS_KEY"])
+    return f"s3://{env['FENCE_S3_BUCKET']}/fence-py-{uuid.uuid4().hex}"
+
+
+@pytest.fixture(params=["file", "s3"])
+def url(request, monkeypatch):
+    if request.param == "file":
+        return "file://" + tempfile.mkdtemp(prefix="fence-py-")
+    return s3_url(monkeypatch)
+
+
+@pytest.fixture
+def file_url():
+    return "file://" + tempfile.mkdtemp(prefix="fence-py-")

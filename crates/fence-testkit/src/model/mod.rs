@@ -1,0 +1,393 @@
+//! An exhaustive model check of the real decision core, with `stateright`.
+//!
+//! The nodes of the model run fence's own pure step machines — nothing is re-implemented:
+//! [`LeaseCore`](fence_core::decide::LeaseCore) (acquire, renew, resolve, fence),
+//! [`Observation`](fence_core::decide::Observation) (judging a peer's lease),
+//! [`ClaimFlow`](fence_core::decide::claim::ClaimFlow) (claim, resume, takeover, seal),
+//! [`CellWrite`](fence_core::decide::claimed::CellWrite) and
+//! [`admit`](fence_core::decide::claimed::admit) (fenced writes, release, hand-off, and the
+//! lease check before them), and [`HeadWrite`](fence_core::decide::write::HeadWrite) (the
+//! settlement of every head write by evidence). The tokio runtime drives the very same
+//! machines. Only the world around them is the model's: a store with versions, a network
+//! whose requests can be held up, answered late, lost or refused, clocks (monotonic and wall,
+//! skewed, suspended), pauses, crashes and restarts, and a co-writer at the cell's epoch
+//! (`update_cell`, as `fence put` is).
+//!
+//! Time is discrete: it advances in ticks of [`ModelConfig::tick_ms`] only when the network
+//! is quiet (every request answered, except those a fault made slow) and no node has work
+//! due, so a state is small and hashable (versions are small integers, times bounded by the
+//! horizon). Faults, pauses, crashes and the nodes' own choices (write, release, hand off)
+//! happen only during the first [`ModelConfig::chaos_ticks`]; the run then goes on quietly
+//! for [`ModelConfig::settle_ticks`], so every path ends, and the liveness property is
+//! judged on its end.
+//!
+//! ```no_run
+//! use fence_testkit::model::{check, ModelConfig};
+//! let report = check(&ModelConfig::quick());
+//! println!("{}", report.summary());
+//! assert!(report.is_clean(), "{}", report.counterexamples());
+//! ```
+
+mod props;
+mod trace;
+mod world;
+
+use std::fmt;
+use std::time::Duration;
+
+use stateright::{Checker, HasDiscoveries, Model};
+
+pub use props::{PropertyName, EXCLUSION};
+pub use trace::Counterexample;
+pub use world::{Action, World};
+
+#[cfg(feature = "sabotage")]
+pub use fence_core::sabotage::Sabotage;
+
+/// A deliberate breach of an assumption docs/design.md names: with one switched on, the
+/// model must find two nodes that believe they hold the cell at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Exception {
+    /// Node 0's monotonic *and* wall clocks run at half speed (far beyond the 0.2 % margin).
+    SlowClocks,
+    /// Node 0's wall clock is set behind by more than its peers' `stale_after`: they judge
+    /// its live lease stale at once, without observation.
+    WallBehind,
+}
+
+/// The scope of one check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelConfig {
+    /// Nodes (2 or 3), competing for one cell.
+    pub nodes: usize,
+    /// How many of them (the first ones) make choices — write, release, hand off — and can
+    /// be paused or crash; the others only keep their leases and claim.
+    pub actors: usize,
+    /// Each node's lease TTL in ms (mixed TTLs allowed); the last one repeats.
+    pub ttl_ms: Vec<u64>,
+    /// One tick of model time, in ms.
+    pub tick_ms: u64,
+    /// Faulty answers in all (held up, lost, refused, late), at most.
+    pub faults: u8,
+    /// Pauses (a stalled or a suspended process), at most.
+    pub pauses: u8,
+    /// How long one pause lasts, in ticks.
+    pub pause_ticks: u32,
+    /// Crashes (each followed by a restart under a new process generation), at most.
+    pub crashes: u8,
+    /// Fenced data writes per node, at most.
+    pub writes: u8,
+    /// Releases of the cell in all, at most.
+    pub releases: u8,
+    /// Hand-offs of the cell in all, at most.
+    pub hand_offs: u8,
+    /// Writes by a co-writer at the cell's epoch (`update_cell`), at most.
+    pub co_writes: u8,
+    /// Ticks during which faults and choices happen.
+    pub chaos_ticks: u32,
+    /// Quiet ticks after them, by the end of which some node must hold the cell.
+    pub settle_ticks: u32,
+    /// A breached assumption, if any (see [`Exception`]).
+    pub exception: Option<Exception>,
+    /// A sabotage switch every node runs with (feature `sabotage`).
+    #[cfg(feature = "sabotage")]
+    pub sabotage: Option<Sabotage>,
+}
+
+impl ModelConfig {
+    /// The fuller scope for faults (`FENCE_MODEL_LARGE=1`): 2 nodes × 1 cell, up to 2 faulty
+    /// answers, one pause (stall or suspension), one crash, one fenced write.
+    pub fn ci() -> Self {
+        ModelConfig {
+            nodes: 2,
+            actors: 1,
+            ttl_ms: vec![900],
+            tick_ms: 300,
+            faults: 2,
+            pauses: 1,
+            pause_ticks: 4,
+            crashes: 1,
+            writes: 1,
+            releases: 0,
+            hand_offs: 0,
+            co_writes: 0,
+            chaos_ticks: 2,
+            settle_ticks: 10,
+            exception: None,
+            #[cfg(feature = "sabotage")]
+            sabotage: None,
+        }
+    }
+
+    /// The scope for hand-offs (`FENCE_MODEL_LARGE=1`): 2 nodes × 1 cell, one faulty answer,
+    /// a release, a hand-off, a co-writer at the cell's epoch, one fenced write.
+    pub fn ci_hand_off() -> Self {
+        ModelConfig {
+            faults: 1,
+            pauses: 0,
+            crashes: 0,
+            releases: 1,
+            hand_offs: 1,
+            co_writes: 1,
+            chaos_ticks: 2,
+            settle_ticks: 10,
+            ..ModelConfig::ci()
+        }
+    }
+
+    /// A larger scope (`FENCE_MODEL_LARGE=1`): three nodes with mixed TTLs.
+    pub fn three_nodes() -> Self {
+        ModelConfig {
+            nodes: 3,
+            ttl_ms: vec![900, 1_800, 900],
+            ..ModelConfig::ci()
+        }
+    }
+
+    /// The scope every CI run checks: two nodes claiming one cell, node 0 writing once, one
+    /// pause (a stall or a suspension). The scopes with faulty answers and crashes run on
+    /// demand (`FENCE_MODEL_LARGE=1`; see [`faulty`](Self::faulty) and [`ci`](Self::ci)).
+    pub fn quick() -> Self {
+        ModelConfig {
+            pauses: 1,
+            writes: 1,
+            ..ModelConfig::bare()
+        }
+    }
+
+    /// [`quick`](Self::quick) with one faulty answer (held up, lost, refused or late).
+    pub fn faulty() -> Self {
+        ModelConfig {
+            faults: 1,
+            ..ModelConfig::quick()
+        }
+    }
+
+    /// A small scope with nothing but two nodes claiming one cell: faults, pauses, crashes
+    /// and choices are added by the caller.
+    pub fn bare() -> Self {
+        ModelConfig {
+            faults: 0,
+            pauses: 0,
+            crashes: 0,
+            writes: 0,
+            chaos_ticks: 3,
+            settle_ticks: 10,
+            ..ModelConfig::ci_hand_off()
+        }
+        .without_choices()
+    }
+
+    fn without_choices(mut self) -> Self {
+        self.releases = 0;
+        self.hand_offs = 0;
+        self.co_writes = 0;
+        self
+    }
+
+    /// The smallest scope that exercises what `switch` breaks: the check must find a
+    /// counterexample in it.
+    #[cfg(feature = "sabotage")]
+    pub fn catching(switch: Sabotage) -> Self {
+        let b = ModelConfig::bare();
+        let cfg = match switch {
+            Sabotage::SkipSeal => ModelConfig { releases: 1, ..b },
+            Sabotage::EarlySealRead => ModelConfig {
+                writes: 1,
+                pauses: 1,
+                ..b
+            },
+            Sabotage::NoLandedAfterExpiry | Sabotage::ConfirmAtReturn => {
+                ModelConfig { faults: 1, ..b }
+            }
+            Sabotage::AckWithoutOwnerRead | Sabotage::GcCurrentEpoch => ModelConfig {
+                faults: 1,
+                writes: 1,
+                ..b
+            },
+            Sabotage::StealLiveOwner => b,
+            Sabotage::SkipFencedCheck => ModelConfig {
+                writes: 1,
+                pauses: 1,
+                ..b
+            },
+            Sabotage::ReapplyAfterAmbiguity => ModelConfig {
+                faults: 1,
+                writes: 1,
+                co_writes: 1,
+                ..b
+            },
+            Sabotage::RollbackAcknowledged => ModelConfig {
+                writes: 1,
+                co_writes: 1,
+                releases: 1,
+                ..b
+            },
+            Sabotage::ResumeWithoutSeal | Sabotage::HandOffUnregistersEarly => ModelConfig {
+                faults: 1,
+                hand_offs: 1,
+                ..b
+            },
+            Sabotage::LogAcceptsForeignRecord => ModelConfig {
+                faults: 1,
+                writes: 1,
+                ..b
+            },
+        };
+        ModelConfig {
+            sabotage: Some(switch),
+            ..cfg
+        }
+    }
+
+    /// A short name of the scope, as the CI line prints it.
+    pub fn scope(&self) -> String {
+        let mut s = format!(
+            "{} nodes ({} acting) x 1 cell, ttl {:?} ms, {} faults, {} pause, {} crash, {} writes/node, {} release, {} hand-off, {} co-write, {}+{} ticks of {} ms",
+            self.nodes,
+            self.actors,
+            self.ttl_ms,
+            self.faults,
+            self.pauses,
+            self.crashes,
+            self.writes,
+            self.releases,
+            self.hand_offs,
+            self.co_writes,
+            self.chaos_ticks,
+            self.settle_ticks,
+            self.tick_ms
+        );
+        if let Some(e) = self.exception {
+            s.push_str(&format!(", exception {e:?}"));
+        }
+        s
+    }
+
+    pub(crate) fn ttl(&self, node: usize) -> u64 {
+        let last = self.ttl_ms.last().copied().unwrap_or(900);
+        self.ttl_ms.get(node).copied().unwrap_or(last)
+    }
+}
+
+/// The result of one check.
+#[derive(Debug)]
+pub struct ModelReport {
+    /// The scope.
+    pub scope: String,
+    /// Distinct states explored.
+    pub states: usize,
+    /// Every reachable state was explored (not stopped early, not truncated).
+    pub exhaustive: bool,
+    /// The deepest path explored.
+    pub max_depth: usize,
+    /// Wall time taken.
+    pub elapsed: Duration,
+    /// Counterexamples of `always` / `eventually` properties, one per broken property.
+    pub violations: Vec<Counterexample>,
+    /// `sometimes` properties never seen (the model would be vacuous).
+    pub never_seen: Vec<&'static str>,
+}
+
+impl ModelReport {
+    /// No property broken and every `sometimes` property seen, over every state.
+    pub fn is_clean(&self) -> bool {
+        self.exhaustive && self.violations.is_empty() && self.never_seen.is_empty()
+    }
+
+    /// The CI line: `model check <scope>: N states, exhaustive, 0 violations`.
+    pub fn summary(&self) -> String {
+        let how = if self.exhaustive {
+            "exhaustive"
+        } else {
+            "NOT exhaustive"
+        };
+        let mut line = format!(
+            "model check {}: {} states, {how}, {} violations ({:.1} s, depth {})",
+            self.scope,
+            self.states,
+            self.violations.len(),
+            self.elapsed.as_secs_f64(),
+            self.max_depth
+        );
+        if !self.never_seen.is_empty() {
+            line.push_str(&format!("; never seen: {:?}", self.never_seen));
+        }
+        line
+    }
+
+    /// Every counterexample, as readable traces.
+    pub fn counterexamples(&self) -> String {
+        let all: Vec<String> = self.violations.iter().map(|c| c.to_string()).collect();
+        all.join("\n\n")
+    }
+}
+
+impl fmt::Display for ModelReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.summary())
+    }
+}
+
+/// Checks every state of `cfg`'s scope (breadth first, two threads), until done or — with
+/// `first_failure` — until the first broken property (its counterexample is then a
+/// shortest one).
+pub fn run(cfg: &ModelConfig, first_failure: bool) -> ModelReport {
+    #[allow(clippy::disallowed_methods)] // the report says how long the check took
+    let started = std::time::Instant::now();
+    let model = world::FenceModel::new(cfg.clone());
+    let props = model.properties();
+    let mut builder = model.checker().threads(2);
+    if first_failure {
+        builder = builder.finish_when(HasDiscoveries::AnyFailures);
+    }
+    let checker = builder.spawn_bfs().join();
+    let discoveries = checker.discoveries();
+    let mut violations = Vec::new();
+    let mut never_seen = Vec::new();
+    for p in &props {
+        let found = discoveries.get(p.name);
+        if p.expectation.discovery_is_failure() {
+            if let Some(path) = found {
+                let always = p.expectation == stateright::Expectation::Always;
+                violations.push(trace::Counterexample::new(
+                    checker.model(),
+                    p.name,
+                    path.clone(),
+                    always.then_some(p.condition),
+                ));
+            }
+        } else if found.is_none() && reachable(p.name, cfg) {
+            never_seen.push(p.name);
+        }
+    }
+    // Done, and not because every property was discovered (the checker's other way to
+    // finish) nor because the first failure stopped it: every reachable state was seen.
+    let stopped_early =
+        discoveries.len() == props.len() || (first_failure && !violations.is_empty());
+    let exhaustive = checker.is_done() && !stopped_early;
+    ModelReport {
+        scope: cfg.scope(),
+        states: checker.unique_state_count(),
+        exhaustive,
+        max_depth: checker.max_depth(),
+        elapsed: started.elapsed(),
+        violations,
+        never_seen,
+    }
+}
+
+/// Whether `cfg`'s scope can show the `sometimes` property `name` at all: an ambiguous write
+/// needs a faulty answer, a resumed hand-off a hand-off.
+fn reachable(name: &str, cfg: &ModelConfig) -> bool {
+    match name {
+        "an ambiguous write is settled by evidence" => cfg.faults > 0,
+        "a hand-off is resumed by its receiver" => cfg.hand_offs > 0,
+        _ => true,
+    }
+}
+
+/// Checks every state of `cfg`'s scope to the end.
+pub fn check(cfg: &ModelConfig) -> ModelReport {
+    run(cfg, false)
+}

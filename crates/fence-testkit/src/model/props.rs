@@ -1,0 +1,97 @@
+//! The properties the model check proves over every state of its scope.
+
+use stateright::Property;
+
+use super::world::{id_of, FenceModel, World};
+
+/// A property, by the name the report and the CI lines print.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PropertyName {
+    /// At most one claim lands per (cell, epoch).
+    OneClaimPerEpoch,
+    /// Epochs never go back (claims and heads).
+    EpochsNeverGoBack,
+    /// No write under a superseded epoch lands.
+    NoSupersededWrite,
+    /// No acknowledged write is lost or rolled back, and none is acknowledged unlanded.
+    NoAcknowledgedWriteLost,
+    /// No write is applied twice.
+    NoWriteAppliedTwice,
+    /// No write sent once the writer's lease was no longer held is acknowledged.
+    NoWriteWithoutLease,
+}
+
+impl PropertyName {
+    /// The property's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            PropertyName::OneClaimPerEpoch => "at most one claim per epoch",
+            PropertyName::EpochsNeverGoBack => "epochs never go back",
+            PropertyName::NoSupersededWrite => "no write under a superseded epoch lands",
+            PropertyName::NoAcknowledgedWriteLost => "no acknowledged write lost or rolled back",
+            PropertyName::NoWriteAppliedTwice => "no write applied twice",
+            PropertyName::NoWriteWithoutLease => {
+                "no write sent without a held lease is acknowledged"
+            }
+        }
+    }
+}
+
+/// The name of the exclusion property.
+pub const EXCLUSION: &str = "no two nodes believe they hold the cell at once";
+
+fn holds(w: &World, p: PropertyName) -> bool {
+    w.hist.broken != Some(p)
+}
+
+/// The head's data is at least as recent as every acknowledged write.
+fn nothing_rolled_back(w: &World) -> bool {
+    let head = w.store.head.as_ref().map(|(h, _)| &h.payload);
+    let order = head.and_then(id_of).and_then(|id| w.hist.order_of(id));
+    w.hist.acked_order == 0 || order.is_some_and(|o| o >= w.hist.acked_order)
+}
+
+/// Every property.
+pub(crate) fn all() -> Vec<Property<FenceModel>> {
+    use PropertyName::*;
+    vec![
+        Property::always(OneClaimPerEpoch.name(), |_, w: &World| {
+            holds(w, OneClaimPerEpoch)
+        }),
+        Property::always(EpochsNeverGoBack.name(), |_, w: &World| {
+            holds(w, EpochsNeverGoBack)
+        }),
+        Property::always(NoSupersededWrite.name(), |_, w: &World| {
+            holds(w, NoSupersededWrite)
+        }),
+        Property::always(NoAcknowledgedWriteLost.name(), |_, w: &World| {
+            holds(w, NoAcknowledgedWriteLost) && nothing_rolled_back(w)
+        }),
+        Property::always(NoWriteAppliedTwice.name(), |_, w: &World| {
+            holds(w, NoWriteAppliedTwice)
+        }),
+        Property::always(NoWriteWithoutLease.name(), |_, w: &World| {
+            holds(w, NoWriteWithoutLease)
+        }),
+        Property::always(EXCLUSION, |m: &FenceModel, w: &World| {
+            (0..w.nodes.len()).filter(|n| m.believes(w, *n)).count() <= 1
+        }),
+        Property::eventually(
+            "a live node holds the cell once the faults are over",
+            |m: &FenceModel, w: &World| {
+                m.after_chaos(w) && (0..w.nodes.len()).any(|n| m.believes(w, n))
+            },
+        ),
+        Property::sometimes("a takeover happens", |_, w: &World| w.hist.takeover),
+        Property::sometimes(
+            "an ambiguous write is settled by evidence",
+            |_, w: &World| w.hist.settled_ambiguity,
+        ),
+        Property::sometimes("a write is acknowledged", |_, w: &World| {
+            w.hist.acked_order > 0
+        }),
+        Property::sometimes("a hand-off is resumed by its receiver", |_, w: &World| {
+            w.hist.resumed_hand_off
+        }),
+    ]
+}

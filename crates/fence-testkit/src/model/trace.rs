@@ -1,0 +1,175 @@
+//! A counterexample as a readable trace: each step's node and event, the store after it, and
+//! the property broken at the end.
+
+use std::fmt;
+
+use stateright::Path;
+
+use super::world::{Action, FenceModel, Op, ReqState, World, CO};
+
+/// One broken property and the shortest path the checker found to it.
+#[derive(Clone, Debug)]
+pub struct Counterexample {
+    /// The property broken.
+    pub property: &'static str,
+    /// The number of steps.
+    pub depth: usize,
+    /// One line per step.
+    pub steps: Vec<String>,
+}
+
+impl Counterexample {
+    /// The trace of `path`, cut at its first state where `holds` is false (an `always`
+    /// property's failure; `None`: the whole path, for an `eventually` one).
+    pub(crate) fn new(
+        model: &FenceModel,
+        property: &'static str,
+        path: Path<World, Action>,
+        holds: Option<fn(&FenceModel, &World) -> bool>,
+    ) -> Self {
+        let mut steps = Vec::new();
+        let mut last: Option<World> = None;
+        for (state, action) in path.into_vec() {
+            let broken = holds.is_some_and(|h| !h(model, &state));
+            match action {
+                Some(a) if !broken => {
+                    steps.push(describe(model, &state, &a));
+                    last = Some(state);
+                }
+                _ => {
+                    last = Some(state);
+                    break;
+                }
+            }
+        }
+        if let Some(end) = &last {
+            steps.push(format!("   => {}", store_state(model, end)));
+        }
+        Counterexample {
+            property,
+            depth: steps.len().saturating_sub(1),
+            steps,
+        }
+    }
+}
+
+fn who(from: u8) -> String {
+    if from == CO {
+        "co-writer".into()
+    } else {
+        format!("n{from}")
+    }
+}
+
+fn op(o: &Op) -> String {
+    match o {
+        Op::PutLease { guard, obj } => format!(
+            "put lease {} (expires {}) if {guard:?}",
+            obj.record.node, obj.record.expires_ms
+        ),
+        Op::GetLease { node } => format!("get lease n{node}"),
+        Op::PutHead { guard, head, .. } => format!(
+            "put head {{{} @{} {:?}}} if {guard:?}",
+            head.node.as_deref().unwrap_or("-"),
+            head.epoch,
+            head.payload
+        ),
+        Op::GetHead => "get head".into(),
+    }
+}
+
+/// What `action` does, taken in `state` (the state before it).
+fn describe(model: &FenceModel, w: &World, action: &Action) -> String {
+    let at = format!("t={:>5}", w.time);
+    let req = |i: &usize| {
+        w.net
+            .get(*i)
+            .map(|r| {
+                let late = match r.state {
+                    ReqState::Orphan => " (held up, its sender gave up)",
+                    ReqState::Landed(_) => " (landed, answer on its way)",
+                    ReqState::InFlight => "",
+                };
+                format!("{}: {}{late}", who(r.from), op(&r.op))
+            })
+            .unwrap_or_default()
+    };
+    let what = match action {
+        Action::Tick => format!("time passes {} ms", model.cfg.tick_ms),
+        Action::Deliver(i) => format!("store serves {}", req(i)),
+        Action::Answer(i) => format!("late answer reaches {}", req(i)),
+        Action::Fault(i, f) => format!("FAULT {f:?} on {}", req(i)),
+        Action::Drop(i) => format!("network loses {}", req(i)),
+        Action::Wake(n) => format!("n{n}: lease keeper wakes"),
+        Action::Resume(n) => format!("n{n}: task resumes"),
+        Action::Acquire(n) => format!("n{n}: acquires its lease"),
+        Action::Claim(n) => format!("n{n}: claims the cell"),
+        Action::Write(n) => format!("n{n}: writes the cell"),
+        Action::Release(n) => format!("n{n}: releases the cell"),
+        Action::HandOff(n) => format!("n{n}: hands the cell off"),
+        Action::CoWrite => "co-writer: update_cell at the current epoch".into(),
+        Action::Pause(n, true) => format!("n{n}: SUSPENDED (monotonic clock stops)"),
+        Action::Pause(n, false) => format!("n{n}: STALLED"),
+        Action::Crash(n) => format!("n{n}: CRASH"),
+        Action::Restart(n) => format!("n{n}: restarts as a new process"),
+    };
+    format!("{at}  {what}")
+}
+
+/// The store and each node's belief, in one line.
+fn store_state(model: &FenceModel, w: &World) -> String {
+    let head = match &w.store.head {
+        Some((h, v)) => format!(
+            "head {{{} @{} {:?} {v}}}",
+            h.node.as_deref().unwrap_or("-"),
+            h.epoch,
+            h.payload
+        ),
+        None => "no head".into(),
+    };
+    let beliefs: Vec<String> = (0..w.nodes.len())
+        .map(|n| {
+            let node = &w.nodes[n];
+            let claim = node.claim.as_ref().map_or("no claim".to_owned(), |c| {
+                format!(
+                    "claim @{}{}",
+                    c.epoch,
+                    if c.ended { " (ended)" } else { "" }
+                )
+            });
+            let lease = node.lease.as_ref().map_or("no lease".to_owned(), |l| {
+                format!(
+                    "lease {}",
+                    if l.is_held(model.now(w, n)) {
+                        "held"
+                    } else {
+                        "not held"
+                    }
+                )
+            });
+            format!(
+                "n{n}: {lease}, {claim}{}",
+                if model.believes(w, n) {
+                    " ⇒ BELIEVES IT HOLDS"
+                } else {
+                    ""
+                }
+            )
+        })
+        .collect();
+    format!("{head}; {}", beliefs.join("; "))
+}
+
+impl fmt::Display for Counterexample {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "counterexample at depth {}: {}",
+            self.depth, self.property
+        )?;
+        for s in &self.steps {
+            writeln!(f, "  {s}")?;
+        }
+        write!(f, "  broken: {}", self.property)
+    }
+}

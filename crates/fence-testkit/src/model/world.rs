@@ -1,0 +1,1402 @@
+//! The model's world: nodes running fence's pure machines, a store, a network, clocks, and
+//! the faults — and its transitions.
+
+use fence_core::decide::claim::{ClaimEnd, ClaimFlow, ClaimStep};
+use fence_core::decide::claimed::{admit, Base, CellEnd, CellStep, CellWrite, Change};
+use fence_core::decide::write::{HeadWrite, PutAnswer, ReadAnswer, Settled, WriteStep};
+use fence_core::decide::{
+    Flaws, Holder, LeaseConfig, LeaseCore, LeaseEffect, LeaseEvent, Now, Observation,
+    ObservedLease, ReadResult, WriteResult,
+};
+use fence_core::record::{CellHead, CellPayload, HeadFormat, NodeLeaseRecord};
+use fence_core::{CasGuard, Version};
+use stateright::{Model, Property};
+
+use super::props::{self, PropertyName};
+use super::{Exception, ModelConfig};
+
+/// The wall clock at model time 0.
+const BASE_WALL: u64 = 1_700_000_000_000;
+/// The sender of the co-writer's requests.
+pub(crate) const CO: u8 = u8::MAX;
+
+/// A lease record as stored.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LeaseObj {
+    pub(crate) record: NodeLeaseRecord,
+    pub(crate) nonce: String,
+    pub(crate) ttl_ms: u64,
+}
+
+/// The store: one lease key per node and the cell's head. Versions count per key (the
+/// store contract asks a new version per write of a key, nothing across keys), so writes of
+/// different keys in either order reach the same state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Store {
+    pub(crate) leases: Vec<Option<(LeaseObj, Version)>>,
+    pub(crate) head: Option<(CellHead, Version)>,
+    lease_versions: Vec<u16>,
+    head_versions: u16,
+}
+
+impl Store {
+    fn lease_version(&mut self, n: usize) -> Version {
+        self.lease_versions[n] += 1;
+        version(&format!("l{n}.{}", self.lease_versions[n]))
+    }
+
+    fn head_version(&mut self) -> Version {
+        self.head_versions += 1;
+        version(&format!("h{}", self.head_versions))
+    }
+}
+
+fn version(token: &str) -> Version {
+    Version::new(token).unwrap_or_else(|_| unreachable!("a version token is never empty"))
+}
+
+/// Which part of a node sent a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Thread {
+    /// The lease keeper.
+    Lease,
+    /// The application's task (claims and writes).
+    Task,
+    /// The co-writer.
+    Co,
+}
+
+/// A request.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// Write a lease record.
+    PutLease { guard: CasGuard, obj: LeaseObj },
+    /// Read a node's lease record.
+    GetLease { node: u8 },
+    /// Write the cell head; `data` names the fenced data write it carries, if any.
+    PutHead {
+        guard: CasGuard,
+        head: CellHead,
+        data: Option<u8>,
+    },
+    /// Read the cell head.
+    GetHead,
+}
+
+/// What the store answered.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// A write: applied at this version, or rejected.
+    Put(Option<Version>),
+    /// A lease read.
+    Lease(Option<(LeaseObj, Version)>),
+    /// A head read.
+    Head(Option<(CellHead, Version)>),
+}
+
+/// Where a request is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ReqState {
+    /// Sent, not landed.
+    InFlight,
+    /// Landed; the answer is on its way back.
+    Landed(Outcome),
+    /// Its sender gave up on it; it may still land.
+    Orphan,
+}
+
+/// A request in the network.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Req {
+    pub(crate) from: u8,
+    pub(crate) incarnation: u8,
+    pub(crate) thread: Thread,
+    pub(crate) op: Op,
+    pub(crate) state: ReqState,
+    /// A fault made it slow: time may pass while it travels.
+    pub(crate) slow: bool,
+    /// The sender's monotonic time after which it gives up.
+    pub(crate) deadline: u64,
+}
+
+/// A claim a node holds.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Claim {
+    pub(crate) epoch: u64,
+    pub(crate) known: Option<Base>,
+    pub(crate) ended: bool,
+}
+
+/// What a node's task runs.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Machine {
+    /// A claim (or resume).
+    Claim(ClaimFlow),
+    /// A change of the claimed cell.
+    Change(CellWrite, ChangeKind),
+}
+
+/// Which change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ChangeKind {
+    /// Data write number `id`.
+    Write(u8),
+    /// Release.
+    Release,
+    /// Hand-off.
+    HandOff,
+}
+
+/// What a task waits for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Wait {
+    /// A head read for a claim.
+    Head,
+    /// A read of `node`'s lease, sent at `sent` (our monotonic clock).
+    Judge { node: u8, sent: u64 },
+    /// A head write's answer.
+    Send,
+    /// A read-back.
+    Readback,
+    /// Until our monotonic time.
+    Until(u64),
+    /// A head read for a change's base.
+    Base,
+}
+
+/// A node's task.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Task {
+    pub(crate) machine: Machine,
+    pub(crate) seal: Option<(HeadWrite, CellHead)>,
+    pub(crate) wait: Wait,
+    /// The change was admitted while the lease was not held.
+    pub(crate) unheld: bool,
+}
+
+/// One node: a process of it, its lease, its task and its claim.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Node {
+    pub(crate) alive: bool,
+    pub(crate) incarnation: u8,
+    acquisitions: u8,
+    pub(crate) lease: Option<LeaseCore>,
+    wake: Option<u64>,
+    lease_busy: bool,
+    pub(crate) task: Option<Task>,
+    pub(crate) claim: Option<Claim>,
+    seen: Vec<Option<Observation>>,
+    pub(crate) paused_until: Option<u64>,
+    suspended: bool,
+    paused_at: u64,
+    lag: u64,
+    nonces: u16,
+    writes_left: u8,
+    retry_at: u64,
+    last_written: Option<CellPayload>,
+}
+
+/// The co-writer: `update_cell` at the cell's current epoch.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CoWriter {
+    left: u8,
+    pub(crate) write: Option<(HeadWrite, CellHead, u8)>,
+    reading: bool,
+    tries: u8,
+}
+
+/// What is left of the faults and choices.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Budget {
+    faults: u8,
+    pauses: u8,
+    crashes: u8,
+    releases: u8,
+    hand_offs: u8,
+}
+
+/// What the properties need of the past.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct History {
+    claims: Vec<(u64, u8)>,
+    pub(crate) max_claimed: u64,
+    /// Data writes landed: (id, order of landing).
+    landed: Vec<(u8, u8)>,
+    pub(crate) acked_order: u8,
+    pub(crate) broken: Option<PropertyName>,
+    pub(crate) takeover: bool,
+    pub(crate) settled_ambiguity: bool,
+    pub(crate) resumed_hand_off: bool,
+}
+
+impl History {
+    pub(crate) fn order_of(&self, id: u8) -> Option<u8> {
+        self.landed.iter().find(|(i, _)| *i == id).map(|(_, o)| *o)
+    }
+
+    fn breach(&mut self, p: PropertyName) {
+        self.broken.get_or_insert(p);
+    }
+}
+
+/// One state of the model.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct World {
+    pub(crate) time: u64,
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) store: Store,
+    pub(crate) net: Vec<Req>,
+    pub(crate) co: CoWriter,
+    budget: Budget,
+    pub(crate) hist: History,
+}
+
+/// A faulty answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fault {
+    /// The request landed, its answer is lost (a timeout: ambiguous).
+    LoseAnswer,
+    /// The request is held up in the network: its sender times out now, it may land later.
+    HoldUp,
+    /// Refused before it was sent: not committed.
+    Refuse,
+    /// Slow: time may pass before it lands and is answered, until its sender times out.
+    Slow,
+}
+
+/// A transition.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Time advances one tick.
+    Tick,
+    /// Request `i` lands and (unless slow) is answered.
+    Deliver(usize),
+    /// Slow request `i`'s answer arrives.
+    Answer(usize),
+    /// A faulty answer for request `i`.
+    Fault(usize, Fault),
+    /// An orphan request is lost for good.
+    Drop(usize),
+    /// Node `n`'s lease keeper wakes up.
+    Wake(u8),
+    /// Node `n`'s task resumes after a wait.
+    Resume(u8),
+    /// Node `n` acquires a lease (again).
+    Acquire(u8),
+    /// Node `n` claims the cell.
+    Claim(u8),
+    /// Node `n` writes the cell.
+    Write(u8),
+    /// Node `n` releases the cell.
+    Release(u8),
+    /// Node `n` hands the cell to the next node.
+    HandOff(u8),
+    /// The co-writer starts a write at the cell's epoch.
+    CoWrite,
+    /// Node `n` is paused (`true`: suspended, its monotonic clock stops).
+    Pause(u8, bool),
+    /// Node `n`'s process crashes.
+    Crash(u8),
+    /// Node `n` starts a new process.
+    Restart(u8),
+}
+
+/// The model: a scope and the properties.
+#[derive(Clone, Debug)]
+pub struct FenceModel {
+    pub(crate) cfg: ModelConfig,
+    lease_cfg: Vec<LeaseConfig>,
+    flaws: Flaws,
+}
+
+impl FenceModel {
+    pub(crate) fn new(cfg: ModelConfig) -> Self {
+        let lease_cfg = (0..cfg.nodes)
+            .map(|n| {
+                let mut c = LeaseConfig::with_ttl_ms(cfg.ttl(n));
+                c.attempt_min_ms = cfg.tick_ms;
+                c
+            })
+            .collect();
+        #[cfg(feature = "sabotage")]
+        let flaws = Flaws::switch(cfg.sabotage);
+        #[cfg(not(feature = "sabotage"))]
+        let flaws = Flaws::default();
+        FenceModel {
+            cfg,
+            lease_cfg,
+            flaws,
+        }
+    }
+
+    fn chaos(&self, w: &World) -> bool {
+        w.time < u64::from(self.cfg.chaos_ticks) * self.cfg.tick_ms
+    }
+
+    pub(crate) fn horizon(&self) -> u64 {
+        u64::from(self.cfg.chaos_ticks + self.cfg.settle_ticks) * self.cfg.tick_ms
+    }
+
+    pub(crate) fn after_chaos(&self, w: &World) -> bool {
+        !self.chaos(w)
+    }
+
+    /// Node `n`'s clocks now.
+    pub(crate) fn now(&self, w: &World, n: usize) -> Now {
+        let node = &w.nodes[n];
+        let t = if node.suspended {
+            node.paused_at
+        } else {
+            w.time
+        };
+        let mut mono = t.saturating_sub(node.lag);
+        let mut wall_t = w.time;
+        let mut skew: i64 = 0;
+        match self.cfg.exception {
+            Some(Exception::SlowClocks) if n == 0 => {
+                mono /= 2;
+                wall_t /= 2;
+            }
+            Some(Exception::WallBehind) if n == 0 => {
+                let stale = self.lease_cfg.iter().map(|c| c.stale_after_ms).max();
+                skew = -((stale.unwrap_or(0) + 10 * self.cfg.ttl(0)) as i64);
+            }
+            _ => {}
+        }
+        let wall = (BASE_WALL + wall_t).saturating_add_signed(skew);
+        Now {
+            mono_ms: mono,
+            wall_ms: wall,
+        }
+    }
+
+    /// Whether node `n` believes it holds the cell now.
+    pub(crate) fn believes(&self, w: &World, n: usize) -> bool {
+        let node = &w.nodes[n];
+        let held = node
+            .lease
+            .as_ref()
+            .is_some_and(|l| l.is_held(self.now(w, n)));
+        node.alive && held && node.claim.as_ref().is_some_and(|c| !c.ended)
+    }
+
+    fn fresh_node(&self, n: usize, incarnation: u8) -> Node {
+        Node {
+            alive: true,
+            incarnation,
+            acquisitions: 0,
+            lease: None,
+            wake: None,
+            lease_busy: false,
+            task: None,
+            claim: None,
+            seen: vec![None; self.cfg.nodes],
+            paused_until: None,
+            suspended: false,
+            paused_at: 0,
+            lag: 0,
+            nonces: 0,
+            writes_left: self.cfg.writes,
+            retry_at: 0,
+            last_written: None,
+        }
+        .with_lag_of(n)
+    }
+}
+
+impl Node {
+    fn with_lag_of(self, _n: usize) -> Self {
+        self
+    }
+
+    fn paused(&self) -> bool {
+        self.paused_until.is_some()
+    }
+
+    fn nonce(&mut self, n: usize) -> String {
+        self.nonces += 1;
+        format!("n{n}p{}-{}", self.incarnation, self.nonces)
+    }
+
+    fn generation(&self) -> Option<String> {
+        self.lease.as_ref().map(|l| l.holder().generation.clone())
+    }
+}
+
+/// The id of node `n`'s data write number `k` (1-based).
+fn data_id(n: usize, k: u8) -> u8 {
+    (n as u8) * 16 + k
+}
+
+/// The payload of data write `id`.
+pub(crate) fn payload(id: u8) -> CellPayload {
+    CellPayload::Inline(format!("d{id}").into())
+}
+
+/// The data write a payload is, if any.
+pub(crate) fn id_of(p: &CellPayload) -> Option<u8> {
+    match p {
+        CellPayload::Inline(b) => std::str::from_utf8(b).ok()?.strip_prefix('d')?.parse().ok(),
+        _ => None,
+    }
+}
+
+enum Next {
+    Claim(ClaimStep),
+    Write(WriteStep),
+    Cell(CellStep),
+}
+
+impl FenceModel {
+    fn send(&self, w: &mut World, n: usize, thread: Thread, op: Op, timeout_ms: u64) {
+        let (incarnation, mono) = if n == CO as usize {
+            (0, w.time)
+        } else {
+            (w.nodes[n].incarnation, self.now(w, n).mono_ms)
+        };
+        w.net.push(Req {
+            from: n as u8,
+            incarnation,
+            thread,
+            op,
+            state: ReqState::InFlight,
+            slow: false,
+            deadline: mono + timeout_ms.max(1),
+        });
+    }
+
+    /// The bound of a claim's request (the runtime's `request_bound_ms`).
+    fn bound(&self, w: &World, n: usize) -> u64 {
+        let cfg = &self.lease_cfg[n];
+        let left = w.nodes[n]
+            .lease
+            .as_ref()
+            .map_or(0, |l| l.remaining_ms(self.now(w, n)));
+        cfg.attempt_timeout(left).max(cfg.attempt_min_ms)
+    }
+
+    // ----- the lease keeper ------------------------------------------------------------
+
+    fn lease_step(&self, w: &mut World, n: usize, event: LeaseEvent) {
+        let now = self.now(w, n);
+        let Some(core) = w.nodes[n].lease.as_mut() else {
+            return;
+        };
+        let effects = core.step(now, event);
+        for e in effects {
+            match e {
+                LeaseEffect::Write {
+                    guard,
+                    record,
+                    nonce,
+                    timeout_ms,
+                } => {
+                    let obj = LeaseObj {
+                        record,
+                        nonce,
+                        ttl_ms: self.cfg.ttl(n),
+                    };
+                    w.nodes[n].lease_busy = true;
+                    self.send(w, n, Thread::Lease, Op::PutLease { guard, obj }, timeout_ms);
+                }
+                LeaseEffect::Read { timeout_ms } => {
+                    w.nodes[n].lease_busy = true;
+                    let op = Op::GetLease { node: n as u8 };
+                    self.send(w, n, Thread::Lease, op, timeout_ms);
+                }
+                LeaseEffect::WakeAt(t) => w.nodes[n].wake = Some(t),
+                LeaseEffect::Status(_) => {}
+            }
+        }
+        self.drop_claim_if_lease_over(w, n);
+    }
+
+    fn drop_claim_if_lease_over(&self, w: &mut World, n: usize) {
+        let node = &mut w.nodes[n];
+        if node.lease.as_ref().is_some_and(|l| l.is_finished()) && node.task.is_none() {
+            node.claim = None;
+        }
+    }
+
+    fn acquire(&self, w: &mut World, n: usize) {
+        let node = &mut w.nodes[n];
+        node.acquisitions += 1;
+        node.claim = None;
+        let holder = Holder {
+            node: format!("n{n}"),
+            addr: String::new(),
+            peer_protocol: 1,
+            generation: format!("n{n}p{}a{}", node.incarnation, node.acquisitions),
+        };
+        let core = LeaseCore::new(holder, self.lease_cfg[n].clone()).with_flaws(self.flaws);
+        node.lease = Some(core);
+        node.wake = None;
+        self.lease_step(w, n, LeaseEvent::Acquire { wait: true });
+    }
+
+    // ----- the task ----------------------------------------------------------------------
+
+    fn start_claim(&self, w: &mut World, n: usize) {
+        let node = &mut w.nodes[n];
+        let generation = node.generation().unwrap_or_default();
+        let nonce = node.nonce(n);
+        let flow = ClaimFlow::new(&format!("n{n}"), &generation, nonce)
+            .resuming(std::slice::from_ref(&generation))
+            .with_flaws(self.flaws, self.cfg.ttl(n), node.last_written.clone());
+        node.task = Some(Task {
+            machine: Machine::Claim(flow),
+            seal: None,
+            wait: Wait::Head,
+            unheld: false,
+        });
+        let step = match &mut w.nodes[n].task {
+            Some(Task {
+                machine: Machine::Claim(f),
+                ..
+            }) => f.start(),
+            _ => return,
+        };
+        self.run(w, n, Next::Claim(step));
+    }
+
+    fn start_change(&self, w: &mut World, n: usize, kind: ChangeKind) {
+        let now = self.now(w, n);
+        let held = w.nodes[n].lease.as_ref().is_some_and(|l| l.is_held(now));
+        let Some(claim) = w.nodes[n].claim.clone() else {
+            return;
+        };
+        if admit(held, claim.ended, self.flaws).is_err() {
+            return;
+        }
+        let unheld = !held;
+        let change = match kind {
+            ChangeKind::Write(id) => Change::Data {
+                payload: payload(id),
+                exact: None,
+            },
+            ChangeKind::Release => Change::Release,
+            ChangeKind::HandOff => {
+                let to = (n + 1) % self.cfg.nodes;
+                // The sender stops acting before the hand-off is sent.
+                if let Some(c) = w.nodes[n].claim.as_mut() {
+                    c.ended = true;
+                }
+                Change::HandOff {
+                    to: format!("n{to}"),
+                    generation: w.nodes[to].generation(),
+                }
+            }
+        };
+        let node = &mut w.nodes[n];
+        let generation = node.generation().unwrap_or_default();
+        let nonce = node.nonce(n);
+        let known = node.claim.as_mut().and_then(|c| c.known.take());
+        let mut cw = CellWrite::new(
+            &format!("n{n}"),
+            claim.epoch,
+            &generation,
+            nonce,
+            change,
+            known,
+        )
+        .with_flaws(self.flaws);
+        let step = cw.start();
+        node.task = Some(Task {
+            machine: Machine::Change(cw, kind),
+            seal: None,
+            wait: Wait::Base,
+            unheld,
+        });
+        self.run(w, n, Next::Cell(step));
+    }
+
+    /// Performs machine steps of node `n`'s task until it waits for something or ends.
+    fn run(&self, w: &mut World, n: usize, mut next: Next) {
+        loop {
+            let bound = self.bound(w, n);
+            let mono = self.now(w, n).mono_ms;
+            let Some(task) = w.nodes[n].task.as_mut() else {
+                return;
+            };
+            next = match next {
+                Next::Claim(ClaimStep::ReadHead) | Next::Cell(CellStep::ReadBase) => {
+                    task.wait = if matches!(next, Next::Claim(_)) {
+                        Wait::Head
+                    } else {
+                        Wait::Base
+                    };
+                    return self.send(w, n, Thread::Task, Op::GetHead, bound);
+                }
+                Next::Claim(ClaimStep::Sleep(ms)) => {
+                    task.wait = Wait::Until(mono + ms);
+                    return;
+                }
+                Next::Claim(ClaimStep::JudgeOwner { node, .. }) => {
+                    let peer = node.trim_start_matches('n').parse::<u8>().unwrap_or(0);
+                    task.wait = Wait::Judge {
+                        node: peer,
+                        sent: mono,
+                    };
+                    let op = Op::GetLease { node: peer };
+                    return self.send(w, n, Thread::Task, op, bound);
+                }
+                Next::Claim(ClaimStep::Carry { head, .. }) => match &mut task.machine {
+                    Machine::Claim(f) => Next::Claim(f.on_carried(head.payload, head.extra)),
+                    Machine::Change(..) => return,
+                },
+                Next::Claim(ClaimStep::Seal { body, mut write })
+                | Next::Cell(CellStep::Seal { body, mut write }) => {
+                    let step = write.start();
+                    task.seal = Some((write, body));
+                    Next::Write(step)
+                }
+                Next::Write(WriteStep::Send) => {
+                    task.wait = Wait::Send;
+                    let Some((write, body)) = &task.seal else {
+                        return;
+                    };
+                    let data = match task.machine {
+                        Machine::Change(_, ChangeKind::Write(id)) => Some(id),
+                        _ => None,
+                    };
+                    let op = Op::PutHead {
+                        guard: write.guard().clone(),
+                        head: body.clone(),
+                        data,
+                    };
+                    return self.send(w, n, Thread::Task, op, bound);
+                }
+                Next::Write(WriteStep::Pause(ms)) => {
+                    task.wait = Wait::Until(mono + ms);
+                    return;
+                }
+                Next::Write(WriteStep::Read) => {
+                    task.wait = Wait::Readback;
+                    return self.send(w, n, Thread::Task, Op::GetHead, bound);
+                }
+                Next::Write(WriteStep::Done(settled)) => {
+                    let Some((write, body)) = task.seal.take() else {
+                        return;
+                    };
+                    if write.uncertain() && matches!(settled, Settled::Landed(_)) {
+                        w.hist.settled_ambiguity = true;
+                    }
+                    let Some(task) = w.nodes[n].task.as_mut() else {
+                        return;
+                    };
+                    match &mut task.machine {
+                        Machine::Claim(f) => Next::Claim(f.on_sealed(settled)),
+                        Machine::Change(c, _) => Next::Cell(c.on_settled(body, settled)),
+                    }
+                }
+                Next::Write(WriteStep::Failed(_)) => {
+                    let task = w.nodes[n].task.take();
+                    return self.task_failed(w, n, task);
+                }
+                Next::Claim(ClaimStep::Done(end)) => {
+                    w.nodes[n].task = None;
+                    return self.claim_ended(w, n, end);
+                }
+                Next::Cell(CellStep::Done(end)) => {
+                    let task = w.nodes[n].task.take();
+                    return self.change_ended(w, n, task, end);
+                }
+            };
+        }
+    }
+
+    fn retry_later(&self, w: &mut World, n: usize) {
+        w.nodes[n].retry_at = w.time + self.cfg.tick_ms;
+    }
+
+    fn task_failed(&self, w: &mut World, n: usize, task: Option<Task>) {
+        match task.map(|t| t.machine) {
+            Some(Machine::Claim(_)) | None => self.retry_later(w, n),
+            Some(Machine::Change(_, kind)) => {
+                // No verdict: the next write reads the head first; a hand-off stays closed.
+                if kind == ChangeKind::HandOff {
+                    w.nodes[n].claim = None;
+                }
+            }
+        }
+    }
+
+    fn claim_ended(&self, w: &mut World, n: usize, end: ClaimEnd) {
+        let ClaimEnd::Claimed {
+            epoch,
+            body,
+            version,
+            resumed,
+            takeover_from,
+        } = end
+        else {
+            return self.retry_later(w, n);
+        };
+        let hist = &mut w.hist;
+        if !resumed {
+            // (Epochs going back are judged as heads land: an answer may come late.)
+            if hist.claims.iter().any(|(e, _)| *e == epoch) {
+                hist.breach(PropertyName::OneClaimPerEpoch);
+            }
+            hist.claims.push((epoch, n as u8));
+        } else if epoch > hist.max_claimed {
+            hist.resumed_hand_off = true;
+        }
+        hist.max_claimed = hist.max_claimed.max(epoch);
+        hist.takeover |= takeover_from.is_some();
+        w.nodes[n].claim = Some(Claim {
+            epoch,
+            known: Some(Base::of(body, version)),
+            ended: false,
+        });
+    }
+
+    fn change_ended(&self, w: &mut World, n: usize, task: Option<Task>, end: CellEnd) {
+        let Some(Task {
+            machine: Machine::Change(_, kind),
+            unheld,
+            ..
+        }) = task
+        else {
+            return;
+        };
+        match end {
+            CellEnd::Written { base, .. } => {
+                if unheld {
+                    w.hist.breach(PropertyName::NoWriteWithoutLease);
+                }
+                if let ChangeKind::Write(id) = kind {
+                    self.acknowledged(w, id);
+                    w.nodes[n].last_written = Some(payload(id));
+                }
+                match kind {
+                    ChangeKind::Write(_) => {
+                        if let Some(c) = w.nodes[n].claim.as_mut() {
+                            c.known = Some(base);
+                        }
+                    }
+                    ChangeKind::Release | ChangeKind::HandOff => w.nodes[n].claim = None,
+                }
+            }
+            CellEnd::Conflict { base } => {
+                if let Some(c) = w.nodes[n].claim.as_mut() {
+                    c.known = Some(base);
+                }
+            }
+            CellEnd::Superseded { .. } => w.nodes[n].claim = None,
+            CellEnd::KeptMoving if kind == ChangeKind::HandOff => w.nodes[n].claim = None,
+            CellEnd::KeptMoving => {}
+        }
+    }
+
+    fn acknowledged(&self, w: &mut World, id: u8) {
+        match w.hist.order_of(id) {
+            Some(order) => w.hist.acked_order = w.hist.acked_order.max(order),
+            None => w.hist.breach(PropertyName::NoAcknowledgedWriteLost),
+        }
+    }
+
+    /// Feeds an answer (or a failure: `None`) to node `n`'s task.
+    fn task_answer(&self, w: &mut World, n: usize, outcome: Option<Outcome>, refused: bool) {
+        let now = self.now(w, n);
+        let Some(task) = w.nodes[n].task.as_mut() else {
+            return;
+        };
+        let next = match (&task.wait, outcome) {
+            (Wait::Head, Some(Outcome::Head(h))) => match &mut task.machine {
+                Machine::Claim(f) => Next::Claim(f.on_head(h)),
+                Machine::Change(..) => return,
+            },
+            (Wait::Base, Some(Outcome::Head(h))) => match &mut task.machine {
+                Machine::Change(c, _) => Next::Cell(c.on_read(h)),
+                Machine::Claim(_) => return,
+            },
+            (Wait::Judge { node, sent }, Some(Outcome::Lease(l))) => {
+                let (peer, sent) = (*node as usize, *sent);
+                let lease = l.map(|(obj, version)| observed(obj, version));
+                let node = &mut w.nodes[n];
+                let prior = node.seen[peer].as_ref();
+                let seen = Observation::update_with(prior, lease, sent, now.mono_ms, self.flaws);
+                let verdict = seen.judge(now, &self.lease_cfg[n]);
+                node.seen[peer] = Some(seen);
+                match &mut node.task {
+                    Some(Task {
+                        machine: Machine::Claim(f),
+                        ..
+                    }) => Next::Claim(f.on_liveness(verdict)),
+                    _ => return,
+                }
+            }
+            (Wait::Send, Some(Outcome::Put(v))) => match &mut task.seal {
+                Some((write, _)) => Next::Write(write.on_put(match v {
+                    Some(v) => PutAnswer::Applied(v),
+                    None => PutAnswer::Rejected,
+                })),
+                None => return,
+            },
+            (Wait::Send, None) => match &mut task.seal {
+                Some((write, _)) => Next::Write(write.on_put(if refused {
+                    PutAnswer::NotCommitted { retryable: true }
+                } else {
+                    PutAnswer::Ambiguous
+                })),
+                None => return,
+            },
+            (Wait::Readback, h) => match &mut task.seal {
+                Some((write, _)) => Next::Write(write.on_read(match h {
+                    Some(Outcome::Head(h)) => ReadAnswer::Head(h),
+                    _ => ReadAnswer::Failed,
+                })),
+                None => return,
+            },
+            // A failed read ends a claim or a change: not committed.
+            _ => {
+                let task = w.nodes[n].task.take();
+                return self.task_failed(w, n, task);
+            }
+        };
+        self.run(w, n, next);
+    }
+
+    /// Feeds an answer (`None`: a failure, `refused` if provably not sent) to node `n`'s
+    /// lease keeper.
+    fn lease_answer(
+        &self,
+        w: &mut World,
+        n: usize,
+        op: &Op,
+        outcome: Option<Outcome>,
+        refused: bool,
+    ) {
+        w.nodes[n].lease_busy = false;
+        let event = match (outcome, op) {
+            (Some(Outcome::Put(Some(v))), _) => LeaseEvent::Written(WriteResult::Applied(v)),
+            (Some(Outcome::Put(None)), _) => LeaseEvent::Written(WriteResult::Rejected),
+            (Some(Outcome::Lease(Some((obj, v)))), _) => {
+                LeaseEvent::Read(ReadResult::Found(observed(obj, v)))
+            }
+            (Some(Outcome::Lease(None)), _) => LeaseEvent::Read(ReadResult::Absent),
+            (Some(Outcome::Head(_)), _) => return,
+            (None, Op::PutLease { .. }) if refused => {
+                LeaseEvent::Written(WriteResult::NotCommitted)
+            }
+            (None, Op::PutLease { .. }) => LeaseEvent::Written(WriteResult::Ambiguous),
+            (None, _) => LeaseEvent::Read(ReadResult::Failed),
+        };
+        self.lease_step(w, n, event);
+    }
+
+    // ----- the co-writer -------------------------------------------------------------------
+
+    fn co_answer(&self, w: &mut World, outcome: Option<Outcome>, refused: bool) {
+        if w.co.reading {
+            w.co.reading = false;
+            let Some(Outcome::Head(Some((head, version)))) = outcome else {
+                return;
+            };
+            return self.co_build(w, head, version);
+        }
+        let Some((write, _, _)) = w.co.write.as_mut() else {
+            return;
+        };
+        let step = match outcome {
+            Some(Outcome::Put(Some(v))) => write.on_put(PutAnswer::Applied(v)),
+            Some(Outcome::Put(None)) => write.on_put(PutAnswer::Rejected),
+            Some(Outcome::Head(h)) => write.on_read(ReadAnswer::Head(h)),
+            None if refused => write.on_put(PutAnswer::NotCommitted { retryable: true }),
+            None => write.on_put(PutAnswer::Ambiguous),
+            Some(Outcome::Lease(_)) => return,
+        };
+        self.co_step(w, step);
+    }
+
+    fn co_build(&self, w: &mut World, head: CellHead, version: Version) {
+        // update_cell: only over a head naming an owner at the epoch it was handed.
+        let Some(owner) = head.node.clone() else {
+            return;
+        };
+        w.co.tries += 1;
+        let id = 200 + w.co.tries;
+        let body = CellHead {
+            nonce: format!("co-{}", w.co.tries),
+            payload: payload(id),
+            format: HeadFormat::V2,
+            ..head
+        };
+        let mut write = HeadWrite::new(
+            body.nonce.clone(),
+            CasGuard::Match(version),
+            &owner,
+            body.epoch,
+        )
+        .with_flaws(self.flaws);
+        let step = write.start();
+        w.co.write = Some((write, body, id));
+        self.co_step(w, step);
+    }
+
+    fn co_step(&self, w: &mut World, step: WriteStep) {
+        let bound = self.lease_cfg[0].attempt_max_ms;
+        match step {
+            WriteStep::Send | WriteStep::Pause(_) => {
+                let Some((write, body, id)) = &w.co.write else {
+                    return;
+                };
+                let op = Op::PutHead {
+                    guard: write.guard().clone(),
+                    head: body.clone(),
+                    data: Some(*id),
+                };
+                self.send(w, CO as usize, Thread::Co, op, bound);
+            }
+            WriteStep::Read => self.send(w, CO as usize, Thread::Co, Op::GetHead, bound),
+            WriteStep::Done(Settled::Landed(_)) => {
+                if let Some((_, _, id)) = w.co.write.take() {
+                    self.acknowledged(w, id);
+                }
+            }
+            WriteStep::Done(Settled::Moved { head, version }) if w.co.tries < 3 => {
+                w.co.write = None;
+                self.co_build(w, head, version);
+            }
+            WriteStep::Done(_) | WriteStep::Failed(_) => w.co.write = None,
+        }
+    }
+}
+
+fn observed(obj: LeaseObj, version: Version) -> ObservedLease {
+    ObservedLease {
+        record: obj.record,
+        version,
+        nonce: obj.nonce,
+        ttl_ms: Some(obj.ttl_ms),
+    }
+}
+
+// ----- the store and the network ----------------------------------------------------------
+
+impl FenceModel {
+    fn land(&self, w: &mut World, i: usize) -> Outcome {
+        let req = w.net[i].clone();
+        match req.op {
+            Op::GetLease { node } => Outcome::Lease(w.store.leases[node as usize].clone()),
+            Op::GetHead => Outcome::Head(w.store.head.clone()),
+            Op::PutLease { guard, obj } => {
+                let n = req.from as usize;
+                let current = w.store.leases[n].as_ref().map(|(_, v)| v.clone());
+                if !guard_holds(&guard, current.as_ref()) {
+                    return Outcome::Put(None);
+                }
+                let v = w.store.lease_version(n);
+                w.store.leases[n] = Some((obj, v.clone()));
+                Outcome::Put(Some(v))
+            }
+            Op::PutHead { guard, head, data } => {
+                let current = w.store.head.as_ref().map(|(_, v)| v.clone());
+                if !guard_holds(&guard, current.as_ref()) {
+                    return Outcome::Put(None);
+                }
+                self.head_lands(w, &head, data);
+                let v = w.store.head_version();
+                w.store.head = Some((head, v.clone()));
+                Outcome::Put(Some(v))
+            }
+        }
+    }
+
+    /// Checks a head write as it lands.
+    fn head_lands(&self, w: &mut World, head: &CellHead, data: Option<u8>) {
+        let old = w.store.head.as_ref().map_or(0, |(h, _)| h.epoch);
+        if head.epoch < old {
+            w.hist.breach(PropertyName::EpochsNeverGoBack);
+        }
+        if head.epoch < w.hist.max_claimed {
+            w.hist.breach(PropertyName::NoSupersededWrite);
+        }
+        if let Some(id) = data {
+            if w.hist.order_of(id).is_some() {
+                w.hist.breach(PropertyName::NoWriteAppliedTwice);
+            }
+            let order = w.hist.landed.len() as u8 + 1;
+            w.hist.landed.push((id, order));
+        }
+    }
+
+    /// Hands request `i`'s answer (or its failure) to its sender and removes it.
+    fn answer(&self, w: &mut World, i: usize, outcome: Option<Outcome>, refused: bool) {
+        let req = w.net.remove(i);
+        let from = req.from as usize;
+        if req.thread == Thread::Co {
+            return self.co_answer(w, outcome, refused);
+        }
+        let node = &w.nodes[from];
+        if !node.alive || node.incarnation != req.incarnation {
+            return;
+        }
+        match req.thread {
+            Thread::Lease => self.lease_answer(w, from, &req.op, outcome, refused),
+            Thread::Task => self.task_answer(w, from, outcome, refused),
+            Thread::Co => {}
+        }
+        self.drop_claim_if_lease_over(w, from);
+    }
+
+    fn sender_paused(&self, w: &World, i: usize) -> bool {
+        let from = w.net[i].from as usize;
+        from != CO as usize && w.nodes.get(from).is_some_and(Node::paused)
+    }
+}
+
+fn guard_holds(guard: &CasGuard, current: Option<&Version>) -> bool {
+    match (guard, current) {
+        (CasGuard::Absent, None) => true,
+        (CasGuard::Match(want), Some(have)) => want == have,
+        _ => false,
+    }
+}
+
+// ----- the transitions ---------------------------------------------------------------------
+
+impl FenceModel {
+    /// Work a node must do before time may advance.
+    fn due(&self, w: &World, n: usize) -> Vec<Action> {
+        let node = &w.nodes[n];
+        let mut out = Vec::new();
+        if !node.alive || node.paused() {
+            return out;
+        }
+        let now = self.now(w, n);
+        let lease_over = node.lease.as_ref().is_none_or(|l| l.is_finished());
+        if lease_over && node.task.is_none() && !node.lease_busy {
+            out.push(Action::Acquire(n as u8));
+        }
+        if !node.lease_busy && node.wake.is_some_and(|t| t <= now.mono_ms) {
+            out.push(Action::Wake(n as u8));
+        }
+        if let Some(Task {
+            wait: Wait::Until(t),
+            ..
+        }) = &node.task
+        {
+            if *t <= now.mono_ms {
+                out.push(Action::Resume(n as u8));
+            }
+        }
+        let held = node.lease.as_ref().is_some_and(|l| l.is_held(now));
+        if held && node.claim.is_none() && node.task.is_none() && w.time >= node.retry_at {
+            out.push(Action::Claim(n as u8));
+        }
+        out
+    }
+
+    fn choices(&self, w: &World, n: usize, out: &mut Vec<Action>) {
+        let node = &w.nodes[n];
+        let b = &w.budget;
+        if !node.alive {
+            out.push(Action::Restart(n as u8));
+            return;
+        }
+        if b.crashes > 0 {
+            out.push(Action::Crash(n as u8));
+        }
+        if node.paused() {
+            return;
+        }
+        if b.pauses > 0 {
+            out.push(Action::Pause(n as u8, false));
+            out.push(Action::Pause(n as u8, true));
+        }
+        let idle_claim = node.task.is_none() && node.claim.as_ref().is_some_and(|c| !c.ended);
+        if idle_claim {
+            if node.writes_left > 0 {
+                out.push(Action::Write(n as u8));
+            }
+            if b.releases > 0 {
+                out.push(Action::Release(n as u8));
+            }
+            if b.hand_offs > 0 {
+                out.push(Action::HandOff(n as u8));
+            }
+        }
+    }
+
+    fn quiet(&self, w: &World) -> bool {
+        w.net
+            .iter()
+            .all(|r| r.slow || r.state == ReqState::Orphan || self.paused_sender(w, r))
+    }
+
+    fn paused_sender(&self, w: &World, r: &Req) -> bool {
+        r.from != CO && w.nodes.get(r.from as usize).is_some_and(Node::paused)
+    }
+
+    fn tick(&self, w: &mut World) {
+        w.time += self.cfg.tick_ms;
+        for n in 0..w.nodes.len() {
+            let node = &mut w.nodes[n];
+            if node.paused_until.is_some_and(|t| t <= w.time) {
+                node.paused_until = None;
+                if node.suspended {
+                    node.lag += w.time - node.paused_at;
+                    node.suspended = false;
+                }
+            }
+        }
+        // Requests held up in the network land during the faults or never: once they are
+        // over, what is still held up is lost.
+        if !self.chaos(w) {
+            w.net.retain(|r| r.state != ReqState::Orphan);
+        }
+        // Slow requests whose sender gave up.
+        let mut i = 0;
+        while i < w.net.len() {
+            let r = &w.net[i];
+            let from = r.from as usize;
+            let expired = r.slow
+                && r.state != ReqState::Orphan
+                && !self.paused_sender(w, r)
+                && (from == CO as usize || self.now(w, from).mono_ms > r.deadline);
+            if expired {
+                self.give_up(w, i, false);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Request `i`'s sender gives up on it (a timeout, or a refusal): not yet landed, it stays
+    /// in the network as an orphan that may still land.
+    fn give_up(&self, w: &mut World, i: usize, refused: bool) {
+        let mut orphan = w.net[i].clone();
+        let landed = matches!(orphan.state, ReqState::Landed(_));
+        let write = matches!(orphan.op, Op::PutHead { .. } | Op::PutLease { .. });
+        orphan.state = ReqState::Orphan;
+        self.answer(w, i, None, refused);
+        if !landed && !refused && write {
+            w.net.push(orphan);
+        }
+    }
+}
+
+impl Model for FenceModel {
+    type State = World;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<World> {
+        let nodes = (0..self.cfg.nodes).map(|n| self.fresh_node(n, 1)).collect();
+        let mut w = World {
+            time: 0,
+            nodes,
+            store: Store {
+                leases: vec![None; self.cfg.nodes],
+                head: None,
+                lease_versions: vec![0; self.cfg.nodes],
+                head_versions: 0,
+            },
+            net: Vec::new(),
+            co: CoWriter {
+                left: self.cfg.co_writes,
+                write: None,
+                reading: false,
+                tries: 0,
+            },
+            budget: Budget {
+                faults: self.cfg.faults,
+                pauses: self.cfg.pauses,
+                crashes: self.cfg.crashes,
+                releases: self.cfg.releases,
+                hand_offs: self.cfg.hand_offs,
+            },
+            hist: History::default(),
+        };
+        for n in 0..self.cfg.nodes {
+            self.acquire(&mut w, n);
+        }
+        vec![w]
+    }
+
+    fn actions(&self, w: &World, out: &mut Vec<Action>) {
+        let mut due = Vec::new();
+        for n in 0..w.nodes.len() {
+            due.extend(self.due(w, n));
+        }
+        for (i, r) in w.net.iter().enumerate() {
+            let paused = self.paused_sender(w, r);
+            match &r.state {
+                ReqState::InFlight => {
+                    out.push(Action::Deliver(i));
+                    let faulty = w.budget.faults > 0 && self.chaos(w) && !paused;
+                    // Reads only ever come back late: a failed read is merely retried.
+                    let write = matches!(r.op, Op::PutHead { .. } | Op::PutLease { .. });
+                    if faulty && write {
+                        out.push(Action::Fault(i, Fault::HoldUp));
+                        out.push(Action::Fault(i, Fault::Refuse));
+                    }
+                    if faulty && !r.slow {
+                        out.push(Action::Fault(i, Fault::Slow));
+                    }
+                }
+                ReqState::Landed(_) if !paused => {
+                    out.push(Action::Answer(i));
+                    let write = matches!(r.op, Op::PutHead { .. } | Op::PutLease { .. });
+                    if w.budget.faults > 0 && self.chaos(w) && write {
+                        out.push(Action::Fault(i, Fault::LoseAnswer));
+                    }
+                }
+                ReqState::Landed(_) => {}
+                ReqState::Orphan => {
+                    out.push(Action::Deliver(i));
+                    out.push(Action::Drop(i));
+                }
+            }
+        }
+        out.extend(due.iter().cloned());
+        if self.chaos(w) {
+            for n in 0..self.cfg.actors.min(w.nodes.len()) {
+                self.choices(w, n, out);
+            }
+            let owned = w.store.head.as_ref().is_some_and(|(h, _)| h.node.is_some());
+            if w.co.left > 0 && w.co.write.is_none() && !w.co.reading && owned {
+                out.push(Action::CoWrite);
+            }
+        } else {
+            // After the chaos, crashed processes come back.
+            for n in 0..w.nodes.len() {
+                if !w.nodes[n].alive {
+                    out.push(Action::Restart(n as u8));
+                }
+            }
+        }
+        if due.is_empty() && self.quiet(w) && w.time < self.horizon() {
+            out.push(Action::Tick);
+        }
+    }
+
+    fn next_state(&self, last: &World, action: Action) -> Option<World> {
+        let mut w = last.clone();
+        match action {
+            Action::Tick => self.tick(&mut w),
+            Action::Deliver(i) => {
+                let outcome = self.land(&mut w, i);
+                match w.net[i].state {
+                    ReqState::Orphan => {
+                        w.net.remove(i);
+                    }
+                    _ if w.net[i].slow || self.sender_paused(&w, i) => {
+                        w.net[i].state = ReqState::Landed(outcome);
+                    }
+                    _ => self.answer(&mut w, i, Some(outcome), false),
+                }
+            }
+            Action::Answer(i) => {
+                let ReqState::Landed(outcome) = w.net[i].state.clone() else {
+                    return None;
+                };
+                self.answer(&mut w, i, Some(outcome), false);
+            }
+            Action::Fault(i, fault) => {
+                w.budget.faults -= 1;
+                match fault {
+                    Fault::Slow => w.net[i].slow = true,
+                    Fault::LoseAnswer | Fault::HoldUp => self.give_up(&mut w, i, false),
+                    Fault::Refuse => self.give_up(&mut w, i, true),
+                }
+            }
+            Action::Drop(i) => {
+                w.net.remove(i);
+            }
+            Action::Wake(n) => {
+                w.nodes[n as usize].wake = None;
+                self.lease_step(&mut w, n as usize, LeaseEvent::Tick);
+            }
+            Action::Resume(n) => {
+                let n = n as usize;
+                let next = match &mut w.nodes[n].task {
+                    Some(Task {
+                        seal: Some((write, _)),
+                        ..
+                    }) => Next::Write(write.resume()),
+                    Some(Task {
+                        machine: Machine::Claim(f),
+                        ..
+                    }) => Next::Claim(f.resume()),
+                    _ => return None,
+                };
+                self.run(&mut w, n, next);
+            }
+            Action::Acquire(n) => self.acquire(&mut w, n as usize),
+            Action::Claim(n) => self.start_claim(&mut w, n as usize),
+            Action::Write(n) => {
+                let n = n as usize;
+                let k = self.cfg.writes - w.nodes[n].writes_left + 1;
+                w.nodes[n].writes_left -= 1;
+                self.start_change(&mut w, n, ChangeKind::Write(data_id(n, k)));
+            }
+            Action::Release(n) => {
+                w.budget.releases -= 1;
+                self.start_change(&mut w, n as usize, ChangeKind::Release);
+            }
+            Action::HandOff(n) => {
+                w.budget.hand_offs -= 1;
+                self.start_change(&mut w, n as usize, ChangeKind::HandOff);
+            }
+            Action::CoWrite => {
+                w.co.left -= 1;
+                w.co.reading = true;
+                let bound = self.lease_cfg[0].attempt_max_ms;
+                self.send(&mut w, CO as usize, Thread::Co, Op::GetHead, bound);
+            }
+            Action::Pause(n, suspend) => {
+                w.budget.pauses -= 1;
+                let until = w.time + u64::from(self.cfg.pause_ticks) * self.cfg.tick_ms;
+                let node = &mut w.nodes[n as usize];
+                node.paused_until = Some(until);
+                node.suspended = suspend;
+                node.paused_at = w.time;
+            }
+            Action::Crash(n) => {
+                w.budget.crashes -= 1;
+                self.crash(&mut w, n as usize);
+            }
+            Action::Restart(n) => {
+                let n = n as usize;
+                let incarnation = w.nodes[n].incarnation + 1;
+                w.nodes[n] = self.fresh_node(n, incarnation);
+                w.nodes[n].lag = 0;
+                self.acquire(&mut w, n);
+            }
+        }
+        Some(w)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        props::all()
+    }
+
+    fn within_boundary(&self, w: &World) -> bool {
+        w.time <= self.horizon()
+    }
+}
+
+impl FenceModel {
+    fn crash(&self, w: &mut World, n: usize) {
+        let node = &mut w.nodes[n];
+        node.alive = false;
+        node.lease = None;
+        node.task = None;
+        node.claim = None;
+        node.paused_until = None;
+        node.suspended = false;
+        let from = n as u8;
+        // Its requests still travel: unlanded writes may land; answers go nowhere.
+        w.net.retain_mut(|r| {
+            if r.from != from || r.thread == Thread::Co {
+                return true;
+            }
+            let write = matches!(r.op, Op::PutHead { .. } | Op::PutLease { .. });
+            let keep = r.state == ReqState::InFlight && write || r.state == ReqState::Orphan;
+            r.state = ReqState::Orphan;
+            keep
+        });
+    }
+}
