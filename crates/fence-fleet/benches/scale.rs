@@ -41,7 +41,7 @@ fn main() {
         let report = rt.block_on(scale::run(&scale::ScaleConfig::new(n)));
         println!("{}", report.row());
         eprintln!(
-            "  {n} nodes: {} cells, the killed nodes held {}, the kills moved {} (at most {} epochs each), {} moved while quiet; the leaver held {}, the leave moved {} (at most {} epochs each, all handed off: {}); the join moved {} (at most {} epochs each), the joiner holds {}; simulated in {:.1} s",
+            "  {n} nodes: {} cells, the killed nodes held {}, the kills moved {} (at most {} epochs each), {} moved while quiet; the leaver held {}, the leave moved {} (at most {} epochs each, all handed off: {}); the join moved {} (at most {} epochs each), the joiner holds {} (its share after {:?} ms); simulated in {:.1} s",
             report.cells,
             report.killed_cells,
             report.kill_moved,
@@ -54,6 +54,7 @@ fn main() {
             report.join_moved,
             report.join_most,
             report.join_held,
+            report.join_ms,
             started.elapsed().as_secs_f64()
         );
     }

@@ -15,7 +15,11 @@ fn within_the_goals(r: &ScaleReport) {
     let ttl = 10_000;
     let interval = 2_000;
     let poll = 250;
-    eprintln!("{}", r.row());
+    eprintln!(
+        "{} (the joiner held its share after {:?} ms)",
+        r.row(),
+        r.join_ms
+    );
     assert!(
         r.dollars() <= 8.0,
         "{} nodes: ${:.2} per node-month",

@@ -231,6 +231,9 @@ pub struct ScaleReport {
     pub join_moved: usize,
     pub join_most: u64,
     pub join_held: usize,
+    /// Milliseconds from the joiner's start until it held its share (`None`: not within
+    /// 6 TTL).
+    pub join_ms: Option<u64>,
 }
 
 impl ScaleReport {
@@ -454,7 +457,25 @@ async fn join(
     let mut joiner = SimNode::start(shared, node_id(nodes.len()), cells, cfg).await;
     let mut events = joiner.events.take().unwrap();
     tokio::spawn(async move { while events.recv().await.is_some() {} });
-    tokio::time::sleep(Duration::from_secs(6 * cfg.ttl.as_secs())).await;
+    let clock = Clock::virtual_at(0);
+    let (t0, wait) = (clock.mono_ms(), 6 * cfg.ttl.as_millis() as u64);
+    // Its fair share: the floor over the live nodes, itself included.
+    let share = cells.len() / (nodes.iter().filter(|n| n.fleet.is_some()).count() + 1);
+    while clock.mono_ms() - t0 < wait {
+        if joiner
+            .fleet
+            .as_ref()
+            .is_some_and(|f| f.held().len() >= share.max(1))
+        {
+            report.join_ms = Some(clock.mono_ms() - t0);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(
+        wait - (clock.mono_ms() - t0).min(wait),
+    ))
+    .await;
     let after = heads(reader, cells).await;
     (report.join_moved, report.join_most) = moves(&before, &after);
     report.join_held = joiner.fleet.as_ref().map_or(0, |f| f.held().len());
