@@ -64,6 +64,15 @@ fn within_the_goals(r: &ScaleReport) {
         r.cells
     );
     each_once(r, "join", (r.join_moved, r.join_most), r.join_held);
+    // The joiner's notice reaches the leader's next read of its record (an interval), the
+    // leader waits `settle` (an interval), the donors read their records (an interval) and
+    // hand off, the joiner reads its record (an interval) and resumes each cell.
+    let join = r.join_ms.expect("the joiner held its share");
+    assert!(
+        join <= 4 * interval + 2 * poll,
+        "{} nodes: the joiner held its share after {join} ms",
+        r.nodes
+    );
 }
 
 /// A membership change moved `expected` cells (those of the node that left or died, or

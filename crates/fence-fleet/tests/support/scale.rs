@@ -160,19 +160,23 @@ pub struct SimNode {
 }
 
 impl SimNode {
-    /// Starts node `id` of the fleet over `cells`, on its own path to the `shared` store.
+    /// Starts node `id` of the fleet over `cells`, on its own path to the `shared` store,
+    /// with a wall clock that agrees with every other node's (`since_ms`: virtual ms since
+    /// the run began). A node started later on a clock reset to the run's start would write
+    /// notices that look minutes old to its peers, which drop them.
     async fn start(
         shared: &Arc<dyn ConditionalStore>,
         id: String,
         cells: &[String],
         cfg: &ScaleConfig,
+        since_ms: u64,
     ) -> SimNode {
         let path = Arc::new(PausableStore::new(shared.clone()));
         let counts = Arc::new(CountingStore::new(path.clone()));
         let stop = Arc::new(Stop::default());
         let fence = Fence::builder(counts.clone(), id.clone())
             .ttl(cfg.ttl)
-            .clock(Clock::virtual_at(BASE_WALL).with_stop(stop.clone()))
+            .clock(Clock::virtual_at(BASE_WALL + since_ms).with_stop(stop.clone()))
             .build()
             .unwrap();
         let fleet = Fleet::builder(fence, cells.to_vec()).start().await;
@@ -339,8 +343,10 @@ pub async fn run(cfg: &ScaleConfig) -> ScaleReport {
         .map(|i| format!("cell-{i:06}"))
         .collect();
     let mut nodes = Vec::with_capacity(cfg.nodes);
+    let origin = Clock::virtual_at(0);
     for i in 0..cfg.nodes {
-        nodes.push(SimNode::start(&shared, node_id(i), &cells, cfg).await);
+        let since_ms = origin.mono_ms();
+        nodes.push(SimNode::start(&shared, node_id(i), &cells, cfg, since_ms).await);
         if cfg.start_rate > 0 && (i + 1) % cfg.start_rate == 0 {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
@@ -395,7 +401,17 @@ pub async fn run(cfg: &ScaleConfig) -> ScaleReport {
         failover(&mut report, &mut nodes, &reader, &cells, cfg, k).await;
     }
     leave(&mut report, &mut nodes, &reader, &cells, cfg).await;
-    join(&mut report, &mut nodes, &shared, &reader, &cells, cfg).await;
+    let since_ms = origin.mono_ms();
+    join(
+        &mut report,
+        &mut nodes,
+        &shared,
+        &reader,
+        &cells,
+        cfg,
+        since_ms,
+    )
+    .await;
     report
 }
 
@@ -452,9 +468,10 @@ async fn join(
     reader: &Ownership,
     cells: &[String],
     cfg: &ScaleConfig,
+    since_ms: u64,
 ) {
     let before = heads(reader, cells).await;
-    let mut joiner = SimNode::start(shared, node_id(nodes.len()), cells, cfg).await;
+    let mut joiner = SimNode::start(shared, node_id(nodes.len()), cells, cfg, since_ms).await;
     let mut events = joiner.events.take().unwrap();
     tokio::spawn(async move { while events.recv().await.is_some() {} });
     let clock = Clock::virtual_at(0);
