@@ -41,6 +41,8 @@ use serde_json::{Map, Value};
 
 use crate::exit::{describe, shown, Failure};
 
+mod assignment;
+
 /// The rules of docs/protocol.md §13.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -66,7 +68,8 @@ pub enum Rule {
     BadPayload,
     /// A payload object the head names is missing or of another length.
     MissingPayload,
-    /// A key of no known shape under `nodes/` or `cells/`.
+    /// A key of no known shape under `nodes/`, `cells/` or `fleet/`, or a name that is not a
+    /// valid segment.
     BadName,
     /// A log head breaking the log's rules, or a committed log record missing.
     BadLog,
@@ -185,6 +188,8 @@ struct Ctx<'a> {
 /// What a relative key is.
 enum Shape<'k> {
     Lease(&'k str),
+    /// A fleet node's assignment record.
+    Assignment(&'k str),
     Head(&'k str),
     Blob,
     LogRecord,
@@ -206,7 +211,13 @@ fn shape(key: &str) -> Shape<'_> {
         ["cells", cell, "log", name] if valid_name(cell) && valid_log_name(name) => {
             Shape::LogRecord
         }
-        ["nodes" | "cells", ..] => Shape::Unknown,
+        ["fleet", "nodes", hh, file] if assignment::valid_spread(hh) => {
+            match file.strip_suffix(".json") {
+                Some(node) if valid_name(node) => Shape::Assignment(node),
+                _ => Shape::Unknown,
+            }
+        }
+        ["nodes" | "cells" | "fleet", ..] => Shape::Unknown,
         _ => Shape::Outside,
     }
 }
@@ -280,6 +291,12 @@ impl Ctx<'_> {
                     check_lease(report, key, node, &body);
                 }
             }
+            Shape::Assignment(node) => {
+                report.checked += 1;
+                if let Some(body) = self.record(report, key).await? {
+                    assignment::check_assignment(report, key, node, &body);
+                }
+            }
             Shape::Head(cell) => {
                 report.checked += 1;
                 if let Some(body) = self.record(report, key).await? {
@@ -299,7 +316,7 @@ impl Ctx<'_> {
                 key,
                 None,
                 Rule::BadName,
-                "a key under nodes/ or cells/ of no shape the protocol defines",
+                "a key under nodes/, cells/ or fleet/ of no shape the protocol defines",
             ),
             Shape::Outside => {}
         }

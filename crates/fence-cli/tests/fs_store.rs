@@ -112,7 +112,9 @@ fn a_stopped_holder_is_taken_over_every_time() {
         let holder = start_writing_holder(&store, "demo", "1s", &mark);
         std::thread::sleep(Duration::from_millis(200 + 37 * (attempt % 7)));
         stop_job(&holder, &mark);
-        let mut waiter = spawn_waiter(&store, "demo", &["--ttl", "1s"]);
+        // The waiter's own TTL is longer than the holder's: its renewals must not be what a
+        // loaded machine fails (the point is that the stopped holder's 1 s lease is taken).
+        let mut waiter = spawn_waiter(&store, "demo", &["--ttl", "3s"]);
         let status = wait_bounded(&mut waiter, Duration::from_secs(60), "the waiter");
         kill_job(holder, &mark);
         let (out, err) = outputs(&mut waiter);

@@ -59,6 +59,7 @@ struct Schemas {
     head: jsonschema::Validator,
     log: jsonschema::Validator,
     keymap: jsonschema::Validator,
+    assignment: jsonschema::Validator,
 }
 
 impl Schemas {
@@ -68,6 +69,7 @@ impl Schemas {
             head: schema("cell-head.schema.json"),
             log: schema("log-head.schema.json"),
             keymap: schema("key-map.schema.json"),
+            assignment: schema("fleet-assignment.schema.json"),
         }
     }
 
@@ -94,6 +96,10 @@ impl Schemas {
                     assert_valid(schema, key, &json(key, data.as_bytes()));
                 }
                 "head"
+            }
+            ["fleet", "nodes", _, _] => {
+                assert_valid(&self.assignment, key, &json(key, body));
+                "assignment"
             }
             ["cells", _, "blobs", _] => "blob",
             ["cells", _, "log", _] => "log record",
@@ -220,7 +226,7 @@ async fn every_record_fence_writes_validates_against_the_schemas() {
     for (key, body) in &puts {
         *seen.entry(schemas.validate(key, body)).or_insert(0) += 1;
     }
-    for kind in ["lease", "head", "blob", "log record"] {
+    for kind in ["lease", "head", "blob", "log record", "assignment"] {
         assert!(
             seen.get(kind).copied().unwrap_or(0) > 0,
             "no {kind} written: {seen:?}"
@@ -326,6 +332,8 @@ fn operator_flows(store: &common::Store) {
         .output()
         .unwrap());
 }
+/// A fleet node's assignment record.
+const ASSIGNMENT: &str = "fleet/nodes/0a/a.json";
 
 /// `(key, body, rule, field)`: one record per kind of violation.
 fn bad_records() -> Vec<(&'static str, &'static str, Rule, Option<&'static str>)> {
@@ -441,13 +449,70 @@ fn bad_records() -> Vec<(&'static str, &'static str, Rule, Option<&'static str>)
             Some("node"),
         ),
         ("cells/c/whatever", "x", Rule::BadName, None),
+        (ASSIGNMENT, r#"{"node":"a"}"#, Rule::MissingField, Some("v")),
+        (
+            ASSIGNMENT,
+            r#"{"v":2,"node":"a"}"#,
+            Rule::UnknownVersion,
+            Some("v"),
+        ),
+        (
+            ASSIGNMENT,
+            r#"{"v":1,"node":"b"}"#,
+            Rule::BadIdentity,
+            Some("node"),
+        ),
+        (
+            ASSIGNMENT,
+            r#"{"v":1,"node":"a","cells":["x/y"]}"#,
+            Rule::BadName,
+            Some("cells"),
+        ),
+        (
+            ASSIGNMENT,
+            r#"{"v":1,"node":"a","heirs":{"c":""}}"#,
+            Rule::BadName,
+            Some("heirs"),
+        ),
+        (
+            ASSIGNMENT,
+            r#"{"v":1,"node":"a","leaving":"yes"}"#,
+            Rule::WrongType,
+            Some("leaving"),
+        ),
+        (
+            ASSIGNMENT,
+            r#"{"v":1,"node":"a","term":-1}"#,
+            Rule::BadInteger,
+            Some("term"),
+        ),
+        (
+            ASSIGNMENT,
+            r#"{"v":1,"node":"a","watch":[{"heirs":{}}]}"#,
+            Rule::MissingField,
+            Some("watch"),
+        ),
+        (
+            ASSIGNMENT,
+            r#"{"v":1,"node":"a","notices":[{"kind":"inherit"}]}"#,
+            Rule::MissingField,
+            Some("notices"),
+        ),
+        (
+            "fleet/nodes/zz/a.json",
+            r#"{"v":1,"node":"a"}"#,
+            Rule::BadName,
+            None,
+        ),
+        ("fleet/roster.json", "{}", Rule::BadName, None),
     ]
 }
 
 /// The rules a JSON Schema can express (the others need the key, the store or the integer's
 /// spelling).
 fn schema_can_say(rule: Rule, key: &str) -> bool {
-    let key_bound = rule == Rule::BadIdentity && key.starts_with("nodes/");
+    let key_bound =
+        rule == Rule::BadIdentity && (key.starts_with("nodes/") || key.starts_with("fleet/"));
     !key_bound
         && !matches!(
             rule,
@@ -478,6 +543,8 @@ async fn check_flags_a_record_with_each_kind_of_violation_and_the_schemas_agree(
         assert_eq!(fence_cli::check::exit_code(&report), 1);
         let validator = if key.starts_with("nodes/") {
             &schemas.lease
+        } else if key.starts_with("fleet/") {
+            &schemas.assignment
         } else {
             &schemas.head
         };

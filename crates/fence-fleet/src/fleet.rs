@@ -1,4 +1,4 @@
-//! The fleet: a node keeps its fair share of a set of cells, with no coordinator.
+//! The fleet: a node keeps its fair share of a set of cells, placed by an elected leader.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -32,7 +32,13 @@ pub(crate) struct Settings {
     pub(crate) settle_ms: u64,
     pub(crate) min_hold_ms: u64,
     pub(crate) head_poll_ms: Option<u64>,
+    /// The slow period: the leader's sweep (per 1,000 nodes), the check of the leadership,
+    /// asks for cells waited for.
     pub(crate) scan_ms: u64,
+    /// Reading every cell's head (opt-in).
+    pub(crate) follow_ms: Option<u64>,
+    /// How long notices (and moves) live.
+    pub(crate) notices_ms: u64,
     pub(crate) acquire_ms: u64,
     pub(crate) predecessor: Option<String>,
     pub(crate) filter: Option<MemberFilter>,
@@ -47,6 +53,8 @@ impl std::fmt::Debug for Settings {
             .field("min_hold_ms", &self.min_hold_ms)
             .field("head_poll_ms", &self.head_poll_ms)
             .field("scan_ms", &self.scan_ms)
+            .field("follow_ms", &self.follow_ms)
+            .field("notices_ms", &self.notices_ms)
             .field("predecessor", &self.predecessor.is_some())
             .finish_non_exhaustive()
     }
@@ -68,17 +76,18 @@ impl FleetBuilder {
         self
     }
 
-    /// How often the fleet reads the membership and acts on it (default TTL/5, within
-    /// [`poll_ms`](fence_core::LeaseConfig::poll_ms)…2 s). A death is noticed sooner: the
-    /// read that can confirm it is sent as soon as it could.
+    /// How often the fleet reads this node's assignment record and acts on it (default
+    /// TTL/5, within [`poll_ms`](fence_core::LeaseConfig::poll_ms)…2 s): the delay between a
+    /// watcher confirming a death and the heirs taking its cells.
     #[must_use]
     pub fn interval(mut self, d: Duration) -> Self {
         self.settings.interval_ms = ms(d).max(1);
         self
     }
 
-    /// How long a view must stay the same before this node sheds cells to others (default
-    /// one interval). Dead nodes' cells are taken over without it.
+    /// How long the leader waits after a node joins before it places cells on it (default
+    /// one interval): joins close together are placed together. Dead nodes' cells are taken
+    /// over without it.
     #[must_use]
     pub fn settle(mut self, d: Duration) -> Self {
         self.settings.settle_ms = ms(d);
@@ -102,11 +111,13 @@ impl FleetBuilder {
         self
     }
 
-    /// How often every cell's head is read (default max(3 × TTL, 10 intervals)); the
-    /// first round always reads them all, to resume this node's own cells.
+    /// Reads every cell's head every `every`, so this node's [`CellEvent::NewOwner`] events
+    /// name every cell's owner (a router on one node). Off by default: it costs one read per
+    /// cell per `every` on this node, which grows with the fleet. Without it, a node reads
+    /// only the heads of the cells it holds or is about to take.
     #[must_use]
     pub fn scan(mut self, every: Duration) -> Self {
-        self.settings.scan_ms = ms(every).max(1);
+        self.settings.follow_ms = Some(ms(every).max(1));
         self
     }
 
@@ -128,8 +139,9 @@ impl FleetBuilder {
         self
     }
 
-    /// Only nodes for which `filter` says yes are members (default: every node under
-    /// `nodes/`). This node is always one.
+    /// Only nodes for which `filter` says yes are members (default: every node that runs a
+    /// fleet in this store, under the fence's prefix). The leader applies it: give every
+    /// node the same filter. This node is always one.
     #[must_use]
     pub fn members(mut self, filter: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
         self.settings.filter = Some(Arc::new(filter));
@@ -140,12 +152,19 @@ impl FleetBuilder {
     /// cell's head and resumes those the store names as this node's.
     ///
     /// Errors: those of [`Fence::acquire_wait`] (the lease held by a live process of this
-    /// node: [`ErrorKind::Busy`]); [`ErrorKind::InvalidInput`] for a bad cell name.
+    /// node: [`ErrorKind::Busy`]); [`ErrorKind::InvalidKey`] for a bad cell name, and
+    /// [`ErrorKind::InvalidInput`] for the name the fleet's leadership uses
+    /// ([`LEADER_CELL`](crate::LEADER_CELL)).
     pub async fn start(self) -> Result<(Fleet, Events), Error> {
         for c in &self.cells {
             fence_core::ownership::check_name("cell", c)?;
+            if c == crate::LEADER_CELL {
+                let msg = format!("cell name {c:?} is the fleet's leadership cell");
+                return Err(Error::new(ErrorKind::InvalidInput, msg).not_committed());
+            }
         }
         let lease = acquire(&self.fence, &self.settings).await?;
+        announce(&self.fence, &lease).await;
         let (events_tx, events) = mpsc::unbounded_channel();
         let _ = events_tx.send(CellEvent::Acquired {
             generation: lease.generation(),
@@ -157,9 +176,7 @@ impl FleetBuilder {
             members: Mutex::new(Members::default()),
         });
         let (commands, rx) = mpsc::channel(16);
-        let mut cells = self.cells;
-        cells.sort();
-        cells.dedup();
+        let cells = crate::cells::intern(self.cells);
         let run = Run::new(inner.clone(), self.settings, lease, cells, events_tx, rx);
         let task = tokio::spawn(run.run());
         Ok((
@@ -170,6 +187,23 @@ impl FleetBuilder {
             },
             events,
         ))
+    }
+}
+
+/// Writes this node's generation into its assignment record (not leaving), so senders of a
+/// hand-off can name it; a failure is retried by the fleet's rounds.
+async fn announce(fence: &Fence, lease: &LeaseKeeper) {
+    let generation = lease.generation();
+    let own = |a: &mut crate::assignment::Assignment| {
+        let changed = a.generation != generation || a.leaving;
+        a.generation = generation.clone();
+        a.leaving = false;
+        changed
+    };
+    let bound = fence.config().attempt_max_ms;
+    let me = fence.ownership().node();
+    if let Err(e) = crate::assignment::edit(fence, me, bound, true, own).await {
+        tracing::debug!(node = me, error = %e, "assignment record not written at start");
     }
 }
 
@@ -229,8 +263,8 @@ pub(crate) enum Command {
 }
 
 /// One node of a fleet: keeps its fair share of the fleet's cells — `ceil(cells / live
-/// nodes)` — sheds the excess when nodes join, takes over dead nodes' cells, and tells the
-/// application what it holds through [`CellEvent`]s.
+/// nodes)` — hands cells on when nodes join, takes the cells it inherits from dead nodes,
+/// and tells the application what it holds through [`CellEvent`]s. See docs/fleet.md.
 ///
 /// ```
 /// # fn block(f: impl std::future::Future<Output = ()>) {
@@ -284,6 +318,8 @@ impl Fleet {
             min_hold_ms: 2 * interval_ms,
             head_poll_ms: Some((cfg.ttl_ms / 3).max(1)),
             scan_ms: (3 * cfg.ttl_ms).max(10 * interval_ms),
+            follow_ms: None,
+            notices_ms: (6 * cfg.ttl_ms).max(60_000),
             acquire_ms: 3 * cfg.ttl_ms,
             predecessor: None,
             filter: None,
@@ -317,18 +353,21 @@ impl Fleet {
         lock(&self.inner.shards).get(cell).cloned()
     }
 
-    /// The last membership view (this node included).
+    /// The nodes this node knows of (itself included): on the fleet's leader every member,
+    /// elsewhere the nodes its assignment names — the node it watches, the heirs of its
+    /// cells, the leader. Generations are known for this node and, on the leader, for all.
     pub fn members(&self) -> Members {
         lock(&self.inner.members).clone()
     }
 
     /// Hands `cell` to live node `to` ([`CellClaim::hand_off`](fence_core::CellClaim::hand_off)):
-    /// the shard is stopped first, then one write names `to` at the next epoch, and `to`
-    /// resumes it at that epoch. Returns `to`'s epoch. A hand-off against the fair
-    /// assignment is undone by the receiver after its `min_hold`.
+    /// the shard is stopped first, then one write names `to` at the next epoch, `to` is told
+    /// in its assignment record, and it resumes the cell at that epoch. Returns `to`'s epoch.
+    /// A hand-off against the placement is undone: the receiver releases the cell after a
+    /// `scan`, and the node it is placed on takes it.
     ///
-    /// Errors: [`ErrorKind::InvalidInput`] if this node does not hold `cell` or `to` is not
-    /// a live member; those of the hand-off.
+    /// Errors: [`ErrorKind::InvalidInput`] if this node does not hold `cell`, or `to` is not
+    /// another node with a live lease that takes cells (not leaving); those of the hand-off.
     pub async fn hand_off(&self, cell: &str, to: &str) -> Result<u64, Error> {
         let (reply, answer) = oneshot::channel();
         let cmd = Command::HandOff {
@@ -342,8 +381,8 @@ impl Fleet {
         answer.await.unwrap_or_else(|_| Err(stopped()))
     }
 
-    /// Leaves the fleet within `within`: hands every held cell to the node the assignment
-    /// without this one gives it (or releases it when there is none, or the hand-off
+    /// Leaves the fleet within `within`: marks this node leaving, hands every held cell to
+    /// its heir (or releases it when there is none, the heir is leaving too, or the hand-off
     /// failed), then releases the node lease so peers act at once. What is not done by the
     /// deadline is left to be taken over.
     pub async fn drain(mut self, within: Duration) -> Drained {

@@ -1,17 +1,19 @@
 //! # fence-fleet
 //!
-//! Many cells over many nodes, with no coordinator: each node runs a [`Fleet`] over the same
-//! set of cells and keeps its fair share of them, judged from the store alone.
+//! Many cells over many nodes: each node runs a [`Fleet`] over the same set of cells and
+//! keeps its fair share of them; no node's cost grows with the size of the fleet.
 //!
-//! - [`membership`]: who is alive — one listing of `nodes/` and one read per lease, judged
-//!   by the observation rule the core's takeovers use;
-//! - [`assign`]: where each cell should be — a pure function of the cells and the live
-//!   nodes (rendezvous hashing, at most `ceil(cells / nodes)` per node);
-//! - [`Fleet`]: the node's task — takes over dead nodes' cells with bounded concurrency,
-//!   hands cells to joining nodes ([`CellClaim::hand_off`](fence_core::CellClaim::hand_off)),
-//!   resumes its own cells after a restart, drains within a deadline, and reports each
-//!   cell's [`CellEvent`]s; each held cell is a [`Shard`] with a cancellation-safe
-//!   [`gone`](Shard::gone);
+//! - [`assign`]: where each cell should be — [`assign::plan`], the placement the fleet's
+//!   leader keeps (sticky, at most `ceil(cells / nodes)` per node, an heir named for every
+//!   cell), and [`assign::assign`], a pure function of the cells and the live nodes;
+//! - [`Fleet`]: the node's task — reads its assignment record once per interval, takes its
+//!   cells, hands cells on ([`CellClaim::hand_off`](fence_core::CellClaim::hand_off)),
+//!   watches one other node and tombstones its lease when it dies, takes the cells it
+//!   inherits, resumes its own cells after a restart, drains within a deadline, leads the
+//!   fleet when it holds [`LEADER_CELL`], and reports each cell's [`CellEvent`]s; each held
+//!   cell is a [`Shard`] with a cancellation-safe [`gone`](Shard::gone);
+//! - [`membership`]: who is alive by one listing of `nodes/` and a read per lease (for tools;
+//!   the fleet itself reads one lease per node);
 //! - [`follow()`]: a cell's owner, without claiming it; [`owners`]: many cells' owners at
 //!   once; [`named_mine`]: the cells the store names as this node's;
 //! - [`log`]: an append log whose writes do not grow with it.
@@ -21,15 +23,20 @@
 #![deny(missing_docs)]
 
 pub mod assign;
+mod assignment;
+mod cells;
 mod fleet;
 mod follow;
+mod leader;
 pub mod log;
 pub mod membership;
 mod run;
 mod shard;
+mod watch;
 
 pub use fleet::{Drained, Events, Fleet, FleetBuilder, MemberFilter};
 pub use follow::{follow, named_mine, owners, Follow, Owner};
+pub use leader::LEADER_CELL;
 pub use shard::{CellEvent, Shard, StopReason};
 
 /// docs/fleet.md, compiled as doctests so its examples cannot rot.

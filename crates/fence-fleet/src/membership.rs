@@ -1,5 +1,7 @@
 //! Who is alive: one listing of `nodes/` plus one read of each lease, judged by the same
-//! observation rule as a takeover ([`fence_core::decide::observe`]).
+//! observation rule as a takeover ([`fence_core::decide::observe`]). A tool for inspection:
+//! its cost grows with the number of nodes, so a [`Fleet`](crate::Fleet) does not use it (each
+//! node reads one other node's lease; see docs/fleet.md, "How a fleet scales").
 //!
 //! A view is an input to decisions — where cells should go, whom to hand one to — and never
 //! a safety proof: a node shown live may have died since, a node shown gone may be a

@@ -1,11 +1,12 @@
 //! A cell this node holds through the fleet, and the events of a fleet.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use fence_core::runtime::{CellClaim, CellData, ClaimStatus, WriteAck};
 use fence_core::Error;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 /// Why this node stopped holding a cell.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,17 +21,20 @@ pub enum StopReason {
     },
     /// Released (an unowned head at the same epoch), by a drain or on request.
     Released,
-    /// Handed to `to`, which holds it at `epoch` from now on.
+    /// Handed to `to`, which holds it at `epoch` from now on: told only once the hand-off
+    /// landed.
     HandedOff {
         /// The receiver. After a hand-off through the shard's own claim
-        /// ([`CellClaim::hand_off`]) the fleet reads it back from the head (one request),
-        /// and it is empty until then, or if that read fails.
+        /// ([`CellClaim::hand_off`]) the fleet reads it back from the head (one request); it
+        /// is empty if that read failed.
         to: String,
         /// The receiver's epoch.
         epoch: u64,
     },
-    /// The fleet stopped (drained or dropped) without writing anything for this cell: the
-    /// store still names this node until it is taken over or resumed.
+    /// Stopped without a write of this node's that ended it — the fleet stopped (drained or
+    /// dropped), a hand-off failed, or the claim was closed: the store still names this node
+    /// until the cell is taken over or resumed (the fleet resumes it after a failed
+    /// hand-off, announcing a new `Started`).
     Closed,
 }
 
@@ -90,27 +94,80 @@ pub enum CellEvent {
     },
 }
 
+/// How a shard ends: its one final reason, set once, and announced once as
+/// [`CellEvent::Stopped`] by whoever sets it.
+#[derive(Debug)]
+pub(crate) struct End {
+    reason: watch::Sender<Option<StopReason>>,
+    /// Set when the fleet begins to stop the shard (a hand-off, a release, a close): it no
+    /// longer acts, though why it ends may not be known yet.
+    stopping: AtomicBool,
+    cell: String,
+    epoch: u64,
+    events: mpsc::UnboundedSender<CellEvent>,
+}
+
+impl End {
+    /// Stops acting now; the reason comes later, through [`finish`](Self::finish).
+    pub(crate) fn stop_acting(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Sets the final reason and announces it, unless one was set already; returns whether
+    /// this call set it.
+    pub(crate) fn finish(&self, reason: StopReason) -> bool {
+        self.stop_acting();
+        let set = self.reason.send_if_modified(|r| {
+            if r.is_some() {
+                return false;
+            }
+            *r = Some(reason.clone());
+            true
+        });
+        if set {
+            let _ = self.events.send(CellEvent::Stopped {
+                cell: self.cell.clone(),
+                epoch: self.epoch,
+                reason,
+            });
+        }
+        set
+    }
+
+    pub(crate) fn reason(&self) -> Option<StopReason> {
+        self.reason.borrow().clone()
+    }
+}
+
 /// A cell this node holds: the claim, and a cancellation-safe watch of its end.
 ///
-/// Cloning shares the claim. The fleet stops a shard (a hand-off, a drain, a lost lease, a
-/// head found superseded) by firing [`gone`](Self::gone) first; writes through a stopped
-/// shard are refused.
+/// Cloning shares the claim. When the fleet stops a shard (a hand-off, a drain, a lost
+/// lease, a head found superseded), [`is_held`](Self::is_held) turns false first — writes
+/// through the shard are refused from then on — and [`gone`](Self::gone) answers once the
+/// reason is known: a hand-off is told as [`StopReason::HandedOff`] only once it landed.
 #[derive(Clone, Debug)]
 pub struct Shard {
     pub(crate) claim: Arc<CellClaim>,
-    pub(crate) stop: watch::Receiver<Option<StopReason>>,
+    pub(crate) end: Arc<End>,
 }
 
 impl Shard {
-    pub(crate) fn new(claim: CellClaim) -> (Shard, watch::Sender<Option<StopReason>>) {
-        let (tx, rx) = watch::channel(None);
-        (
-            Shard {
-                claim: Arc::new(claim),
-                stop: rx,
-            },
-            tx,
-        )
+    pub(crate) fn new(claim: CellClaim, events: mpsc::UnboundedSender<CellEvent>) -> Shard {
+        let end = End {
+            reason: watch::channel(None).0,
+            stopping: AtomicBool::new(false),
+            cell: claim.cell().to_owned(),
+            epoch: claim.epoch(),
+            events,
+        };
+        Shard {
+            claim: Arc::new(claim),
+            end: Arc::new(end),
+        }
     }
 
     /// The cell.
@@ -128,56 +185,42 @@ impl Shard {
         &self.claim
     }
 
-    /// Why the shard stopped, if it has (as far as this process knows now).
+    /// Why the shard stopped, once that is known: the reason [`gone`](Self::gone) answers
+    /// and the [`CellEvent::Stopped`] event told.
     pub fn stopped(&self) -> Option<StopReason> {
-        if let Some(r) = self.stop.borrow().clone() {
-            return Some(r);
-        }
-        StopReason::of(self.claim.status())
+        self.end.reason()
     }
 
-    /// Whether this node may act on the cell now: the fleet has not stopped it and the claim
-    /// is held (see [`CellClaim::is_held`]).
+    /// Whether this node may act on the cell now: the fleet has not begun to stop it and the
+    /// claim is held (see [`CellClaim::is_held`]).
     pub fn is_held(&self) -> bool {
-        self.stopped().is_none()
+        !self.end.is_stopping() && self.end.reason().is_none() && self.claim.is_held()
     }
 
     /// Waits until the shard is gone — the lease lost, a write or a head poll found the cell
-    /// superseded, or the fleet handed it off, released or closed it — and says why.
-    /// Cancellation-safe; returns at once once gone.
+    /// superseded, or the fleet handed it off, released or closed it — and says why: the same
+    /// reason as the cell's [`CellEvent::Stopped`], told only once it is known (a hand-off
+    /// whose outcome is not known yet is waited for). Cancellation-safe; returns at once once
+    /// gone.
     pub async fn gone(&self) -> StopReason {
-        let mut rx = self.stop.clone();
+        let mut rx = self.end.reason.subscribe();
         loop {
-            if let Some(r) = self.stop.borrow().clone() {
+            if let Some(r) = rx.borrow_and_update().clone() {
                 return r;
             }
-            let ended = StopReason::of(self.claim.status());
-            // A hand-off through the claim itself: wait for the fleet to name the receiver.
-            let unnamed = matches!(&ended, Some(StopReason::HandedOff { to, .. }) if to.is_empty());
-            if let Some(r) = ended.clone().filter(|_| !unnamed) {
-                return r;
-            }
-            tokio::select! {
-                changed = rx.changed() => {
-                    if changed.is_err() {
-                        // The fleet is gone: only the claim can still tell.
-                        return match ended {
-                            Some(r) => r,
-                            None => StopReason::of(self.claim.lost().await).unwrap_or(StopReason::Closed),
-                        };
-                    }
-                }
-                _ = self.claim.lost(), if ended.is_none() => {}
+            // The sender lives as long as this shard: `changed` only fails if it is dropped.
+            if rx.changed().await.is_err() {
+                return StopReason::Closed;
             }
         }
     }
 
-    /// A fenced write of the cell's data ([`CellClaim::write`]); refused once the shard is
-    /// stopped.
+    /// A fenced write of the cell's data ([`CellClaim::write`]); refused once the fleet has
+    /// begun to stop the shard.
     pub async fn write(&self, payload: impl Into<Bytes>) -> Result<WriteAck, Error> {
-        if let Some(r) = self.stop.borrow().clone() {
+        if self.end.is_stopping() || self.end.reason().is_some() {
             return Err(Error::fenced(format!(
-                "cell {}: the shard was stopped ({r:?}); write refused locally",
+                "cell {}: the shard was stopped; write refused locally",
                 self.cell()
             )));
         }

@@ -3,8 +3,8 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::{Clock, ErrorKind, Ownership};
@@ -73,7 +73,7 @@ async fn a_hand_off_never_lets_two_nodes_act_at_once() {
     let cells = cells(8);
     let (a, b) = (node(&store, "a"), node(&store, "b"));
     let order = Arc::new(AtomicU64::new(0));
-    let acts: Arc<Mutex<Vec<(String, String, u64)>>> = Arc::default();
+    let acts: Acts = Arc::default();
     let shards: Shards = Arc::default();
     let (fa, ea) = a.fleet(&cells).start().await.unwrap();
     let work = |events: fence_fleet::Events, node: &'static str| {
@@ -95,8 +95,8 @@ async fn a_hand_off_never_lets_two_nodes_act_at_once() {
     for cell in handed {
         let of = |n: &str| {
             acts.iter()
-                .filter(|x| x.0 == *cell && x.1 == n)
-                .map(|x| x.2)
+                .filter(|x| x.cell == *cell && x.node == n)
+                .map(|x| x.t)
                 .collect::<Vec<_>>()
         };
         let (by_a, by_b) = (of("a"), of("b"));
@@ -113,57 +113,14 @@ async fn a_hand_off_never_lets_two_nodes_act_at_once() {
     }
 }
 
-/// Every shard each node was given, by cell.
-type Shards = Arc<Mutex<Vec<(&'static str, fence_fleet::Shard)>>>;
-
-/// Writes every 10 ms through each shard started, until it is gone; records each
-/// acknowledged write `(cell, node, t)` in one global order. When a shard starts, no other
-/// node's shard of that cell may still believe it holds it.
-async fn act_on_shards(
-    mut events: fence_fleet::Events,
-    node: &'static str,
-    order: Arc<AtomicU64>,
-    acts: Arc<Mutex<Vec<(String, String, u64)>>>,
-    shards: Shards,
-) {
-    while let Some(e) = events.recv().await {
-        let CellEvent::Started { shard, .. } = e else {
-            continue;
-        };
-        {
-            let mut all = shards.lock().unwrap();
-            for (other, s) in all.iter() {
-                let same = s.cell() == shard.cell() && *other != node;
-                assert!(
-                    !(same && s.is_held()),
-                    "{} started on {node} while {other} holds it",
-                    s.cell()
-                );
-            }
-            all.push((node, shard.clone()));
-        }
-        let (order, acts) = (order.clone(), acts.clone());
-        tokio::spawn(async move {
-            while shard.is_held() {
-                if shard.write(node).await.is_ok() {
-                    let t = order.fetch_add(1, Ordering::SeqCst);
-                    acts.lock()
-                        .unwrap()
-                        .push((shard.cell().to_owned(), node.to_owned(), t));
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        });
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_superseded_cell_is_reported_within_one_renewal_period() {
+    // The same origin as the events' timestamps.
+    let clock = Clock::virtual_at(0);
     let (store, _cells, _a, fa, log) = one_node(2).await;
     let shard = fa.shard("shard-000").unwrap();
     // Another process takes the cell without a's knowledge (an operator, a second process
     // of the same node id): nothing a writes tells it, only the store does.
-    let clock = Clock::virtual_at(0);
     let intruder = Ownership::new(store.clone(), "x");
     let head = intruder.read_owner("shard-000").await.unwrap().unwrap();
     intruder
@@ -198,11 +155,12 @@ async fn a_superseded_cell_is_reported_within_one_renewal_period() {
 
 #[tokio::test(start_paused = true)]
 async fn a_lost_lease_is_reported_within_one_renewal_period_of_the_loss() {
+    // The same origin as the events' timestamps.
+    let clock = Clock::virtual_at(0);
     let (_store, _cells, a, fa, log) = one_node(2).await;
     let shard = fa.shard("shard-001").unwrap();
     a.path.freeze(); // the store stops answering a
-    let clock = Clock::virtual_at(0);
-    // The loss: the moment the claim can no longer act.
+                     // The loss: the moment the claim can no longer act.
     let mut lost_at = None;
     let mut gone_at = None;
     for _ in 0..(4 * TTL_MS) {
@@ -361,12 +319,14 @@ async fn new_owner_events_alone_name_every_cells_owner_after_a_join_and_a_drain(
     let store = store();
     let cells = cells(12);
     let (a, b, c) = (node(&store, "a"), node(&store, "b"), node(&store, "c"));
-    let (fa, ea) = a.fleet(&cells).start().await.unwrap();
+    // a reads every cell's head every 3 TTLs (opt-in), so its events name every owner.
+    let every = Duration::from_millis(3 * TTL_MS);
+    let (fa, ea) = a.fleet(&cells).scan(every).start().await.unwrap();
     let log = drain_events(ea);
     let (fb, _eb) = b.fleet(&cells).start().await.unwrap();
     converged(&store, &cells, &[&fa, &fb], 20_000).await;
     // c joins: a hands some cells to c itself, and b hands it others, which a sees only in
-    // the store; one scan (3 TTLs here) later, a's events name every owner.
+    // the store; one scan later, a's events name every owner.
     let (fc, _ec) = c.fleet(&cells).start().await.unwrap();
     let joined = converged(&store, &cells, &[&fa, &fb, &fc], 20_000).await;
     advance(4 * TTL_MS).await;
@@ -566,4 +526,49 @@ async fn a_death_is_noticed_while_listing_nodes_fails() {
     let after = converged(&store, &cells, &[&fa], 20_000).await;
     assert!(after.values().all(|(o, _)| o.as_deref() == Some("a")));
     drop(fb);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_leaders_death_is_taken_over_and_the_next_leader_places_a_join() {
+    let store = store();
+    let cells = cells(24);
+    let (a, b, c, d) = (
+        node(&store, "a"),
+        node(&store, "b"),
+        node(&store, "c"),
+        node(&store, "d"),
+    );
+    // a starts first: it takes the leadership cell.
+    let (fa, _ea) = a.fleet(&cells).start().await.unwrap();
+    converged(&store, &cells, &[&fa], 20_000).await;
+    let (fb, _eb) = b.fleet(&cells).start().await.unwrap();
+    let (fc, _ec) = c.fleet(&cells).start().await.unwrap();
+    let before = converged(&store, &cells, &[&fa, &fb, &fc], 20_000).await;
+    let leader = Ownership::new(store.clone(), "r")
+        .read_owner(fence_fleet::LEADER_CELL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(leader.node.as_deref(), Some("a"));
+    a.kill();
+    let killed = converged(&store, &cells, &[&fb, &fc], 20_000).await;
+    let (moved, most) = moves(&before, &killed);
+    let lost = before
+        .values()
+        .filter(|(o, _)| o.as_deref() == Some("a"))
+        .count();
+    assert_eq!((moved, most), (lost, 1), "only a's cells moved, each once");
+    drop(fa);
+    // A join after the leader's death is placed by its successor.
+    let (fd, _ed) = d.fleet(&cells).start().await.unwrap();
+    let joined = converged(&store, &cells, &[&fb, &fc, &fd], 30_000).await;
+    assert_eq!(fd.held().len(), 8);
+    let (moved, most) = moves(&killed, &joined);
+    assert_eq!((moved, most), (8, 1));
+    let leader = Ownership::new(store, "r")
+        .read_owner(fence_fleet::LEADER_CELL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(leader.node.as_deref(), Some("b" | "c")));
 }

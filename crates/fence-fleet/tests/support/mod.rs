@@ -8,6 +8,9 @@ use std::time::Duration;
 
 use fence_core::runtime::Fence;
 use fence_core::{Clock, ConditionalStore, MemoryStore, Ownership, Stop};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
 use fence_fleet::{CellEvent, Events, Fleet, FleetBuilder};
 use fence_testkit::sim::PausableStore;
 
@@ -89,7 +92,8 @@ pub async fn heads(
 }
 
 /// Waits (virtual time) until every cell is owned by one of `live` and held by its fleet,
-/// each within the fair share; panics after `within_ms`.
+/// every fleet holding `floor(cells / live)` or `ceil(cells / live)`; panics after
+/// `within_ms`.
 pub async fn converged(
     store: &Arc<dyn ConditionalStore>,
     cells: &[String],
@@ -97,17 +101,17 @@ pub async fn converged(
     within_ms: u64,
 ) -> BTreeMap<String, (Option<String>, u64)> {
     let share = fence_fleet::assign::fair_share(cells.len(), live.len());
-    let nodes: Vec<String> = live.iter().map(|f| f.node().to_owned()).collect();
-    let target = fence_fleet::assign::assign(cells, &nodes);
+    let floor = cells.len() / live.len().max(1);
     let mut waited = 0;
     loop {
         let h = heads(store, cells).await;
         let held: usize = live.iter().map(|f| f.held().len()).sum();
-        let fair = live.iter().all(|f| f.held().len() <= share);
+        let fair = live
+            .iter()
+            .all(|f| (floor..=share).contains(&f.held().len()));
         let placed = h.iter().all(|(c, (o, _))| {
-            o.as_ref().is_some_and(|o| {
-                target[c] == *o && live.iter().any(|f| f.node() == o && f.shard(c).is_some())
-            })
+            o.as_ref()
+                .is_some_and(|o| live.iter().any(|f| f.node() == o && f.shard(c).is_some()))
         });
         if held == cells.len() && fair && placed {
             return h;
@@ -172,4 +176,88 @@ pub fn stopped(log: &Log, cell: &str) -> Option<(u64, fence_fleet::StopReason)> 
         } if c == cell => Some((*t, reason.clone())),
         _ => None,
     })
+}
+
+/// Every shard each node was given, by cell.
+pub type Shards = Arc<Mutex<Vec<(&'static str, fence_fleet::Shard)>>>;
+
+/// An acknowledged write: `t` is its place in one global order.
+#[derive(Clone, Debug)]
+pub struct Act {
+    pub cell: String,
+    pub node: String,
+    pub epoch: u64,
+    pub t: u64,
+}
+
+pub type Acts = Arc<Mutex<Vec<Act>>>;
+
+/// Writes every 10 ms through each shard started, until it is gone; records each
+/// acknowledged write in one global order. When a shard starts, no other node's shard of
+/// that cell may still believe it holds it.
+pub async fn act_on_shards(
+    mut events: fence_fleet::Events,
+    node: &'static str,
+    order: Arc<AtomicU64>,
+    acts: Acts,
+    shards: Shards,
+) {
+    while let Some(e) = events.recv().await {
+        let CellEvent::Started { shard, .. } = e else {
+            continue;
+        };
+        {
+            let mut all = shards.lock().unwrap();
+            for (other, s) in all.iter() {
+                let same = s.cell() == shard.cell() && *other != node;
+                assert!(
+                    !(same && s.is_held()),
+                    "{} started on {node} while {other} holds it",
+                    s.cell()
+                );
+            }
+            all.push((node, shard.clone()));
+        }
+        let (order, acts) = (order.clone(), acts.clone());
+        tokio::spawn(async move {
+            while shard.is_held() {
+                if let Ok(ack) = shard.write(node).await {
+                    let t = order.fetch_add(1, Ordering::SeqCst);
+                    let cell = shard.cell().to_owned();
+                    let node = node.to_owned();
+                    let epoch = ack.epoch;
+                    acts.lock().unwrap().push(Act {
+                        cell,
+                        node,
+                        epoch,
+                        t,
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+    }
+}
+
+/// Every cell's acknowledged writes, in order: epochs never go back, and each epoch's
+/// writes are one node's.
+pub fn one_writer_per_epoch(acts: &Acts) {
+    let acts = acts.lock().unwrap();
+    let mut last: BTreeMap<&str, (u64, &str)> = BTreeMap::new();
+    let mut owner: BTreeMap<(&str, u64), &str> = BTreeMap::new();
+    let mut sorted: Vec<&Act> = acts.iter().collect();
+    sorted.sort_by_key(|a| a.t);
+    for a in sorted {
+        if let Some((e, n)) = last.get(a.cell.as_str()) {
+            assert!(
+                a.epoch >= *e,
+                "{}: epoch {} acked after {e} (by {n})",
+                a.cell,
+                a.epoch
+            );
+        }
+        last.insert(&a.cell, (a.epoch, &a.node));
+        let by = owner.entry((&a.cell, a.epoch)).or_insert(&a.node);
+        assert_eq!(*by, a.node, "{} epoch {}: two writers", a.cell, a.epoch);
+    }
 }
