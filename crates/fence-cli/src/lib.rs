@@ -6,7 +6,9 @@
 //!
 //! - [`run`]: hold a lease while a command runs (`fence run`), with [`tree`], [`reaper`],
 //!   [`contain`], [`members`], [`signals`] and [`procs`] keeping every process of the
-//!   command together;
+//!   command together; [`take`] takes the lease (waits, `--limit` slots, cells no `fence
+//!   run` holds) and [`sightings`] keeps what a run saw of a busy lease for the next run on
+//!   this host (cron);
 //! - [`kv`]: fenced writes and reads of named values in a cell (`fence put`, `fence get`);
 //! - [`status`]: leases and cells (`fence status`);
 //! - [`check`]: every record checked against the wire protocol (`fence check`);
@@ -40,6 +42,7 @@ macro_rules! errln {
     }};
 }
 
+pub mod breaking;
 pub mod check;
 pub mod contain;
 pub mod demo;
@@ -52,8 +55,11 @@ pub mod probe;
 pub mod procs;
 pub mod reaper;
 pub mod run;
+pub mod script;
+pub mod sightings;
 pub mod signals;
 pub mod status;
 pub mod stores;
+pub mod take;
 pub mod terminal;
 pub mod tree;

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use fence_cli::exit::{shown, Failure, BUSY, CHECK_FAILED, FENCED, OK, STORE, USAGE};
-use fence_cli::{check, demo, kv, names, probe, reaper, run, status, stores, terminal};
+use fence_cli::{
+    breaking, check, demo, kv, names, probe, reaper, run, script, status, stores, terminal,
+};
 
 /// `println!` that ignores a closed stdout.
 macro_rules! outln {
@@ -44,6 +46,69 @@ fn duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// Which lease `run` and `acquire` take, and how they wait for it.
+#[derive(Debug, clap::Args)]
+struct Taking {
+    /// Store URL: file:///path, s3://bucket/prefix, gs://bucket/prefix, az://container/prefix.
+    #[arg(long, env = "FENCE_STORE")]
+    store: String,
+    /// The lease (cell) name.
+    #[arg(long)]
+    lease: String,
+    /// Lease TTL: how long a paused or dead holder keeps others waiting.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    ttl: Duration,
+    /// Wait for the lease instead of failing at once (exit 75); forever unless --timeout.
+    #[arg(long)]
+    wait: bool,
+    /// Wait at most this long for the lease (implies --wait; 0s: do not wait).
+    #[arg(long, value_parser = duration)]
+    timeout: Option<Duration>,
+    /// At most N holders at once: N slots NAME#0 … NAME#N-1, each with its own epoch; a run
+    /// takes the first free one (FENCE_LEASE names it, FENCE_SLOT is its number).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    limit: Option<u32>,
+    /// Say nothing on stderr while waiting.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+impl Taking {
+    /// How long to wait: `None` fails at once.
+    fn wait(&self) -> Option<Duration> {
+        self.timeout
+            .or(self.wait.then_some(run::FOREVER))
+            .filter(|limit| !limit.is_zero())
+    }
+
+    /// The arguments of a `fence run` that takes the same lease the same way, on the store
+    /// `url` (`fence acquire`'s holder).
+    fn run_args(&self, url: &str) -> Vec<String> {
+        let mut args: Vec<String> = ["run", "--store", url, "--lease", &self.lease]
+            .map(str::to_owned)
+            .to_vec();
+        args.extend([
+            "--ttl".into(),
+            humantime::format_duration(self.ttl).to_string(),
+        ]);
+        match self.timeout {
+            Some(t) => args.extend([
+                "--timeout".into(),
+                humantime::format_duration(t).to_string(),
+            ]),
+            None if self.wait => args.push("--wait".into()),
+            None => {}
+        }
+        if let Some(n) = self.limit {
+            args.extend(["--limit".into(), n.to_string()]);
+        }
+        if self.quiet {
+            args.push("--quiet".into());
+        }
+        args
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Holds a lease while a command runs; the command gets FENCE_EPOCH, FENCE_LEASE,
@@ -54,27 +119,11 @@ enum Cmd {
         after_help = "Example:\n  fence run --store file:///tmp/locks --lease nightly --ttl 10s --timeout 5m -- sh -c 'echo epoch $FENCE_EPOCH; ./job.sh'\n  fence run --store file:///tmp/locks --lease maintenance &   # hold it; kill %1 to let go"
     )]
     Run {
-        /// Store URL: file:///path, s3://bucket/prefix, gs://bucket/prefix, az://container/prefix.
-        #[arg(long, env = "FENCE_STORE")]
-        store: String,
-        /// The lease (cell) name.
-        #[arg(long)]
-        lease: String,
-        /// Lease TTL: how long a paused or dead holder keeps others waiting.
-        #[arg(long, default_value = "10s", value_parser = duration)]
-        ttl: Duration,
-        /// Wait for the lease instead of failing at once (exit 75); forever unless --timeout.
-        #[arg(long)]
-        wait: bool,
-        /// Wait at most this long for the lease (implies --wait; 0s: do not wait).
-        #[arg(long, value_parser = duration)]
-        timeout: Option<Duration>,
+        #[command(flatten)]
+        taking: Taking,
         /// Time between SIGTERM and SIGKILL when the command's processes are ended.
         #[arg(long, default_value = "5s", value_parser = duration)]
         grace: Duration,
-        /// Say nothing on stderr while waiting.
-        #[arg(long, short)]
-        quiet: bool,
         /// The exit code when the lease is busy.
         #[arg(long, default_value_t = BUSY, value_name = "CODE")]
         conflict_exit_code: u8,
@@ -95,9 +144,66 @@ enum Cmd {
             value_name = "MODE"
         )]
         containment: fence_cli::contain::Containment,
+        /// Run the contract probe first and refuse a store that does not honour conditional
+        /// writes (exit 1) before anything is taken.
+        #[arg(long)]
+        probe: bool,
+        /// Say on stderr which lease and epoch were acquired (said anyway after a wait).
+        #[arg(long, short)]
+        verbose: bool,
+        /// Hold the lease for this process (`fence acquire`'s holder; internal).
+        #[arg(long, hide = true, value_name = "PID")]
+        for_pid: Option<i32>,
         /// The command and its arguments, after `--` (none: hold the lease until a signal).
         #[arg(last = true, num_args = 0.., value_parser = clap::value_parser!(OsString))]
         command: Vec<OsString>,
+    },
+    /// Releases a lease whose holder you know is dead, now: its node lease and its cell
+    /// (the next claim takes epoch + 1). A holder that looks alive needs --force. Says on
+    /// stderr what it did.
+    #[command(
+        after_help = "Example:\n  fence break --store file:///tmp/locks --lease nightly\n  fence break --store s3://ops/locks --lease billing --force   # its holder renews, but you know better"
+    )]
+    Break {
+        /// Store URL.
+        #[arg(long, env = "FENCE_STORE")]
+        store: String,
+        /// The lease (cell) name.
+        #[arg(long)]
+        lease: String,
+        /// Break it also when its holder's lease record has not expired.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Takes a lease for a section of a shell script and prints FENCE_EPOCH and the other
+    /// FENCE_* variables for eval; a background holder keeps it until `fence release` or
+    /// until the script ends.
+    #[command(
+        after_help = "Example:\n  eval \"$(fence acquire --store file:///tmp/locks --lease nightly --timeout 1m)\" || exit\n  fence put last-run --value \"$(date)\"   # fenced by $FENCE_EPOCH\n  fence release"
+    )]
+    Acquire {
+        #[command(flatten)]
+        taking: Taking,
+        /// The script's process, whose end releases the lease (default: the parent process).
+        #[arg(long)]
+        pid: Option<i32>,
+    },
+    /// Releases a lease `fence acquire` took: exit 0 if its holder held it to the end, 76 if
+    /// it was lost meanwhile.
+    #[command(after_help = "Example:\n  fence release   # after eval \"$(fence acquire …)\"")]
+    Release {
+        /// Store URL.
+        #[arg(long, env = "FENCE_STORE")]
+        store: String,
+        /// The lease (cell) name (a slot's own name with --limit).
+        #[arg(long, env = "FENCE_LEASE")]
+        lease: String,
+        /// The holder's pid (default: FENCE_HOLDER, else the one the lease record names).
+        #[arg(long, env = "FENCE_HOLDER")]
+        holder: Option<i32>,
+        /// How long to wait for the holder to let go.
+        #[arg(long, default_value = "30s", value_parser = duration)]
+        timeout: Duration,
     },
     /// A fenced write of KEY in the lease's data: refused (exit 76) when EPOCH is no longer
     /// current. Reads the value from FILE, `-` (stdin, the default) or --value.
@@ -251,6 +357,9 @@ impl Cmd {
             Cmd::Probe { .. } => "probe",
             Cmd::Check { .. } => "check",
             Cmd::Demo { .. } => "demo",
+            Cmd::Break { .. } => "break",
+            Cmd::Acquire { .. } => "acquire",
+            Cmd::Release { .. } => "release",
             Cmd::Reaper { .. } | Cmd::Exec { .. } => "run",
         }
     }
@@ -258,7 +367,11 @@ impl Cmd {
     /// The lease name the user gave, if the command has one.
     fn lease_name(&self) -> Option<&str> {
         match self {
-            Cmd::Run { lease, .. } | Cmd::Put { lease, .. } | Cmd::Get { lease, .. } => Some(lease),
+            Cmd::Run { taking, .. } | Cmd::Acquire { taking, .. } => Some(&taking.lease),
+            Cmd::Put { lease, .. }
+            | Cmd::Get { lease, .. }
+            | Cmd::Break { lease, .. }
+            | Cmd::Release { lease, .. } => Some(lease),
             Cmd::Status { name, .. } => name.as_deref(),
             _ => None,
         }
@@ -421,39 +534,80 @@ async fn dispatch(cmd: Cmd, file_mode: Option<u32>) -> Result<u8, Failure> {
     };
     match cmd {
         Cmd::Run {
-            store,
-            lease,
-            ttl,
-            wait,
-            timeout,
+            taking,
             grace,
-            quiet,
             conflict_exit_code,
             fenced_exit_code,
             metrics,
             containment,
+            probe,
+            verbose,
+            for_pid,
             command,
         } => {
-            names::check_lease(&lease)?;
+            names::check_lease(&taking.lease)?;
             if let Some(addr) = metrics {
                 serve_metrics(addr)?;
             }
-            let store = stores::open_shared(&store, Some(ttl), writing)?;
+            let store = stores::open_shared(&taking.store, Some(taking.ttl), writing)?;
             run::run(run::RunOptions {
                 store,
-                lease,
-                ttl,
-                wait: timeout
-                    .or(wait.then_some(run::FOREVER))
-                    .filter(|limit| !limit.is_zero()),
+                wait: taking.wait(),
+                lease: taking.lease,
+                ttl: taking.ttl,
                 grace,
-                quiet,
+                quiet: taking.quiet,
                 conflict_exit_code,
                 fenced_exit_code,
                 containment,
+                limit: taking.limit,
+                probe,
+                verbose,
+                for_pid,
                 command,
             })
             .await
+        }
+        Cmd::Break {
+            store,
+            lease,
+            force,
+        } => {
+            names::check_lease(&lease)?;
+            let store = stores::open_shared(&store, None, writing)?;
+            let broken =
+                breaking::break_lease(&store.store, &lease, force, fence_core::now_ms()).await?;
+            eprintln!(
+                "fence break: {}",
+                terminal::escape(&broken.describe(&lease))
+            );
+            Ok(OK)
+        }
+        Cmd::Acquire { taking, pid } => {
+            names::check_lease(&taking.lease)?;
+            let opened = stores::open_shared(&taking.store, None, writing)?;
+            let mut run_args = taking.run_args(&opened.url);
+            if let Some(mode) = opened.file_mode {
+                run_args.extend(["--file-mode".into(), format!("{mode:04o}")]);
+            }
+            let lines = script::acquire(&script::AcquireOptions {
+                run_args,
+                store_url: opened.url,
+                pid: pid.unwrap_or_else(script::parent_pid),
+                file_mode: opened.file_mode,
+            })?;
+            outln!("{}", lines.trim_end());
+            Ok(OK)
+        }
+        Cmd::Release {
+            store,
+            lease,
+            holder,
+            timeout,
+        } => {
+            names::check_lease(&lease)?;
+            let store = stores::open_shared(&store, None, reading)?;
+            script::release(&store.store, &lease, holder, timeout).await
         }
         Cmd::Put {
             store,

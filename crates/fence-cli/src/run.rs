@@ -1,32 +1,37 @@
 //! `fence run`: hold a lease while a command runs.
 //!
-//! Every `fence run` of lease `NAME` acts as node `run.NAME` ([`node_of`]): they all contend
-//! for that one node lease, so at most one holds it. The holder claims the cell `NAME` at a
-//! new epoch, which the command receives as `FENCE_EPOCH`, and starts the command through a
-//! supervising process ([`crate::reaper`]) that keeps the command's whole process tree
-//! together: the tree is ended (SIGTERM, SIGKILL after `--grace`) when the command exits, when
-//! the lease is lost, and when `fence run` dies, and the lease is released only once the tree
-//! is gone. Every catchable signal sent to `fence run` is forwarded to the command's process
-//! group ([`crate::signals`]). Without a command, `fence run` holds the lease until a signal.
+//! Every `fence run` of lease `NAME` acts as node `run.NAME`
+//! ([`node_of`](crate::names::node_of)): they all contend for that one node lease, so at most
+//! one holds it. The holder claims the cell `NAME` at a new epoch ([`crate::take`]), which the
+//! command receives as `FENCE_EPOCH`, and starts the command through a supervising process
+//! ([`crate::reaper`]) that keeps the command's whole process tree together: the tree is
+//! ended (SIGTERM, SIGKILL after `--grace`) when the command exits, when the lease is lost,
+//! and when `fence run` dies, and the lease is released only once the tree is gone. Every
+//! catchable signal sent to `fence run` is forwarded to the command's process group
+//! ([`crate::signals`]). Without a command, `fence run` holds the lease until a signal.
 //!
-//! Waiting (`--wait`, `--timeout`) is [`Fence::acquire_wait`]: it rides through store
-//! failures until its time is up and takes the lease over once its holder is gone.
+//! Waiting (`--wait`, `--timeout`) is
+//! [`Fence::acquire_wait`](fence_core::Fence::acquire_wait): it rides through store failures
+//! until its time is up and takes the lease over once its holder is gone; a run that does not
+//! wait continues the watch of an earlier run on this host ([`crate::sightings`]).
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use fence_core::{CellClaim, Clock, Error, ErrorKind, Fence, LeaseKeeper};
+use fence_core::{CellClaim, Clock, LeaseKeeper};
 use nix::sys::signal::Signal;
 
 use crate::contain::Containment;
 use crate::exit::{describe, lease_lost, shown, Failure, CANNOT_EXECUTE, OK, STORE};
-use crate::names::{check_lease, node_of};
-use crate::procs;
+use crate::names::check_lease;
+use crate::script::{self, Watched};
 use crate::signals::{stop_self, terminates, Caught, Signals};
 use crate::stores::OpenedStore;
+use crate::take::{self, Taken};
 use crate::tree::{CommandTree, StartError, TreeSpec};
+use crate::{probe, procs};
 
 /// A wait without end (`--wait` without `--timeout`): a century.
 pub const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
@@ -52,12 +57,23 @@ pub struct RunOptions {
     pub fenced_exit_code: u8,
     /// How the command's processes are held (`--containment`).
     pub containment: Containment,
+    /// At most this many holders (`--limit`): slots `NAME#0` … `NAME#N-1`, each its own
+    /// lease and epoch; `None`: the one lease `NAME`.
+    pub limit: Option<u32>,
+    /// Run the contract probe first and refuse a store that fails it (`--probe`).
+    pub probe: bool,
+    /// Say on stderr which lease and epoch were acquired, also without a wait.
+    pub verbose: bool,
+    /// Without a command: hold the lease for this process (a script that ran `fence
+    /// acquire`): report on stdout for `fence acquire`, then close stdout; release when the
+    /// process ends; send it SIGTERM if the lease is lost.
+    pub for_pid: Option<i32>,
     /// The command and its arguments; empty: hold the lease until a signal.
     pub command: Vec<OsString>,
 }
 
 impl RunOptions {
-    fn lease_shown(&self) -> String {
+    pub(crate) fn lease_shown(&self) -> String {
         shown(&self.lease)
     }
 
@@ -75,6 +91,8 @@ impl RunOptions {
 struct Held {
     keeper: LeaseKeeper,
     claim: CellClaim,
+    /// The slot, with `--limit`.
+    slot: Option<u32>,
 }
 
 impl Held {
@@ -105,45 +123,28 @@ pub async fn run(opts: RunOptions) -> Result<u8, Failure> {
     procs::become_subreaper();
     let mut signals = Signals::install(&[])
         .map_err(|e| Failure::new(CANNOT_EXECUTE, format!("cannot catch signals: {e}")))?;
-    let fence = Fence::builder(opts.store.store.clone(), node_of(&opts.lease))
-        .ttl(opts.ttl)
-        .addr(holder_addr())
-        .build()?;
-    let started_ms = fence.clock().mono_ms();
-    let keeper = tokio::select! {
-        k = acquire(&fence, &opts) => k?,
-        s = until_terminating(&mut signals) => {
-            let code = 128u8.saturating_add(s.0 as u8);
-            return Err(Failure::new(code, format!("{s} while waiting for lease {}", opts.lease_shown())));
-        }
+    if opts.probe {
+        probe_first(&opts).await?;
+    }
+    let Taken {
+        keeper,
+        claim,
+        slot,
+    } = take::take(&opts, &mut signals).await?;
+    let held = Held {
+        keeper,
+        claim,
+        slot,
     };
-    let claim = match claim(&keeper, &opts, started_ms).await {
-        Ok(c) => c,
-        Err(f) => {
-            keeper.release().await;
-            return Err(f);
-        }
-    };
-    let held = Held { keeper, claim };
     if opts.command.is_empty() {
         return hold(held, signals, &opts).await;
     }
     supervise(held, signals, &opts).await
 }
 
-/// `pid:<pid>@<host>`: who holds the lease, for `fence status` and waiters.
-fn holder_addr() -> String {
-    let host = nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_else(|| "host".into());
-    let host: String = host.chars().take(64).collect();
-    format!("pid:{}@{host}", std::process::id())
-}
-
 /// Signals before there is a command: TSTP stops us, WINCH, URG and CONT are nothing to us,
 /// every other one ends `fence`.
-async fn until_terminating(signals: &mut Signals) -> Caught {
+pub(crate) async fn until_terminating(signals: &mut Signals) -> Caught {
     loop {
         let s = signals.recv().await;
         if s.is(Signal::SIGTSTP) {
@@ -151,182 +152,6 @@ async fn until_terminating(signals: &mut Signals) -> Caught {
         } else if terminates(s) {
             return s;
         }
-    }
-}
-
-/// The lease record as a waiter sees it.
-struct Holder {
-    /// "held by …" in words.
-    words: String,
-    /// Unexpired (by this machine's clock) and not released.
-    live: bool,
-}
-
-async fn holder(fence: &Fence) -> Result<Option<Holder>, Error> {
-    let own = fence.ownership();
-    let Some(lease) = own.read_node_lease(own.node()).await? else {
-        return Ok(None);
-    };
-    if lease.record.expires_ms == 0 {
-        return Ok(None);
-    }
-    let left_ms = crate::status::ms_until(lease.record.expires_ms, fence.clock().wall_ms());
-    let by = match lease.record.addr.as_str() {
-        "" => "another process".to_owned(),
-        addr => shown(addr),
-    };
-    let when = if left_ms > 0 {
-        format!(
-            "its lease runs {:.1}s more unless renewed",
-            left_ms as f64 / 1e3
-        )
-    } else {
-        format!(
-            "its lease expired {:.1}s ago",
-            left_ms.unsigned_abs() as f64 / 1e3
-        )
-    };
-    Ok(Some(Holder {
-        words: format!("held by {by} ({when})"),
-        live: left_ms > 0,
-    }))
-}
-
-async fn acquire(fence: &Fence, opts: &RunOptions) -> Result<LeaseKeeper, Failure> {
-    let result = match opts.wait {
-        None => fence.acquire().await,
-        Some(limit) => {
-            if !opts.quiet {
-                announce(fence, opts, limit).await;
-            }
-            fence.acquire_wait(limit).await
-        }
-    };
-    match result {
-        Ok(keeper) => Ok(keeper),
-        Err(e) => Err(acquire_failure(fence, opts, e).await),
-    }
-}
-
-/// Says once on stderr that we wait, and for whom.
-async fn announce(fence: &Fence, opts: &RunOptions, limit: Duration) {
-    let whom = match holder(fence).await {
-        Ok(Some(h)) => h.words,
-        Ok(None) => return,
-        Err(e) => format!("its lease record cannot be read now ({})", describe(&e)),
-    };
-    let most = if limit >= FOREVER {
-        String::new()
-    } else {
-        format!(" (at most {})", humantime::format_duration(limit))
-    };
-    errln!(
-        "fence run: waiting for lease {}{most}: {whom}",
-        opts.lease_shown()
-    );
-}
-
-async fn acquire_failure(fence: &Fence, opts: &RunOptions, e: Error) -> Failure {
-    let lease = opts.lease_shown();
-    let waited = if opts.wait.is_some() {
-        " (the wait ran out)"
-    } else {
-        ""
-    };
-    match e.kind() {
-        ErrorKind::Busy | ErrorKind::Fenced => match holder(fence).await {
-            Ok(Some(h)) if h.live => Failure::new(
-                opts.conflict_exit_code,
-                format!("lease {lease} is busy{waited}: {}", h.words),
-            ),
-            Ok(Some(h)) if e.kind() == ErrorKind::Busy => Failure::new(
-                opts.conflict_exit_code,
-                format!(
-                    "lease {lease} is busy{waited}: {}; {}",
-                    h.words,
-                    unobserved_expiry(opts)
-                ),
-            ),
-            Ok(_) if e.kind() == ErrorKind::Busy => Failure::new(
-                opts.conflict_exit_code,
-                format!("lease {lease} is busy{waited}"),
-            ),
-            Ok(_) => Failure::new(
-                STORE,
-                format!(
-                    "lease {lease}: the store did not take the lease record (FENCE_LOG=fence_core=debug shows why)"
-                ),
-            ),
-            Err(read) => Failure::from(read).prefixed(&format!("lease {lease}")),
-        },
-        _ => Failure::from(e).prefixed(&format!("lease {lease}")),
-    }
-}
-
-/// Why an expired lease still reads as busy, and what to do: a takeover never trusts the
-/// holder's wall clock, so it first watches the record unchanged for a whole TTL (see
-/// docs/design.md), which a run that does not wait (or whose wait ran out first) cannot do.
-fn unobserved_expiry(opts: &RunOptions) -> String {
-    let watch = "its holder may be gone, but a takeover first watches the lease record \
-                 unchanged for a whole TTL";
-    match opts.wait {
-        None => format!("{watch}: use --wait or --timeout"),
-        Some(_) => format!("{watch}: wait longer (--timeout)"),
-    }
-}
-
-/// Claims the cell. While it waits (`--wait`, `--timeout`), a claim that failed for a store
-/// reason is retried, as the acquire is, until the wait runs out (measured from
-/// `started_ms`): a waiter never exits 69 while its wait lasts.
-async fn claim(
-    keeper: &LeaseKeeper,
-    opts: &RunOptions,
-    started_ms: u64,
-) -> Result<CellClaim, Failure> {
-    let clock = Clock::system();
-    let mut pause = Duration::from_millis(50);
-    let mut said = false;
-    loop {
-        let e = match keeper.claim(&opts.lease).await {
-            Ok(claim) => return Ok(claim),
-            Err(e) => e,
-        };
-        let waited = Duration::from_millis(clock.mono_ms().saturating_sub(started_ms));
-        let left = opts
-            .wait
-            .map_or(Duration::ZERO, |w| w.saturating_sub(waited));
-        let not_the_store = matches!(
-            e.kind(),
-            ErrorKind::Busy | ErrorKind::Fenced | ErrorKind::InvalidInput | ErrorKind::InvalidKey
-        );
-        if not_the_store || left.is_zero() || !keeper.is_held() {
-            return Err(claim_failure(opts, e));
-        }
-        if !said && !opts.quiet {
-            eprintln!(
-                "fence run: claiming lease {} failed ({}); retrying while the wait lasts",
-                opts.lease_shown(),
-                describe(&e)
-            );
-            said = true;
-        }
-        clock.sleep(pause.min(left)).await;
-        pause = (pause * 2).min(Duration::from_secs(1));
-    }
-}
-
-fn claim_failure(opts: &RunOptions, e: Error) -> Failure {
-    let lease = opts.lease_shown();
-    match e.kind() {
-        ErrorKind::Busy => Failure::new(
-            opts.conflict_exit_code,
-            format!("lease {lease} is held by a process other than a fence run of it"),
-        ),
-        ErrorKind::Fenced => Failure::new(
-            opts.conflict_exit_code,
-            format!("lease {lease} was lost before the command started"),
-        ),
-        _ => Failure::from(e).prefixed(&format!("lease {lease}")),
     }
 }
 
@@ -346,11 +171,37 @@ async fn lease_gone(keeper: &LeaseKeeper, ttl: Duration) -> String {
     }
 }
 
-/// No command: prints the epoch and holds the lease until a signal (exit 0) or its loss.
+/// No command: prints the epoch and holds the lease until a signal (exit 0) or its loss —
+/// or, for a script (`for_pid`), until that process ends.
 async fn hold(held: Held, mut signals: Signals, opts: &RunOptions) -> Result<u8, Failure> {
-    outln!("{}", held.claim.epoch());
+    let script = match opts.for_pid.map(Watched::new) {
+        None => None,
+        Some(Some(script)) => Some(script),
+        Some(None) => {
+            // The script ended before the lease was taken: nobody to hold it for.
+            held.release().await;
+            return Ok(OK);
+        }
+    };
+    match script {
+        // `fence acquire` is gone (Ctrl-C): nobody will eval the epoch, so nobody holds it.
+        Some(_) if !report_to_acquire(&held) => {
+            held.release().await;
+            return Ok(OK);
+        }
+        Some(_) => {}
+        None => outln!("{}", held.claim.epoch()),
+    }
+    let every = (opts.ttl / 10).clamp(Duration::from_millis(10), Duration::from_millis(250));
+    let script_ended = async {
+        match &script {
+            Some(s) => s.ended(every).await,
+            None => std::future::pending().await,
+        }
+    };
     let lost = tokio::select! {
         _ = until_terminating(&mut signals) => None,
+        () = script_ended => None,
         why = lease_gone(&held.keeper, opts.ttl) => Some(why),
     };
     match lost {
@@ -360,12 +211,32 @@ async fn hold(held: Held, mut signals: Signals, opts: &RunOptions) -> Result<u8,
         }
         Some(why) => {
             held.abandon().await;
+            let told = script.map_or(String::new(), |s| {
+                s.terminate();
+                format!("; sent SIGTERM to the script (pid {})", s.pid())
+            });
             Err(Failure::new(
                 opts.fenced_exit_code,
-                format!("lease {} lost: {why}", opts.lease_shown()),
+                format!("lease {} lost: {why}{told}", opts.lease_shown()),
             ))
         }
     }
+}
+
+/// Tells `fence acquire` what was taken, then lets go of stdout (its end of the pipe sees
+/// EOF, so `$(fence acquire …)` returns while this holder runs on). `false` if `fence
+/// acquire` is no longer there to read it (the write fails: SIGPIPE is ignored in Rust
+/// programs).
+fn report_to_acquire(held: &Held) -> bool {
+    use std::io::Write;
+    let line = script::report_line(held.claim.epoch(), held.slot, held.claim.cell());
+    let mut out = std::io::stdout().lock();
+    let told = writeln!(out, "{line}").and_then(|()| out.flush()).is_ok();
+    drop(out);
+    if let Ok(null) = std::fs::File::options().write(true).open("/dev/null") {
+        let _ = nix::unistd::dup2_stdout(&null);
+    }
+    told
 }
 
 /// Runs the command's tree to its end; releases the lease only once the tree is gone.
@@ -400,22 +271,45 @@ fn cannot_start(e: StartError) -> Failure {
 }
 
 fn tree_spec(held: &Held, opts: &RunOptions) -> TreeSpec {
-    let mut env: Vec<(String, String)> = vec![
-        ("FENCE_EPOCH".into(), held.claim.epoch().to_string()),
-        ("FENCE_LEASE".into(), opts.lease.clone()),
-        ("FENCE_STORE".into(), opts.store.url.clone()),
-        ("FENCE_NODE".into(), held.keeper.node().to_owned()),
-    ];
-    if let Some(mode) = opts.store.file_mode {
-        env.push(("FENCE_FILE_MODE".into(), format!("{mode:04o}")));
-    }
     TreeSpec {
         command: opts.command.clone(),
-        env,
+        env: command_env(held, opts),
         grace: opts.grace,
         orphan_grace: opts.orphan_grace(),
         silence: opts.ttl / 3,
         containment: opts.containment,
+    }
+}
+
+/// The command's `FENCE_*` variables: its lease (a slot's own name with `--limit`), epoch,
+/// store and node; `FENCE_SLOT` with `--limit`; `FENCE_FILE_MODE` for a store with one.
+fn command_env(held: &Held, opts: &RunOptions) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("FENCE_EPOCH".into(), held.claim.epoch().to_string()),
+        ("FENCE_LEASE".into(), held.claim.cell().to_owned()),
+        ("FENCE_STORE".into(), opts.store.url.clone()),
+        ("FENCE_NODE".into(), held.keeper.node().to_owned()),
+    ];
+    if let Some(slot) = held.slot {
+        env.push(("FENCE_SLOT".into(), slot.to_string()));
+    }
+    if let Some(mode) = opts.store.file_mode {
+        env.push(("FENCE_FILE_MODE".into(), format!("{mode:04o}")));
+    }
+    env
+}
+
+/// `--probe`: the contract probe (one round of each race) before anything is taken; a store
+/// that fails it is refused (exit 1), one the probe could not judge is exit 69.
+async fn probe_first(opts: &RunOptions) -> Result<(), Failure> {
+    let report = probe::run(opts.store.store.as_ref(), 1, false).await;
+    opts.store.prune_dirs(&report.prefix);
+    match probe::exit_code(&report.verdict) {
+        OK => Ok(()),
+        code => Err(Failure::new(
+            code,
+            format!("--probe: {}; the command was not started", report.verdict),
+        )),
     }
 }
 

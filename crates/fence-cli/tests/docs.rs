@@ -147,10 +147,12 @@ fn the_takeover_walk_through_in_cli_md_works_as_written() {
     kill(t1_pid, Signal::SIGCONT).unwrap();
     let t1_status = wait_bounded(&mut t1, Duration::from_secs(10), "terminal 1");
     assert_eq!(t1_status.code(), Some(76), "{}", read(&file("1.err")));
-    assert_eq!(
-        read(&file("2.err")).lines().count(),
-        1,
-        "terminal 2 said it once"
+    let said = read(&file("2.err"));
+    let waits = said.lines().filter(|l| l.contains("waiting")).count();
+    assert_eq!(waits, 1, "terminal 2 said it once: {said}");
+    assert!(
+        said.lines().last().is_some_and(|l| l.contains("epoch 2")),
+        "and then which epoch it acquired: {said}"
     );
     kill(Pid::from_raw(t2.id() as i32), Signal::SIGTERM).unwrap();
     wait_bounded(&mut t2, Duration::from_secs(10), "terminal 2");

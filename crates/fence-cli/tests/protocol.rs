@@ -3,6 +3,8 @@
 //! validates against docs/schema/, the final bucket passes `fence check`, and `fence check`
 //! (and the schemas, where they can say it) flag a record with each kind of violation.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -236,6 +238,100 @@ async fn every_record_fence_writes_validates_against_the_schemas() {
     assert!(report.checked > 10);
 }
 
+/// What the operator commands leave in a store (semaphore slots, a break of a live holder
+/// and of a seed cell, a script section): every record is of a kind the protocol defines,
+/// validates against its schema, and the bucket passes `fence check`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_of_slots_breaks_and_script_sections_validate_and_pass_fence_check() {
+    let store = common::Store::new();
+    let fs: Arc<dyn ConditionalStore> =
+        Arc::new(fence_fs::FsStore::open(store.dir.path()).unwrap());
+    // The seed's head, owned by a node that left no lease record.
+    let seed = Key::new("cells/seed/own.json").unwrap();
+    let body = Bytes::from_static(br#"{"node":"node_gone","epoch":7}"#);
+    fs.put(&seed, body, CasGuard::Absent).await.unwrap();
+    operator_flows(&store);
+    let schemas = Schemas::load();
+    let mut seen = std::collections::BTreeMap::new();
+    let keys = fs.list(None).await.unwrap();
+    for key in &keys {
+        let body = fs.get(key).await.unwrap().unwrap().body;
+        *seen
+            .entry(schemas.validate(key.as_str(), &body))
+            .or_insert(0) += 1;
+    }
+    let names: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
+    for key in [
+        "nodes/run.jobs#0.json",
+        "cells/jobs#1/own.json",
+        "cells/seed/own.json",
+        "nodes/run.s.json",
+    ] {
+        assert!(names.contains(&key), "no {key} in {names:?}");
+    }
+    let report = check(&fs, None).await.unwrap();
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_eq!(report.checked, keys.len(), "{seen:?}");
+}
+
+/// The CLI flows of [`records_of_slots_breaks_and_script_sections_validate_and_pass_fence_check`].
+fn operator_flows(store: &common::Store) {
+    // The runs' sightings and the test's own files stay out of the store.
+    let runtime = tempfile::tempdir().unwrap();
+    let ok = |out: std::process::Output| {
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{err}");
+    };
+    // Two slots held at once: a run inside a run of the same semaphore takes slot 1.
+    let inner = format!(
+        "\"$FENCE_BIN\" run --store {} --lease jobs --limit 2 -- fence put k --value v",
+        store.url
+    );
+    let mut outer = common::fence(&common::run_args(
+        store,
+        "jobs",
+        &["--limit", "2", "--", "sh", "-c", &inner],
+    ));
+    let path = format!(
+        "{}:{}",
+        std::path::Path::new(common::fence_bin())
+            .parent()
+            .unwrap()
+            .display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    ok(outer
+        .env("XDG_RUNTIME_DIR", runtime.path())
+        .env("FENCE_BIN", common::fence_bin())
+        .env("PATH", &path)
+        .output()
+        .unwrap());
+    // A break of a live holder (--force) and of a seed cell whose owner left no lease.
+    let ready = runtime.path().join("ready");
+    let hold = format!("echo 1 > {}; exec sleep 600", ready.display());
+    let mut holder = common::fence(&common::run_args(store, "b", &["--", "sh", "-c", &hold]))
+        .spawn()
+        .unwrap();
+    common::wait_for_file(&ready, Duration::from_secs(20));
+    ok(common::output(&[
+        "break", "--store", &store.url, "--lease", "b", "--force",
+    ]));
+    common::wait_bounded(&mut holder, Duration::from_secs(20), "the broken holder");
+    ok(common::output(&[
+        "break", "--store", &store.url, "--lease", "seed",
+    ]));
+    // A script section.
+    let section = "eval \"$(fence acquire --lease s)\" && fence put k --value v && fence release";
+    ok(std::process::Command::new("sh")
+        .args(["-c", section])
+        .env("PATH", &path)
+        .env("FENCE_STORE", &store.url)
+        .env_remove("FENCE_LEASE")
+        .env_remove("FENCE_EPOCH")
+        .env_remove("FENCE_HOLDER")
+        .output()
+        .unwrap());
+}
 /// A fleet node's assignment record.
 const ASSIGNMENT: &str = "fleet/nodes/0a/a.json";
 

@@ -145,6 +145,27 @@ impl Clock {
         }
     }
 
+    /// The real clocks of this machine, with monotonic time counted from the host's boot
+    /// (the zero of `CLOCK_MONOTONIC`, which every process of the host shares) instead of
+    /// from now: an instant another process of this host saw before this one started has a
+    /// place on it, so a [`HostInstant`] that process left behind can be brought onto this
+    /// clock ([`Clock::mono_of_host`]). Elsewhere than Linux the same as [`Clock::system`].
+    pub fn host() -> Self {
+        let now = tokio::time::Instant::now();
+        let origin = host::monotonic_since_boot()
+            .and_then(|up| {
+                // The two reads are a few microseconds apart: step back a little less when
+                // the exact figure would lie before the clock's zero.
+                now.checked_sub(up)
+                    .or_else(|| now.checked_sub(up.saturating_sub(Duration::from_secs(1))))
+            })
+            .unwrap_or(now);
+        Clock {
+            origin,
+            ..Clock::system()
+        }
+    }
+
     /// The same clock with its wall time shifted by `skew_ms` (the monotonic clock is
     /// unaffected).
     #[must_use]
@@ -210,6 +231,65 @@ impl Clock {
         self.running().await;
     }
 
+    /// Whether this clock's monotonic time is the host's (the system clock, no simulated
+    /// suspension), so that it can be related to the host clock.
+    fn is_real(&self) -> bool {
+        matches!(self.wall, Wall::System) && self.lag.is_none()
+    }
+
+    /// Monotonic time `mono_ms` of this clock on the host clock, **never earlier** than the
+    /// true instant (rounded up by 2 ms; a suspend since `mono_ms` makes it later still): for
+    /// handing a *first sighting* to a later process of this host. `None` where there is no
+    /// host clock (not Linux) or this clock is not the system's (virtual time, a simulated
+    /// suspension). Meaningless under a paused tokio runtime, which this cannot detect.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// use fence_core::Clock;
+    /// let clock = Clock::host();
+    /// if let Some(at) = clock.host_instant_of(clock.mono_ms()) {
+    ///     // Back on a clock of this host: never earlier than it was.
+    ///     assert!(Clock::host().mono_of_host(&at).is_some());
+    /// }
+    /// assert_eq!(Clock::virtual_at(0).host_instant_of(5), None);
+    /// # });
+    /// ```
+    pub fn host_instant_of(&self, mono_ms: u64) -> Option<HostInstant> {
+        if !self.is_real() {
+            return None;
+        }
+        // Mono first, boot second: the offset boot - mono read this way is at least the
+        // offset at `mono_ms` (boot time only gains on monotonic time, by suspends).
+        let mono = i128::from(self.mono_ms());
+        let boot = i128::from(host::boottime_ms()?);
+        // Both reads floor to whole ms: 2 ms make up for the two roundings.
+        let boot_ms = i128::from(mono_ms) + (boot - mono) + 2;
+        Some(HostInstant {
+            boot_id: host::boot_id()?,
+            boot_ms: u64::try_from(boot_ms).ok()?,
+        })
+    }
+
+    /// The monotonic time of this clock at host instant `at`, **never earlier** than the true
+    /// one (rounded up by 1 ms; a suspend since `at` makes it earlier only by time that
+    /// really passed, which the host clock counts). `None` for an instant of another boot, a
+    /// future instant (a corrupt one), one before this clock can place it, or where
+    /// [`host_instant_of`](Self::host_instant_of) is `None`.
+    pub fn mono_of_host(&self, at: &HostInstant) -> Option<u64> {
+        if !self.is_real() || at.boot_id != host::boot_id()? {
+            return None;
+        }
+        // Boot first, mono second: the offset read this way is at most the true one now.
+        let boot = host::boottime_ms()?;
+        let mono = i128::from(self.mono_ms());
+        // `host_instant_of` rounds up by 2 ms: an instant just made may lie that far ahead.
+        if at.boot_ms > boot.saturating_add(2) {
+            return None;
+        }
+        let mono_ms = i128::from(at.boot_ms) - (i128::from(boot) - mono) + 1;
+        u64::try_from(mono_ms).ok()
+    }
+
     async fn running(&self) {
         if let Some(stop) = &self.stop {
             stop.running().await;
@@ -223,6 +303,99 @@ impl Clock {
             biased;
             r = op => Some(r),
             _ = self.sleep(Duration::from_millis(ms)) => None,
+        }
+    }
+}
+
+/// An instant on this host's boot clock (`CLOCK_BOOTTIME`): monotonic, counting time spent
+/// in suspend, and shared by every process of the host (of one time namespace) until it
+/// reboots — `boot_id` (the kernel's `/proc/sys/kernel/random/boot_id`, and the time
+/// namespace, whose clocks have offsets of their own) names the boot, so an instant of an
+/// earlier boot or of another time namespace is recognised and never placed on this one's
+/// clock.
+///
+/// Made and read only by [`Clock::host_instant_of`] and [`Clock::mono_of_host`], which round
+/// so that a first sighting handed from one process to another is never earlier than it was.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct HostInstant {
+    /// The boot this instant belongs to.
+    pub boot_id: String,
+    /// Milliseconds of the boot clock.
+    pub boot_ms: u64,
+}
+
+/// The host's own clocks: Linux's `CLOCK_BOOTTIME`, `CLOCK_MONOTONIC` and boot id.
+mod host {
+    use std::time::Duration;
+
+    #[cfg(target_os = "linux")]
+    fn read(id: nix::time::ClockId) -> Option<Duration> {
+        let t = nix::time::clock_gettime(id).ok()?;
+        let secs = u64::try_from(t.tv_sec()).ok()?;
+        let nanos = u32::try_from(t.tv_nsec()).ok()?;
+        Some(Duration::new(secs, nanos))
+    }
+
+    /// `CLOCK_BOOTTIME` in whole milliseconds (floored).
+    pub(super) fn boottime_ms() -> Option<u64> {
+        #[cfg(target_os = "linux")]
+        {
+            u64::try_from(read(nix::time::ClockId::CLOCK_BOOTTIME)?.as_millis()).ok()
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            None
+        }
+    }
+
+    /// `CLOCK_MONOTONIC`: the time since its zero (about the host's boot).
+    pub(super) fn monotonic_since_boot() -> Option<Duration> {
+        #[cfg(target_os = "linux")]
+        {
+            read(nix::time::ClockId::CLOCK_MONOTONIC)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            None
+        }
+    }
+
+    /// The kernel's id of this boot and of this process's time namespace, read once:
+    /// `<boot id>` or `<boot id>/<time namespace>`. A time namespace (Linux 5.6+, used by
+    /// containers and checkpoint/restore) gives `CLOCK_BOOTTIME` an offset of its own, so
+    /// an instant of another time namespace must not be placed on this one's clock, as one
+    /// of another boot must not. `None` (no host clock) if either cannot be read.
+    pub(super) fn boot_id() -> Option<String> {
+        static ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+        ID.get_or_init(|| {
+            let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+            let id = id.trim();
+            let plausible = !id.is_empty()
+                && id.len() <= 64
+                && id.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
+            if !plausible {
+                return None;
+            }
+            Some(match time_namespace()? {
+                Some(ns) => format!("{id}/{ns}"),
+                None => id.to_owned(),
+            })
+        })
+        .clone()
+    }
+
+    /// The inode of this process's time namespace (`/proc/self/ns/time` reads
+    /// `time:[4026531834]`); `Some(None)` on a kernel without time namespaces; `None` if
+    /// it cannot be told.
+    fn time_namespace() -> Option<Option<u64>> {
+        match std::fs::read_link("/proc/self/ns/time") {
+            Ok(link) => {
+                let link = link.to_str()?;
+                let inode = link.strip_prefix("time:[")?.strip_suffix(']')?;
+                Some(Some(inode.parse().ok()?))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(None),
+            Err(_) => None,
         }
     }
 }
@@ -284,5 +457,57 @@ impl Entropy {
 impl Default for Entropy {
     fn default() -> Self {
         Entropy::from_os()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_instant_comes_back_never_earlier_and_only_on_its_own_boot() {
+        let Some(id) = host::boot_id() else {
+            return; // no host clock here (not Linux)
+        };
+        let clock = Clock::host();
+        let now = clock.mono_ms();
+        let at = clock.host_instant_of(now).expect("a host clock");
+        assert_eq!(at.boot_id, id);
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+        match std::fs::read_link("/proc/self/ns/time") {
+            Ok(ns) => {
+                let ns = ns.to_str().unwrap().trim_start_matches("time:[");
+                assert_eq!(id, format!("{}/{}", boot.trim(), ns.trim_end_matches(']')));
+            }
+            Err(_) => assert_eq!(id, boot.trim()),
+        }
+        // Another process's clock of this host places it no earlier than it was.
+        let later = Clock::host();
+        let back = later.mono_of_host(&at).expect("placed");
+        assert!(back >= now, "{back} < {now}");
+        // A clock that started after the instant cannot place it before its own start.
+        assert!(Clock::system()
+            .mono_of_host(&HostInstant {
+                boot_ms: 0,
+                ..at.clone()
+            })
+            .is_none());
+        let other_boot = HostInstant {
+            boot_id: "00000000-0000-0000-0000-000000000000".into(),
+            ..at.clone()
+        };
+        assert_eq!(later.mono_of_host(&other_boot), None);
+        let future = HostInstant {
+            boot_ms: at.boot_ms + 3_600_000,
+            ..at
+        };
+        assert_eq!(later.mono_of_host(&future), None);
+    }
+
+    #[test]
+    fn simulated_clocks_have_no_host_instant() {
+        let suspended = Clock::system().with_suspension(Arc::new(Suspension::default()));
+        assert_eq!(suspended.host_instant_of(1), None);
+        assert_eq!(Clock::virtual_at(7).host_instant_of(1), None);
     }
 }

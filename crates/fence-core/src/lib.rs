@@ -29,7 +29,7 @@ pub mod sabotage;
 pub mod stats;
 pub mod store;
 
-pub use clock::{now_ms, Clock, Entropy, Stop, Suspension};
+pub use clock::{now_ms, Clock, Entropy, HostInstant, Stop, Suspension};
 pub use decide::{FenceReason, LeaseConfig, LeaseStatus, Liveness, Observation};
 pub use error::{Commit, Error, ErrorKind, Result};
 pub use key::{Key, MAX_KEY_LEN};

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use super::bounded;
 use super::claim::WriteAck;
 use super::head::{self, HeadWrite, Settled};
-use crate::clock::Clock;
+use crate::clock::{Clock, Entropy};
 use crate::error::{Error, ErrorKind};
 use crate::flaws::Flaws;
 use crate::ownership::{Ownership, INLINE_MAX_DEFAULT};
@@ -106,6 +106,12 @@ async fn read_legacy(
 /// a later epoch makes it fail. `update` runs again only when the store proved the previous
 /// attempt did not land.
 ///
+/// Co-writers at the same epoch (many `fence put`s of one holder at once) each move the head
+/// under the others: a write that finds the head moved by one of them is made again on the
+/// new head, after a short random pause, until it lands or `timeout` has passed since the
+/// call began; then [`ErrorKind::Timeout`], not committed (nothing was written). A later
+/// epoch, a release or another owner ends it at once with [`ErrorKind::Fenced`].
+///
 /// ```
 /// # fn block(f: impl std::future::Future<Output = ()>) {
 /// #     tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(f)
@@ -139,7 +145,9 @@ pub async fn update_cell(
             .map_err(Error::not_committed)
     };
     let mut current = read_head().await?;
-    for _ in 0..8 {
+    let mut contention = Contention::new(ownership, &clock, bound);
+    loop {
+        contention.pause(cell, epoch).await?;
         let (head, version) = owned_at(ownership, cell, epoch, current.take())?;
         let loaded = bounded(&clock, bound, current_payload(ownership, cell, &head)).await;
         let Some(payload) = loaded.map_err(Error::not_committed)? else {
@@ -197,11 +205,70 @@ pub async fn update_cell(
             }
         }
     }
-    Err(Error::new(
-        ErrorKind::Busy,
-        format!("cell {cell}: the head kept moving"),
-    )
-    .not_committed())
+}
+
+/// The retries of one [`update_cell`] against co-writers at its epoch: each after a random
+/// pause of up to 2^n ms (at most 64 ms), so that many writers of one head take turns,
+/// until `bound_ms` has passed since the first attempt. The pauses are drawn from the
+/// ownership's own (injected) randomness, so a seeded simulation replays them.
+struct Contention<'a> {
+    ownership: &'a Ownership,
+    clock: &'a Clock,
+    entropy: Option<Entropy>,
+    started: u64,
+    bound_ms: u64,
+    attempts: u32,
+}
+
+impl<'a> Contention<'a> {
+    fn new(ownership: &'a Ownership, clock: &'a Clock, bound_ms: u64) -> Self {
+        Contention {
+            ownership,
+            clock,
+            entropy: None,
+            started: clock.mono_ms(),
+            bound_ms,
+            attempts: 0,
+        }
+    }
+
+    /// A pause in `0..=most` ms; the first one seeds this update's randomness from the
+    /// ownership's (a nonce is 32 hex digits of it).
+    fn jitter(&mut self, most: u64) -> u64 {
+        let ownership = self.ownership;
+        let entropy = self.entropy.get_or_insert_with(|| {
+            let nonce = ownership.fresh_nonce();
+            let seed = nonce
+                .get(..16)
+                .and_then(|h| u64::from_str_radix(h, 16).ok());
+            Entropy::seeded(seed.unwrap_or(0))
+        });
+        entropy.below(most + 1)
+    }
+
+    /// Before each attempt: nothing before the first; before a later one, a pause, or
+    /// [`ErrorKind::Timeout`] (nothing written) once the time is up.
+    async fn pause(&mut self, cell: &str, epoch: u64) -> Result<(), Error> {
+        self.attempts += 1;
+        if self.attempts == 1 {
+            return Ok(());
+        }
+        let spent = self.clock.mono_ms().saturating_sub(self.started);
+        if spent >= self.bound_ms {
+            return Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "cell {cell}: other writes at epoch {epoch} landed first on each of {} attempts in {spent} ms; nothing written",
+                    self.attempts - 1
+                ),
+            )
+            .not_committed());
+        }
+        let most = 1u64 << self.attempts.min(7).saturating_sub(1);
+        let ms = self.jitter(most.min(64));
+        self.clock.sleep(Duration::from_millis(ms)).await;
+        Ok(())
+    }
 }
 
 /// Deletes `payload`'s object, if it has one, within `bound`; a failure leaves it for
