@@ -10,12 +10,18 @@ export FENCE_SERVERS_DIR="${FENCE_SERVERS_DIR:-$CARGO_TARGET_DIR/servers}"
 mkdir -p "$FENCE_SERVERS_DIR"
 section() { echo "== [test.sh $((SECONDS / 60))m$((SECONDS % 60))s] $*"; }
 
-tests=(--workspace --lib --bins --tests --examples)
+# Two lanes of tests run side by side (most of the suites wait on servers, sockets and
+# child processes, not on the CPU): every crate but fence-testkit, and fence-testkit built
+# with its `sabotage` feature, which compiles fence-core's deliberate breakage into that
+# build only (inactive unless a test switches it on; no other build contains it). Its
+# simulation and model check must then catch every switch, and its clean suites run on the
+# same build with every switch off.
+tests=(--workspace --exclude fence-testkit --lib --bins --tests --examples)
+kit=(-p fence-testkit --features sabotage --lib --tests --examples)
 # Build first, so the servers are not left idle (or timing out) during a long compile.
 section "building tests"
 cargo test "${tests[@]}" --no-run
-cargo test -p fence-testkit --features sabotage --test sim --no-run
-cargo test -p fence-testkit --features sabotage --test model --no-run
+cargo test "${kit[@]}" --no-run
 # The Python package (crates/fence-py): built by maturin from the same workspace, target dir
 # and dev profile as the tests above, into a venv under target/ with pinned tools.
 py_venv="$CARGO_TARGET_DIR/py-venv"
@@ -23,9 +29,6 @@ if [ ! -x "$py_venv/bin/maturin" ] || [ ! -x "$py_venv/bin/pytest" ]; then
   python3 -m venv "$py_venv"
   "$py_venv/bin/pip" install --quiet --disable-pip-version-check "maturin==1.16.0" "pytest==9.0.2"
 fi
-section "building the Python package"
-VIRTUAL_ENV="$py_venv" PATH="$py_venv/bin:$PATH" maturin develop --quiet -m crates/fence-py/Cargo.toml
-
 started=()
 stop_all() {
   for s in "${started[@]}"; do bash "$s" stop || true; done
@@ -33,31 +36,46 @@ stop_all() {
 trap stop_all EXIT INT TERM
 
 # Each scripts/servers/<name>.sh installs (pinned), starts and health-checks its servers,
-# and writes the variables the tests need to $FENCE_SERVERS_DIR/<name>.env.
-for s in scripts/servers/*.sh; do
-  [ -e "$s" ] || continue
-  section "starting servers: $s"
-  started+=("$s")
-  bash "$s" start
+# and writes the variables the tests need to $FENCE_SERVERS_DIR/<name>.env. They start
+# (mostly downloads and waits) while maturin builds the Python package.
+section "starting servers, beside the Python package's build"
+servers_log="$FENCE_SERVERS_DIR/start.log"
+for s in scripts/servers/*.sh; do [ -e "$s" ] && started+=("$s"); done
+(
+  for s in "${started[@]}"; do
+    echo "== starting servers: $s"
+    bash "$s" start
+  done
+) >"$servers_log" 2>&1 &
+servers=$!
+py_status=0
+VIRTUAL_ENV="$py_venv" PATH="$py_venv/bin:$PATH" \
+  maturin develop --quiet -m crates/fence-py/Cargo.toml || py_status=$?
+servers_status=0
+wait "$servers" || servers_status=$?
+cat "$servers_log"
+if [ "$servers_status" -ne 0 ] || [ "$py_status" -ne 0 ]; then
+  echo "the test servers (exit $servers_status) or the Python package (exit $py_status) failed" >&2
+  exit 1
+fi
+for s in "${started[@]}"; do
   # shellcheck disable=SC1090
   set -a; . "$FENCE_SERVERS_DIR/$(basename "$s" .sh).env"; set +a
 done
 
 # Live-server tests fail (instead of skipping) when their server is missing.
 export FENCE_REQUIRE_SERVERS=1
-section "cargo test"
+section "cargo test: fence-testkit (in the background) and every other crate"
 status=0
+kit_log="$CARGO_TARGET_DIR/fence-testkit-tests.log"
+cargo test "${kit[@]}" --no-fail-fast -- --show-output >"$kit_log" 2>&1 &
+kit_lane=$!
 cargo test "${tests[@]}" --no-fail-fast -- --show-output || status=$?
-section "simulation: every sabotage switch inside the real core must be caught"
-# A separate build: only the testkit's `sabotage` feature compiles the switches into
-# fence-core, so no other build (not even this script's workspace run) contains them.
-cargo test -p fence-testkit --features sabotage --test sim --no-fail-fast -- --show-output \
-  every_sabotage_switch_is_caught || status=$?
-section "model check: every sabotage switch must give a counterexample"
-# (The clean model check, tests/model.rs, ran in the workspace pass above and printed
-# `model check <scope>: N states, exhaustive, 0 violations`.)
-cargo test -p fence-testkit --features sabotage --test model --no-fail-fast -- --show-output \
-  every_sabotage_switch_is_caught_by_the_model_check || status=$?
+kit_status=0
+wait "$kit_lane" || kit_status=$?
+section "fence-testkit's tests (ran beside the above; exit $kit_status): the clean simulation and model check print their scopes, and every sabotage switch must be caught by both"
+cat "$kit_log"
+[ "$kit_status" -eq 0 ] || status=$kit_status
 section "python tests (pytest: local files, SeaweedFS, and Python against \`fence run\`)"
 t0=$SECONDS
 FENCE_BIN="$CARGO_TARGET_DIR/debug/fence" "$py_venv/bin/pytest" -q -p no:cacheprovider \
