@@ -18,17 +18,6 @@ section() { echo "== [test.sh $((SECONDS / 60))m$((SECONDS % 60))s] $*"; }
 # same build with every switch off.
 tests=(--workspace --exclude fence-testkit --lib --bins --tests --examples)
 kit=(-p fence-testkit --features sabotage --lib --tests --examples)
-# Build first, so the servers are not left idle (or timing out) during a long compile.
-section "building tests"
-cargo test "${tests[@]}" --no-run
-cargo test "${kit[@]}" --no-run
-# The Python package (crates/fence-py): built by maturin from the same workspace, target dir
-# and dev profile as the tests above, into a venv under target/ with pinned tools.
-py_venv="$CARGO_TARGET_DIR/py-venv"
-if [ ! -x "$py_venv/bin/maturin" ] || [ ! -x "$py_venv/bin/pytest" ]; then
-  python3 -m venv "$py_venv"
-  "$py_venv/bin/pip" install --quiet --disable-pip-version-check "maturin==1.16.0" "pytest==9.0.2"
-fi
 started=()
 stop_all() {
   for s in "${started[@]}"; do bash "$s" stop || true; done
@@ -37,8 +26,9 @@ trap stop_all EXIT INT TERM
 
 # Each scripts/servers/<name>.sh installs (pinned), starts and health-checks its servers,
 # and writes the variables the tests need to $FENCE_SERVERS_DIR/<name>.env. They start
-# (mostly downloads and waits) while maturin builds the Python package.
-section "starting servers, beside the Python package's build"
+# (mostly downloads and waits) in the background while the tests and the Python package
+# build; a failed build still waits for them, so that the trap stops what was started.
+section "starting servers in the background, beside the builds"
 servers_log="$FENCE_SERVERS_DIR/start.log"
 for s in scripts/servers/*.sh; do [ -e "$s" ] && started+=("$s"); done
 (
@@ -48,14 +38,25 @@ for s in scripts/servers/*.sh; do [ -e "$s" ] && started+=("$s"); done
   done
 ) >"$servers_log" 2>&1 &
 servers=$!
-py_status=0
-VIRTUAL_ENV="$py_venv" PATH="$py_venv/bin:$PATH" \
+section "building tests"
+build_status=0
+cargo test "${tests[@]}" --no-run || build_status=$?
+if [ "$build_status" -eq 0 ]; then cargo test "${kit[@]}" --no-run || build_status=$?; fi
+# The Python package (crates/fence-py): built by maturin from the same workspace, target dir
+# and dev profile as the tests above, into a venv under target/ with pinned tools.
+py_venv="$CARGO_TARGET_DIR/py-venv"
+if [ ! -x "$py_venv/bin/maturin" ] || [ ! -x "$py_venv/bin/pytest" ]; then
+  python3 -m venv "$py_venv"
+  "$py_venv/bin/pip" install --quiet --disable-pip-version-check "maturin==1.16.0" "pytest==9.0.2"
+fi
+py_status=$build_status
+[ "$py_status" -ne 0 ] || VIRTUAL_ENV="$py_venv" PATH="$py_venv/bin:$PATH" \
   maturin develop --quiet -m crates/fence-py/Cargo.toml || py_status=$?
 servers_status=0
 wait "$servers" || servers_status=$?
 cat "$servers_log"
 if [ "$servers_status" -ne 0 ] || [ "$py_status" -ne 0 ]; then
-  echo "the test servers (exit $servers_status) or the Python package (exit $py_status) failed" >&2
+  echo "the test servers (exit $servers_status) or a build (exit $py_status) failed" >&2
   exit 1
 fi
 for s in "${started[@]}"; do
@@ -68,12 +69,19 @@ export FENCE_REQUIRE_SERVERS=1
 section "cargo test: fence-testkit (in the background) and every other crate"
 status=0
 kit_log="$CARGO_TARGET_DIR/fence-testkit-tests.log"
-cargo test "${kit[@]}" --no-fail-fast -- --show-output >"$kit_log" 2>&1 &
+# The doc tests follow fence-testkit's in the background lane (that lane ends first).
+(
+  kit_status=0
+  cargo test "${kit[@]}" --no-fail-fast -- --show-output || kit_status=$?
+  echo "== doc tests"
+  cargo test --workspace --doc || kit_status=$?
+  exit "$kit_status"
+) >"$kit_log" 2>&1 &
 kit_lane=$!
 cargo test "${tests[@]}" --no-fail-fast -- --show-output || status=$?
 kit_status=0
 wait "$kit_lane" || kit_status=$?
-section "fence-testkit's tests (ran beside the above; exit $kit_status): the clean simulation and model check print their scopes, and every sabotage switch must be caught by both"
+section "fence-testkit's tests, then the doc tests (ran beside the above; exit $kit_status): the clean simulation and model check print their scopes, and every sabotage switch must be caught by both"
 cat "$kit_log"
 [ "$kit_status" -eq 0 ] || status=$kit_status
 section "python tests (pytest: local files, SeaweedFS, and Python against \`fence run\`)"
@@ -81,7 +89,5 @@ t0=$SECONDS
 FENCE_BIN="$CARGO_TARGET_DIR/debug/fence" "$py_venv/bin/pytest" -q -p no:cacheprovider \
   crates/fence-py/tests || status=$?
 echo "python tests took $((SECONDS - t0)) s"
-section "doc tests"
-cargo test --workspace --doc || status=$?
 section "done (status $status)"
 exit "$status"
