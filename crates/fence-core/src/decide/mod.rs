@@ -12,12 +12,15 @@
 //! - [`cell`]: the claim rule and the evidence rules of a write on a cell head.
 //! - [`claim`]: a claim, resume or adoption of a cell, as a step machine.
 //! - [`claimed`]: the writes of a claimed cell (data, release, hand-off), as a step machine.
+//! - [`log`]: the append log's rules (append, seal, the verdict on an ambiguous append), as
+//!   step machines.
 //! - [`write`](mod@write): the settlement of one head write by those rules, as a step machine.
 
 pub mod cell;
 pub mod claim;
 pub mod claimed;
 pub mod lease;
+pub mod log;
 pub mod observe;
 pub mod write;
 
