@@ -24,6 +24,7 @@ fn ci_scope() -> ModelConfig {
             cfg.crashes = crashes as u8;
         }
     }
+    cfg.canonical = std::env::var_os("FENCE_MODEL_NO_CANONICAL").is_none();
     cfg
 }
 

@@ -94,6 +94,9 @@ pub struct ModelConfig {
     pub settle_ticks: u32,
     /// A breached assumption, if any (see [`Exception`]).
     pub exception: Option<Exception>,
+    /// Each state is brought to its canonical form, forgetting what cannot affect the
+    /// future (on in every scope; off only to measure what it saves).
+    pub canonical: bool,
     /// A sabotage switch every node runs with (feature `sabotage`).
     #[cfg(feature = "sabotage")]
     pub sabotage: Option<Sabotage>,
@@ -120,6 +123,7 @@ impl ModelConfig {
             chaos_ticks: 2,
             settle_ticks: 10,
             exception: None,
+            canonical: true,
             #[cfg(feature = "sabotage")]
             sabotage: None,
         }
@@ -381,7 +385,11 @@ pub fn run(cfg: &ModelConfig, first_failure: bool) -> ModelReport {
     if first_failure {
         builder = builder.finish_when(HasDiscoveries::AnyFailures);
     }
-    let checker = builder.spawn_bfs().join();
+    let checker = builder.spawn_bfs();
+    if std::env::var_os("FENCE_MODEL_PROGRESS").is_some() {
+        progress(&checker, started);
+    }
+    let checker = checker.join();
     let discoveries = checker.discoveries();
     let mut violations = Vec::new();
     let mut never_seen = Vec::new();
@@ -414,6 +422,19 @@ pub fn run(cfg: &ModelConfig, first_failure: bool) -> ModelReport {
         elapsed: started.elapsed(),
         violations,
         never_seen,
+    }
+}
+
+/// Prints the checker's progress every 10 s until it is done (`FENCE_MODEL_PROGRESS=1`).
+fn progress(checker: &impl Checker<world::FenceModel>, started: std::time::Instant) {
+    while !checker.is_done() {
+        std::thread::sleep(Duration::from_secs(10));
+        eprintln!(
+            "model check progress: {} states, depth {}, {:.0} s",
+            checker.unique_state_count(),
+            checker.max_depth(),
+            started.elapsed().as_secs_f64()
+        );
     }
 }
 

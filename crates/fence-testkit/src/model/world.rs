@@ -17,6 +17,8 @@ use stateright::{Model, Property};
 use super::props::{self, PropertyName};
 use super::{Exception, ModelConfig};
 
+mod canon;
+
 /// The wall clock at model time 0.
 const BASE_WALL: u64 = 1_700_000_000_000;
 /// The sender of the co-writer's requests.
@@ -239,12 +241,15 @@ struct Budget {
 /// What the properties need of the past.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct History {
-    claims: Vec<(u64, u8)>,
+    /// The epochs claimed (not resumed), sorted: which node claimed one is not needed.
+    claims: Vec<u64>,
     pub(crate) max_claimed: u64,
     /// Data writes landed: (id, order of landing).
     landed: Vec<(u8, u8)>,
     pub(crate) acked_order: u8,
     pub(crate) broken: Option<PropertyName>,
+    /// The `sometimes` events, as pulses: true only in the state right after the step that
+    /// made one happen (see [`FenceModel::canonical`]).
     pub(crate) takeover: bool,
     pub(crate) settled_ambiguity: bool,
     pub(crate) resumed_hand_off: bool,
@@ -257,6 +262,13 @@ impl History {
 
     fn breach(&mut self, p: PropertyName) {
         self.broken.get_or_insert(p);
+    }
+
+    /// The `sometimes` events of the last step are over.
+    fn end_pulses(&mut self) {
+        self.takeover = false;
+        self.settled_ambiguity = false;
+        self.resumed_hand_off = false;
     }
 }
 
@@ -769,10 +781,10 @@ impl FenceModel {
         let hist = &mut w.hist;
         if !resumed {
             // (Epochs going back are judged as heads land: an answer may come late.)
-            if hist.claims.iter().any(|(e, _)| *e == epoch) {
-                hist.breach(PropertyName::OneClaimPerEpoch);
+            match hist.claims.binary_search(&epoch) {
+                Ok(_) => hist.breach(PropertyName::OneClaimPerEpoch),
+                Err(at) => hist.claims.insert(at, epoch),
             }
-            hist.claims.push((epoch, n as u8));
         } else if epoch > hist.max_claimed {
             hist.resumed_hand_off = true;
         }
@@ -1329,6 +1341,9 @@ impl Model for FenceModel {
         for n in 0..self.cfg.nodes {
             self.acquire(&mut w, n);
         }
+        if self.cfg.canonical {
+            self.canonical(&mut w);
+        }
         vec![w]
     }
 
@@ -1391,6 +1406,7 @@ impl Model for FenceModel {
 
     fn next_state(&self, last: &World, action: Action) -> Option<World> {
         let mut w = last.clone();
+        w.hist.end_pulses();
         match action {
             Action::Tick => self.tick(&mut w),
             Action::Deliver(i) => {
@@ -1486,6 +1502,9 @@ impl Model for FenceModel {
                 w.nodes[n].lag = 0;
                 self.acquire(&mut w, n);
             }
+        }
+        if self.cfg.canonical {
+            self.canonical(&mut w);
         }
         Some(w)
     }
