@@ -1,8 +1,8 @@
 //! The exhaustive model check of the real decision core.
 //!
-//! `FENCE_MODEL_LARGE=1` also checks the larger scopes (releases, hand-offs and a co-writer;
-//! three nodes with mixed TTLs); `FENCE_MODEL_PRESET=hand-off` runs the first in place of
-//! the CI scope; `FENCE_MODEL_SCOPE=<chaos>,<settle>,<faults>,<pauses>,<crashes>` overrides
+//! `FENCE_MODEL_LARGE=1` also checks the larger scopes (2 faulty answers; releases, hand-offs
+//! and a co-writer; three nodes with mixed TTLs); `FENCE_MODEL_PRESET=faults|hand-off|faulty|quick`
+//! runs one of them in place of the CI scope; `FENCE_MODEL_SCOPE=<chaos>,<settle>,<faults>,<pauses>,<crashes>` overrides
 //! the CI scope's ticks and budgets for experiments.
 
 use fence_testkit::model::{check, run, Exception, ModelConfig};
@@ -10,9 +10,10 @@ use fence_testkit::model::{check, run, Exception, ModelConfig};
 fn ci_scope() -> ModelConfig {
     let mut cfg = match std::env::var("FENCE_MODEL_PRESET").as_deref() {
         Ok("hand-off") => ModelConfig::ci_hand_off(),
-        Ok("faults") => ModelConfig::ci(),
+        Ok("faults") => ModelConfig::two_faults(),
         Ok("faulty") => ModelConfig::faulty(),
-        _ => ModelConfig::quick(),
+        Ok("quick") => ModelConfig::quick(),
+        _ => ModelConfig::ci(),
     };
     if let Ok(s) = std::env::var("FENCE_MODEL_SCOPE") {
         let v: Vec<u32> = s.split(',').filter_map(|x| x.trim().parse().ok()).collect();
@@ -40,9 +41,17 @@ fn assert_clean(cfg: &ModelConfig) {
     );
 }
 
+/// A faulty answer, a pause and a crash: every state of `ModelConfig::ci()`.
 #[test]
 fn every_state_of_the_ci_scope_holds_every_property() {
     assert_clean(&ci_scope());
+}
+
+/// Choices during a third tick (no faulty answer, no crash): every state of
+/// `ModelConfig::quick()`.
+#[test]
+fn every_state_of_the_quick_scope_holds_every_property() {
+    assert_clean(&ModelConfig::quick());
 }
 
 /// Payload collection racing a co-writer at the claim's epoch: every state of
@@ -62,7 +71,7 @@ fn the_larger_scopes_on_demand() {
     }
     for cfg in [
         ModelConfig::faulty(),
-        ModelConfig::ci(),
+        ModelConfig::two_faults(),
         ModelConfig::ci_hand_off(),
         ModelConfig::three_nodes(),
     ] {

@@ -308,8 +308,6 @@ pub enum Action {
     Answer(usize),
     /// A faulty answer for request `i`.
     Fault(usize, Fault),
-    /// An orphan request is lost for good.
-    Drop(usize),
     /// Node `n`'s lease keeper wakes up.
     Wake(u8),
     /// Node `n`'s task resumes after a wait.
@@ -1376,10 +1374,11 @@ impl Model for FenceModel {
                     }
                 }
                 ReqState::Landed(_) => {}
-                ReqState::Orphan => {
-                    out.push(Action::Deliver(i));
-                    out.push(Action::Drop(i));
-                }
+                // An orphan lands now, or later, or never: it is lost for good when the
+                // chaos ticks end (`tick`). There is no step that loses it sooner: no
+                // property and no node reads an orphan that has not landed, so a path that
+                // lost it sooner is the path that never lands it, a state for a state.
+                ReqState::Orphan => out.push(Action::Deliver(i)),
             }
         }
         out.extend(due.iter().cloned());
@@ -1434,9 +1433,6 @@ impl Model for FenceModel {
                     Fault::LoseAnswer | Fault::HoldUp => self.give_up(&mut w, i, false),
                     Fault::Refuse => self.give_up(&mut w, i, true),
                 }
-            }
-            Action::Drop(i) => {
-                w.net.remove(i);
             }
             Action::Wake(n) => {
                 w.nodes[n as usize].wake = None;

@@ -6,7 +6,7 @@
 //! property, so exploring one of them explores both. For each field the comment names
 //! every place that reads it and why none of them can read the erased value.
 
-use super::{FenceModel, Node, Req, ReqState, Thread, World};
+use super::{Budget, FenceModel, Node, Req, ReqState, Thread, World};
 
 impl FenceModel {
     /// Brings `w` to its canonical form (after every step, and for the initial state).
@@ -27,6 +27,9 @@ impl FenceModel {
             }
             canonical_node(&mut w.nodes[n], w.time, keep_last_written);
         }
+        if !self.chaos(w) {
+            self.spend_all(w);
+        }
         let may_turn_slow = w.budget.faults > 0 && self.chaos(w);
         for r in &mut w.net {
             canonical_req(r, may_turn_slow);
@@ -40,6 +43,25 @@ impl FenceModel {
         // epochs, a maximum, flags). The one exception is which property a breach names
         // when two different ones happen in the same tick; a breach is reported either way.
         w.net.sort_by_key(|r| r.from);
+    }
+
+    /// Once the chaos ticks are over (time never goes back), what is left of the budgets
+    /// can no longer be spent: faults are offered, and choices made, only during them
+    /// (`actions`, `choices`), so the paths that spent their budget and those that kept it
+    /// meet.
+    fn spend_all(&self, w: &mut World) {
+        w.budget = Budget {
+            faults: 0,
+            pauses: 0,
+            crashes: 0,
+            releases: 0,
+            hand_offs: 0,
+            collections: 0,
+        };
+        w.co.left = 0;
+        for node in &mut w.nodes {
+            node.writes_left = 0;
+        }
     }
 
     /// Only the switch `rollback-acknowledged` reads what a process last wrote (it makes a
