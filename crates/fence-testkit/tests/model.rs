@@ -159,3 +159,32 @@ fn every_sabotage_switch_is_caught_by_the_model_check() {
         "not caught by the model check: {missed:?}"
     );
 }
+
+/// The canonical form (what cannot affect the future forgotten) merges states and changes no
+/// verdict: a small scope with a pause, a crash and a write, checked with and without it.
+#[test]
+fn the_canonical_form_merges_states_and_keeps_every_verdict() {
+    let cfg = ModelConfig {
+        pauses: 1,
+        crashes: 1,
+        writes: 1,
+        chaos_ticks: 1,
+        settle_ticks: 8,
+        ..ModelConfig::bare()
+    };
+    let plain = check(&ModelConfig {
+        canonical: false,
+        ..cfg.clone()
+    });
+    let canonical = check(&cfg);
+    println!("without the canonical form: {}", plain.summary());
+    println!("with it: {}", canonical.summary());
+    assert!(plain.is_clean(), "{}", plain.counterexamples());
+    assert!(canonical.is_clean(), "{}", canonical.counterexamples());
+    assert!(
+        canonical.states < plain.states,
+        "the canonical form merged nothing: {} states, {} without it",
+        canonical.states,
+        plain.states
+    );
+}
