@@ -210,8 +210,8 @@ impl AppendLog {
     /// The steps are those of the pure [`Append`] machine, which the model check drives too.
     pub async fn append_with(&self, record: impl FnMut(u64) -> Bytes) -> Result<Appended, Error> {
         let mut slot = self.head.lock().await;
-        let mut append = Append::new(self.claim.epoch(), slot.0.take(), slot.1.take())
-            .with_flaws(self.flaws);
+        let mut append =
+            Append::new(self.claim.epoch(), slot.0.take(), slot.1.take()).with_flaws(self.flaws);
         let result = self.drive(&mut append, record).await;
         *slot = (append.cache(), append.tag());
         result

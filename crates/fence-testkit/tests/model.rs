@@ -1,8 +1,8 @@
 //! The exhaustive model check of the real decision core.
 //!
-//! `FENCE_MODEL_LARGE=1` also checks the larger scopes (releases, hand-offs and a co-writer;
-//! three nodes with mixed TTLs); `FENCE_MODEL_PRESET=hand-off` runs the first in place of
-//! the CI scope; `FENCE_MODEL_SCOPE=<chaos>,<settle>,<faults>,<pauses>,<crashes>` overrides
+//! `FENCE_MODEL_LARGE=1` also checks the larger scopes (2 faulty answers; releases, hand-offs
+//! and a co-writer; three nodes with mixed TTLs); `FENCE_MODEL_PRESET=faults|hand-off|faulty|quick`
+//! runs one of them in place of the CI scope; `FENCE_MODEL_SCOPE=<chaos>,<settle>,<faults>,<pauses>,<crashes>` overrides
 //! the CI scope's ticks and budgets for experiments.
 
 use fence_testkit::model::{check, run, Exception, ModelConfig};
@@ -10,11 +10,13 @@ use fence_testkit::model::{check, run, Exception, ModelConfig};
 fn ci_scope() -> ModelConfig {
     let mut cfg = match std::env::var("FENCE_MODEL_PRESET").as_deref() {
         Ok("hand-off") => ModelConfig::ci_hand_off(),
-        Ok("faults") => ModelConfig::ci(),
+        Ok("faults") => ModelConfig::two_faults(),
         Ok("faulty") => ModelConfig::faulty(),
+        Ok("quick") => ModelConfig::quick(),
         Ok("log") => ModelConfig::log(),
+        Ok("log-takeover") => ModelConfig::log_takeover(),
         Ok("log-faults") => ModelConfig::log_faults(),
-        _ => ModelConfig::quick(),
+        _ => ModelConfig::ci(),
     };
     if let Ok(s) = std::env::var("FENCE_MODEL_LOG") {
         let v: Vec<u32> = s.split(',').filter_map(|x| x.trim().parse().ok()).collect();
@@ -25,7 +27,7 @@ fn ci_scope() -> ModelConfig {
                 pauses: pauses as u8,
                 co_writes: co_writes as u8,
                 appends: appends as u8,
-                ..ModelConfig::log()
+                ..ModelConfig::log_takeover()
             };
         }
     }
@@ -39,6 +41,7 @@ fn ci_scope() -> ModelConfig {
             cfg.crashes = crashes as u8;
         }
     }
+    cfg.canonical = std::env::var_os("FENCE_MODEL_NO_CANONICAL").is_none();
     cfg
 }
 
@@ -54,9 +57,17 @@ fn assert_clean(cfg: &ModelConfig) {
     );
 }
 
+/// A faulty answer, a pause and a crash: every state of `ModelConfig::ci()`.
 #[test]
 fn every_state_of_the_ci_scope_holds_every_property() {
     assert_clean(&ci_scope());
+}
+
+/// Choices during a third tick (no faulty answer, no crash): every state of
+/// `ModelConfig::quick()`.
+#[test]
+fn every_state_of_the_quick_scope_holds_every_property() {
+    assert_clean(&ModelConfig::quick());
 }
 
 /// Payload collection racing a co-writer at the claim's epoch: every state of
@@ -66,12 +77,13 @@ fn every_state_of_the_collection_scope_holds_every_property() {
     assert_clean(&ModelConfig::collection());
 }
 
-/// The append log, driven by the model: appends, a faulty answer, a pause (so a takeover can
-/// come in the middle of an append), and every ambiguous append settled: every state of
-/// `ModelConfig::log()`.
+/// The append log, driven by the model: appends, a faulty answer and a co-writer at the
+/// claim's epoch, every ambiguous append settled by a seal (`ModelConfig::log()`); and a
+/// takeover in the middle of an append (`ModelConfig::log_takeover()`). Every state of each.
 #[test]
-fn every_state_of_the_log_scope_holds_every_property() {
+fn every_state_of_the_log_scopes_holds_every_property() {
     assert_clean(&ModelConfig::log());
+    assert_clean(&ModelConfig::log_takeover());
 }
 
 /// The larger scopes, on demand (`FENCE_MODEL_LARGE=1`): releases, hand-offs and a
@@ -84,7 +96,7 @@ fn the_larger_scopes_on_demand() {
     }
     for cfg in [
         ModelConfig::faulty(),
-        ModelConfig::ci(),
+        ModelConfig::two_faults(),
         ModelConfig::ci_hand_off(),
         ModelConfig::three_nodes(),
         ModelConfig::log_faults(),
@@ -175,5 +187,34 @@ fn every_sabotage_switch_is_caught_by_the_model_check() {
     assert!(
         missed.is_empty(),
         "not caught by the model check: {missed:?}"
+    );
+}
+
+/// The canonical form (what cannot affect the future forgotten) merges states and changes no
+/// verdict: a small scope with a pause, a crash and a write, checked with and without it.
+#[test]
+fn the_canonical_form_merges_states_and_keeps_every_verdict() {
+    let cfg = ModelConfig {
+        pauses: 1,
+        crashes: 1,
+        writes: 1,
+        chaos_ticks: 1,
+        settle_ticks: 8,
+        ..ModelConfig::bare()
+    };
+    let plain = check(&ModelConfig {
+        canonical: false,
+        ..cfg.clone()
+    });
+    let canonical = check(&cfg);
+    println!("without the canonical form: {}", plain.summary());
+    println!("with it: {}", canonical.summary());
+    assert!(plain.is_clean(), "{}", plain.counterexamples());
+    assert!(canonical.is_clean(), "{}", canonical.counterexamples());
+    assert!(
+        canonical.states < plain.states,
+        "the canonical form merged nothing: {} states, {} without it",
+        canonical.states,
+        plain.states
     );
 }

@@ -715,7 +715,11 @@ mod tests {
             b.on_head_written(ambiguous),
             AppendStep::Done(AppendEnd::HeadFailed)
         );
-        assert_eq!(b.cache(), None, "after an ambiguous answer the head is read again");
+        assert_eq!(
+            b.cache(),
+            None,
+            "after an ambiguous answer the head is read again"
+        );
     }
 
     #[test]

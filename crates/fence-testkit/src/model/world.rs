@@ -24,6 +24,8 @@ use self::log::unsettled_error;
 use super::props::{self, PropertyName};
 use super::{Exception, ModelConfig};
 
+mod canon;
+
 /// The wall clock at model time 0.
 const BASE_WALL: u64 = 1_700_000_000_000;
 /// The sender of the co-writer's requests.
@@ -313,21 +315,24 @@ struct Budget {
 /// What the properties need of the past.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct History {
-    claims: Vec<(u64, u8)>,
+    /// The epochs claimed (not resumed), sorted: which node claimed one is not needed.
+    claims: Vec<u64>,
     pub(crate) max_claimed: u64,
     /// Data writes landed: (id, order of landing).
     landed: Vec<(u8, u8)>,
     pub(crate) acked_order: u8,
     pub(crate) broken: Option<PropertyName>,
+    /// The `sometimes` events, as pulses: true only in the state right after the step that
+    /// made one happen (see [`FenceModel::canonical`]).
     pub(crate) takeover: bool,
     pub(crate) settled_ambiguity: bool,
     pub(crate) resumed_hand_off: bool,
-    /// Log records acknowledged (appended, or settled as landed).
-    pub(crate) log_acked: Vec<u8>,
-    /// Log records the log said never landed and never will.
-    pub(crate) log_denied: Vec<u8>,
-    /// An ambiguous append was settled.
+    /// An ambiguous append was settled (a pulse).
     pub(crate) log_settled: bool,
+    /// Log records acknowledged (appended, or settled as landed), as a sorted set.
+    pub(crate) log_acked: Vec<u8>,
+    /// Log records the log said never landed and never will, as a sorted set.
+    pub(crate) log_denied: Vec<u8>,
     /// A log head or a committed record was found unreadable.
     pub(crate) log_corrupt: bool,
 }
@@ -339,6 +344,26 @@ impl History {
 
     fn breach(&mut self, p: PropertyName) {
         self.broken.get_or_insert(p);
+    }
+
+    /// The `sometimes` events of the last step are over.
+    fn end_pulses(&mut self) {
+        self.takeover = false;
+        self.settled_ambiguity = false;
+        self.resumed_hand_off = false;
+        self.log_settled = false;
+    }
+
+    /// What the log told the application of record `id` (`true`: it counts).
+    pub(crate) fn log_told(&mut self, id: u8, counts: bool) {
+        let set = if counts {
+            &mut self.log_acked
+        } else {
+            &mut self.log_denied
+        };
+        if let Err(at) = set.binary_search(&id) {
+            set.insert(at, id);
+        }
     }
 }
 
@@ -378,8 +403,6 @@ pub enum Action {
     Answer(usize),
     /// A faulty answer for request `i`.
     Fault(usize, Fault),
-    /// An orphan request is lost for good.
-    Drop(usize),
     /// Node `n`'s lease keeper wakes up.
     Wake(u8),
     /// Node `n`'s task resumes after a wait.
@@ -855,7 +878,8 @@ impl FenceModel {
                 Next::Write(WriteStep::Failed(why)) if matches!(task.machine, Machine::Log(_)) => {
                     task.seal = None;
                     let (kind, ambiguous) = unsettled_error(why);
-                    match self.log_written(w, n, HeadWritten::of_error(kind, ambiguous), ambiguous) {
+                    match self.log_written(w, n, HeadWritten::of_error(kind, ambiguous), ambiguous)
+                    {
                         Some(next) => next,
                         None => return,
                     }
@@ -913,10 +937,10 @@ impl FenceModel {
         let hist = &mut w.hist;
         if !resumed {
             // (Epochs going back are judged as heads land: an answer may come late.)
-            if hist.claims.iter().any(|(e, _)| *e == epoch) {
-                hist.breach(PropertyName::OneClaimPerEpoch);
+            match hist.claims.binary_search(&epoch) {
+                Ok(_) => hist.breach(PropertyName::OneClaimPerEpoch),
+                Err(at) => hist.claims.insert(at, epoch),
             }
-            hist.claims.push((epoch, n as u8));
         } else if epoch > hist.max_claimed {
             hist.resumed_hand_off = true;
         }
@@ -1557,6 +1581,9 @@ impl Model for FenceModel {
         for n in 0..self.cfg.nodes {
             self.acquire(&mut w, n);
         }
+        if self.cfg.canonical {
+            self.canonical(&mut w);
+        }
         vec![w]
     }
 
@@ -1589,10 +1616,11 @@ impl Model for FenceModel {
                     }
                 }
                 ReqState::Landed(_) => {}
-                ReqState::Orphan => {
-                    out.push(Action::Deliver(i));
-                    out.push(Action::Drop(i));
-                }
+                // An orphan lands now, or later, or never: it is lost for good when the
+                // chaos ticks end (`tick`). There is no step that loses it sooner: no
+                // property and no node reads an orphan that has not landed, so a path that
+                // lost it sooner is the path that never lands it, a state for a state.
+                ReqState::Orphan => out.push(Action::Deliver(i)),
             }
         }
         out.extend(due.iter().cloned());
@@ -1619,6 +1647,7 @@ impl Model for FenceModel {
 
     fn next_state(&self, last: &World, action: Action) -> Option<World> {
         let mut w = last.clone();
+        w.hist.end_pulses();
         match action {
             Action::Tick => self.tick(&mut w),
             Action::Deliver(i) => {
@@ -1646,9 +1675,6 @@ impl Model for FenceModel {
                     Fault::LoseAnswer | Fault::HoldUp => self.give_up(&mut w, i, false),
                     Fault::Refuse => self.give_up(&mut w, i, true),
                 }
-            }
-            Action::Drop(i) => {
-                w.net.remove(i);
             }
             Action::Wake(n) => {
                 w.nodes[n as usize].wake = None;
@@ -1716,6 +1742,9 @@ impl Model for FenceModel {
                 w.nodes[n].lag = 0;
                 self.acquire(&mut w, n);
             }
+        }
+        if self.cfg.canonical {
+            self.canonical(&mut w);
         }
         Some(w)
     }

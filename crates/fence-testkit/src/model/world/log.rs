@@ -66,8 +66,8 @@ impl FenceModel {
             return;
         };
         let id = record_id(n, self.cfg.appends - node.appends_left);
-        let mut append = Append::new(epoch, node.log_cache.take(), node.log_tag.take())
-            .with_flaws(self.flaws);
+        let mut append =
+            Append::new(epoch, node.log_cache.take(), node.log_tag.take()).with_flaws(self.flaws);
         let step = append.start();
         node.task = Some(Task {
             machine: Machine::Log(LogTask {
@@ -116,7 +116,9 @@ impl FenceModel {
                     return self.append_over(w, n, Told::Denied);
                 }
                 match &mut Self::log_task(w, n)?.op {
-                    LogOp::Append { append, id } => Some(Next::Append(append.on_built(record(*id)))),
+                    LogOp::Append { append, id } => {
+                        Some(Next::Append(append.on_built(record(*id))))
+                    }
                     _ => None,
                 }
             }
@@ -139,9 +141,7 @@ impl FenceModel {
                     _ => None,
                 }
             }
-            AppendStep::WriteHead { head, expected } => {
-                self.start_log_write(w, n, &head, expected)
-            }
+            AppendStep::WriteHead { head, expected } => self.start_log_write(w, n, &head, expected),
             AppendStep::Done(end) => {
                 let ambiguous = Self::log_task(w, n).is_some_and(|t| t.ambiguous);
                 let told = match end {
@@ -172,8 +172,8 @@ impl FenceModel {
         node.log_cache = append.cache();
         node.log_tag = append.tag();
         match told {
-            Told::Acked => w.hist.log_acked.push(id),
-            Told::Denied => w.hist.log_denied.push(id),
+            Told::Acked => w.hist.log_told(id, true),
+            Told::Denied => w.hist.log_told(id, false),
             Told::Ambiguous => {
                 node.pending = Some(Pending {
                     seq: append.seq(),
@@ -232,15 +232,9 @@ impl FenceModel {
             self.retry_later(w, n);
             return None;
         };
-        let Some(pending) = w.nodes[n].pending.take() else {
-            return None;
-        };
+        let pending = w.nodes[n].pending.take()?;
         w.hist.log_settled = true;
-        if landed {
-            w.hist.log_acked.push(pending.id);
-        } else {
-            w.hist.log_denied.push(pending.id);
-        }
+        w.hist.log_told(pending.id, landed);
         None
     }
 
@@ -352,7 +346,9 @@ impl FenceModel {
         }
         let t = Self::log_task(w, n)?;
         match (&mut t.op, decoded) {
-            (LogOp::Append { append, .. }, Some((l, v))) => Some(Next::Append(append.on_head(l, v))),
+            (LogOp::Append { append, .. }, Some((l, v))) => {
+                Some(Next::Append(append.on_head(l, v)))
+            }
             (LogOp::Append { .. }, None) => self.append_over(w, n, Told::Denied),
             (LogOp::Settle { seal, .. }, Some((l, v))) => Some(Next::Seal(seal.on_head(l, v))),
             (LogOp::Settle { .. }, None) => self.moved_past(w, n),
@@ -380,7 +376,12 @@ impl FenceModel {
     }
 
     /// A log record object's read came back (`None`: it failed).
-    pub(super) fn record_read(&self, w: &mut World, n: usize, answer: Option<Outcome>) -> Option<Next> {
+    pub(super) fn record_read(
+        &self,
+        w: &mut World,
+        n: usize,
+        answer: Option<Outcome>,
+    ) -> Option<Next> {
         let t = Self::log_task(w, n)?;
         match &mut t.op {
             LogOp::Append { append, .. } => {
@@ -416,7 +417,7 @@ impl FenceModel {
                 let node = &mut w.nodes[n];
                 node.log_cache = append.cache();
                 node.log_tag = append.tag();
-                w.hist.log_denied.push(id);
+                w.hist.log_told(id, false);
             }
             _ => self.retry_later(w, n),
         }
