@@ -9,11 +9,14 @@
 //! lease check before them), [`HeadWrite`](fence_core::decide::write::HeadWrite) (the
 //! settlement of every head write by evidence), and the payload collection rule
 //! ([`blob_epoch`](fence_core::decide::claimed::blob_epoch) and
-//! [`collectable`](fence_core::decide::claimed::collectable)). The tokio runtime drives the
+//! [`collectable`](fence_core::decide::claimed::collectable)), and a lease's register of
+//! claimed cells ([`Register`](fence_core::decide::register::Register): what it lets claim,
+//! resume or adopt a cell while a hand-off is under way). The tokio runtime drives the
 //! very same machines and rules. Only the world around them is the model's: a store with versions, a network
 //! whose requests can be held up, answered late, lost or refused, clocks (monotonic and wall,
-//! skewed, suspended), pauses, crashes and restarts, and a co-writer at the cell's epoch
-//! (`update_cell`, as `fence put` is).
+//! skewed, suspended), pauses, crashes and restarts, a lapsed lease taken back as its own
+//! successor (resuming its heads), an adoption in a second task of a node, and a co-writer
+//! at the cell's epoch (`update_cell`, as `fence put` is).
 //!
 //! Time is discrete: it advances in ticks of [`ModelConfig::tick_ms`] only when the network
 //! is quiet (every request answered, except those a fault made slow) and no node has work
