@@ -1,8 +1,9 @@
 //! The exhaustive model check of the real decision core.
 //!
-//! `FENCE_MODEL_LARGE=1` also checks the larger scopes (releases, hand-offs and a co-writer;
-//! three nodes with mixed TTLs); `FENCE_MODEL_PRESET=hand-off` runs the first in place of
-//! the CI scope; `FENCE_MODEL_SCOPE=<chaos>,<settle>,<faults>,<pauses>,<crashes>` overrides
+//! `FENCE_MODEL_LARGE=1` also checks the larger scopes (2 faulty answers; releases, hand-offs
+//! and a co-writer; succession and adoption with a pause; three nodes with mixed TTLs);
+//! `FENCE_MODEL_PRESET=faults|hand-off|faulty|quick|resume` runs one of them in place of the
+//! CI scope; `FENCE_MODEL_SCOPE=<chaos>,<settle>,<faults>,<pauses>,<crashes>` overrides
 //! the CI scope's ticks and budgets for experiments; `FENCE_MODEL_SWITCH=<name>` checks only
 //! that sabotage switch (`--features sabotage`).
 
@@ -11,10 +12,11 @@ use fence_testkit::model::{check, run, Exception, ModelConfig};
 fn ci_scope() -> ModelConfig {
     let mut cfg = match std::env::var("FENCE_MODEL_PRESET").as_deref() {
         Ok("hand-off") => ModelConfig::ci_hand_off(),
-        Ok("faults") => ModelConfig::ci(),
+        Ok("faults") => ModelConfig::two_faults(),
         Ok("faulty") => ModelConfig::faulty(),
         Ok("resume") => ModelConfig::resume(),
-        _ => ModelConfig::quick(),
+        Ok("quick") => ModelConfig::quick(),
+        _ => ModelConfig::ci(),
     };
     if let Ok(s) = std::env::var("FENCE_MODEL_SCOPE") {
         let v: Vec<u32> = s.split(',').filter_map(|x| x.trim().parse().ok()).collect();
@@ -26,6 +28,7 @@ fn ci_scope() -> ModelConfig {
             cfg.crashes = crashes as u8;
         }
     }
+    cfg.canonical = std::env::var_os("FENCE_MODEL_NO_CANONICAL").is_none();
     cfg
 }
 
@@ -41,9 +44,17 @@ fn assert_clean(cfg: &ModelConfig) {
     );
 }
 
+/// A faulty answer, a pause and a crash: every state of `ModelConfig::ci()`.
 #[test]
 fn every_state_of_the_ci_scope_holds_every_property() {
     assert_clean(&ci_scope());
+}
+
+/// Choices during a third tick (no faulty answer, no crash): every state of
+/// `ModelConfig::quick()`.
+#[test]
+fn every_state_of_the_quick_scope_holds_every_property() {
+    assert_clean(&ModelConfig::quick());
 }
 
 /// Payload collection racing a co-writer at the claim's epoch: every state of
@@ -72,7 +83,7 @@ fn the_larger_scopes_on_demand() {
     }
     for cfg in [
         ModelConfig::faulty(),
-        ModelConfig::ci(),
+        ModelConfig::two_faults(),
         ModelConfig::ci_hand_off(),
         ModelConfig::resume(),
         ModelConfig::three_nodes(),
@@ -159,5 +170,34 @@ fn every_sabotage_switch_is_caught_by_the_model_check() {
     assert!(
         missed.is_empty(),
         "not caught by the model check: {missed:?}"
+    );
+}
+
+/// The canonical form (what cannot affect the future forgotten) merges states and changes no
+/// verdict: a small scope with a pause, a crash and a write, checked with and without it.
+#[test]
+fn the_canonical_form_merges_states_and_keeps_every_verdict() {
+    let cfg = ModelConfig {
+        pauses: 1,
+        crashes: 1,
+        writes: 1,
+        chaos_ticks: 1,
+        settle_ticks: 8,
+        ..ModelConfig::bare()
+    };
+    let plain = check(&ModelConfig {
+        canonical: false,
+        ..cfg.clone()
+    });
+    let canonical = check(&cfg);
+    println!("without the canonical form: {}", plain.summary());
+    println!("with it: {}", canonical.summary());
+    assert!(plain.is_clean(), "{}", plain.counterexamples());
+    assert!(canonical.is_clean(), "{}", canonical.counterexamples());
+    assert!(
+        canonical.states < plain.states,
+        "the canonical form merged nothing: {} states, {} without it",
+        canonical.states,
+        plain.states
     );
 }

@@ -102,7 +102,6 @@ fn describe(model: &FenceModel, w: &World, action: &Action) -> String {
         Action::Deliver(i) => format!("store serves {}", req(i)),
         Action::Answer(i) => format!("late answer reaches {}", req(i)),
         Action::Fault(i, f) => format!("FAULT {f:?} on {}", req(i)),
-        Action::Drop(i) => format!("network loses {}", req(i)),
         Action::Wake(n) => format!("n{n}: lease keeper wakes"),
         Action::Resume(n) => format!("n{n}: task resumes"),
         Action::Acquire(n) => format!("n{n}: acquires its lease"),

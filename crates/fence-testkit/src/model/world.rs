@@ -18,6 +18,8 @@ use stateright::{Model, Property};
 use super::props::{self, PropertyName};
 use super::{Exception, ModelConfig};
 
+mod canon;
+
 /// The wall clock at model time 0.
 const BASE_WALL: u64 = 1_700_000_000_000;
 /// The sender of the co-writer's requests.
@@ -264,12 +266,15 @@ struct Budget {
 /// What the properties need of the past.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct History {
-    claims: Vec<(u64, u8)>,
+    /// The epochs claimed (not resumed), sorted: which node claimed one is not needed.
+    claims: Vec<u64>,
     pub(crate) max_claimed: u64,
     /// Data writes landed: (id, order of landing).
     landed: Vec<(u8, u8)>,
     pub(crate) acked_order: u8,
     pub(crate) broken: Option<PropertyName>,
+    /// The `sometimes` events, as pulses: true only in the state right after the step that
+    /// made one happen (see [`FenceModel::canonical`]).
     pub(crate) takeover: bool,
     pub(crate) settled_ambiguity: bool,
     pub(crate) resumed_hand_off: bool,
@@ -286,6 +291,15 @@ impl History {
 
     fn breach(&mut self, p: PropertyName) {
         self.broken.get_or_insert(p);
+    }
+
+    /// The `sometimes` events of the last step are over.
+    fn end_pulses(&mut self) {
+        self.takeover = false;
+        self.settled_ambiguity = false;
+        self.resumed_hand_off = false;
+        self.resumed_after_lapse = false;
+        self.adopted = false;
     }
 }
 
@@ -325,8 +339,6 @@ pub enum Action {
     Answer(usize),
     /// A faulty answer for request `i`.
     Fault(usize, Fault),
-    /// An orphan request is lost for good.
-    Drop(usize),
     /// Node `n`'s lease keeper wakes up.
     Wake(u8),
     /// Node `n`'s task resumes after a wait.
@@ -876,10 +888,10 @@ impl FenceModel {
         let hist = &mut w.hist;
         if !resumed {
             // (Epochs going back are judged as heads land: an answer may come late.)
-            if hist.claims.iter().any(|(e, _)| *e == epoch) {
-                hist.breach(PropertyName::OneClaimPerEpoch);
+            match hist.claims.binary_search(&epoch) {
+                Ok(_) => hist.breach(PropertyName::OneClaimPerEpoch),
+                Err(at) => hist.claims.insert(at, epoch),
             }
-            hist.claims.push((epoch, n as u8));
         } else if epoch > hist.max_claimed {
             hist.resumed_hand_off = true;
         } else if w.nodes[n].vouched.is_some() && !w.nodes[n].on_side {
@@ -1464,6 +1476,9 @@ impl Model for FenceModel {
         for n in 0..self.cfg.nodes {
             self.acquire(&mut w, n);
         }
+        if self.cfg.canonical {
+            self.canonical(&mut w);
+        }
         vec![w]
     }
 
@@ -1496,10 +1511,11 @@ impl Model for FenceModel {
                     }
                 }
                 ReqState::Landed(_) => {}
-                ReqState::Orphan => {
-                    out.push(Action::Deliver(i));
-                    out.push(Action::Drop(i));
-                }
+                // An orphan lands now, or later, or never: it is lost for good when the
+                // chaos ticks end (`tick`). There is no step that loses it sooner: no
+                // property and no node reads an orphan that has not landed, so a path that
+                // lost it sooner is the path that never lands it, a state for a state.
+                ReqState::Orphan => out.push(Action::Deliver(i)),
             }
         }
         out.extend(due.iter().cloned());
@@ -1526,6 +1542,7 @@ impl Model for FenceModel {
 
     fn next_state(&self, last: &World, action: Action) -> Option<World> {
         let mut w = last.clone();
+        w.hist.end_pulses();
         match action {
             Action::Tick => self.tick(&mut w),
             Action::Deliver(i) => {
@@ -1553,9 +1570,6 @@ impl Model for FenceModel {
                     Fault::LoseAnswer | Fault::HoldUp => self.give_up(&mut w, i, false),
                     Fault::Refuse => self.give_up(&mut w, i, true),
                 }
-            }
-            Action::Drop(i) => {
-                w.net.remove(i);
             }
             Action::Wake(n) => {
                 w.nodes[n as usize].wake = None;
@@ -1631,6 +1645,9 @@ impl Model for FenceModel {
                 w.nodes[n].lag = 0;
                 self.acquire(&mut w, n);
             }
+        }
+        if self.cfg.canonical {
+            self.canonical(&mut w);
         }
         Some(w)
     }
