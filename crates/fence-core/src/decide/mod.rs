@@ -12,6 +12,8 @@
 //! - [`cell`]: the claim rule and the evidence rules of a write on a cell head.
 //! - [`claim`]: a claim, resume or adoption of a cell, as a step machine.
 //! - [`claimed`]: the writes of a claimed cell (data, release, hand-off), as a step machine.
+//! - [`register`]: a lease's register of its claimed cells, and what it lets resume a cell
+//!   while a hand-off is under way.
 //! - [`write`](mod@write): the settlement of one head write by those rules, as a step machine.
 
 pub mod cell;
@@ -19,6 +21,7 @@ pub mod claim;
 pub mod claimed;
 pub mod lease;
 pub mod observe;
+pub mod register;
 pub mod write;
 
 pub use crate::flaws::Flaws;

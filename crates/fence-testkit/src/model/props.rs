@@ -101,5 +101,13 @@ pub(crate) fn all() -> Vec<Property<FenceModel>> {
         Property::sometimes("a hand-off is resumed by its receiver", |_, w: &World| {
             w.hist.resumed_hand_off
         }),
+        Property::sometimes(
+            "a node resumes its cell after its lease lapsed",
+            |_, w: &World| w.hist.resumed_after_lapse,
+        ),
+        Property::sometimes(
+            "an adoption runs beside a claim or hand-off",
+            |_, w: &World| w.hist.adopted,
+        ),
     ]
 }
