@@ -14,6 +14,8 @@
 //! - [`claimed`]: the writes of a claimed cell (data, release, hand-off), as a step machine.
 //! - [`log`]: the append log's rules (append, seal, the verdict on an ambiguous append), as
 //!   step machines.
+//! - [`register`]: a lease's register of its claimed cells, and what it lets resume a cell
+//!   while a hand-off is under way.
 //! - [`write`](mod@write): the settlement of one head write by those rules, as a step machine.
 
 pub mod cell;
@@ -22,6 +24,7 @@ pub mod claimed;
 pub mod lease;
 pub mod log;
 pub mod observe;
+pub mod register;
 pub mod write;
 
 pub use crate::flaws::Flaws;

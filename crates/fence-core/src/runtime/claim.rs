@@ -757,8 +757,9 @@ impl CellClaim {
         // up), so this lease cannot adopt the cell while the hand-off may still be retried.
         self.stop_acting();
         let _leave = LeaveRegister(self);
-        if sabotaged!(self.shared.fence.flaws, HandOffUnregistersEarly) {
-            self.leave_register();
+        if self.shared.hand_off_begins(&self.cell, self.epoch) {
+            self.registered
+                .store(false, std::sync::atomic::Ordering::SeqCst);
         }
         let receiver = Change::HandOff {
             to: to.to_owned(),

@@ -1,6 +1,5 @@
 //! Acquiring and keeping this node's lease: the shell around [`LeaseCore`].
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{mpsc, watch};
@@ -8,6 +7,7 @@ use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use super::{bounded, claim, Fence};
+use crate::decide::register::Register;
 use crate::decide::{
     Holder, LeaseCore, LeaseEffect, LeaseEvent, LeaseStatus, ObservedLease, ReadResult, WriteResult,
 };
@@ -26,8 +26,7 @@ pub(crate) struct Reservation<'a> {
 impl Reservation<'_> {
     /// The claim landed at `epoch`: the cell stays registered until the claim is dropped.
     pub(crate) fn keep(mut self, epoch: u64) {
-        let mut claimed = lock(&self.shared.claimed);
-        claimed.insert(self.cell.clone(), epoch);
+        lock(&self.shared.claimed).keep(&self.cell, epoch);
         self.kept = true;
     }
 }
@@ -51,7 +50,7 @@ pub(crate) struct Shared {
     /// The last store failure, reported when an acquisition gives up.
     last_error: Mutex<Option<Error>>,
     /// Cells with a live [`CellClaim`](super::CellClaim) of this lease, and their epochs.
-    claimed: Mutex<HashMap<Box<str>, u64>>,
+    claimed: Mutex<Register>,
     /// Woken whenever one of this lease's claims ends (one for all, to keep claims small).
     claim_ended: tokio::sync::Notify,
 }
@@ -81,7 +80,7 @@ impl Shared {
             status: watch::channel(LeaseStatus::Acquiring).0,
             extra: Mutex::new(Extra::new()),
             last_error: Mutex::new(None),
-            claimed: Mutex::new(HashMap::new()),
+            claimed: Mutex::new(Register::default()),
             claim_ended: tokio::sync::Notify::new(),
         })
     }
@@ -90,11 +89,7 @@ impl Shared {
     /// if this lease already has a claim of it, or one in progress (0). Taken before any I/O,
     /// so two overlapping claims of one cell never both write.
     pub(crate) fn reserve(&self, cell: &str) -> Result<Reservation<'_>, u64> {
-        let mut claimed = lock(&self.claimed);
-        if let Some(e) = claimed.get(cell) {
-            return Err(*e);
-        }
-        claimed.insert(cell.into(), 0);
+        lock(&self.claimed).reserve(cell)?;
         Ok(Reservation {
             shared: self,
             cell: cell.into(),
@@ -103,14 +98,13 @@ impl Shared {
     }
 
     pub(crate) fn unregister(&self, cell: &str, epoch: u64) {
-        let mut claimed = lock(&self.claimed);
-        if claimed.get(cell) == Some(&epoch) {
-            claimed.remove(cell);
-        }
-        // A table that once held many claims gives its memory back.
-        if claimed.capacity() > 64 && claimed.len() < claimed.capacity() / 4 {
-            claimed.shrink_to_fit();
-        }
+        lock(&self.claimed).leave(cell, epoch);
+    }
+
+    /// The claim of `cell` at `epoch` is about to send its hand-off: whether it left the
+    /// register ([`Register::hand_off_begins`]).
+    pub(crate) fn hand_off_begins(&self, cell: &str, epoch: u64) -> bool {
+        lock(&self.claimed).hand_off_begins(cell, epoch, self.fence.flaws)
     }
 
     pub(crate) fn claim_ended(&self) {

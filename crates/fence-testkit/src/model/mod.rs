@@ -9,11 +9,14 @@
 //! lease check before them), [`HeadWrite`](fence_core::decide::write::HeadWrite) (the
 //! settlement of every head write by evidence), and the payload collection rule
 //! ([`blob_epoch`](fence_core::decide::claimed::blob_epoch) and
-//! [`collectable`](fence_core::decide::claimed::collectable)). The tokio runtime drives the
+//! [`collectable`](fence_core::decide::claimed::collectable)), and a lease's register of
+//! claimed cells ([`Register`](fence_core::decide::register::Register): what it lets claim,
+//! resume or adopt a cell while a hand-off is under way). The tokio runtime drives the
 //! very same machines and rules. Only the world around them is the model's: a store with versions, a network
 //! whose requests can be held up, answered late, lost or refused, clocks (monotonic and wall,
-//! skewed, suspended), pauses, crashes and restarts, and a co-writer at the cell's epoch
-//! (`update_cell`, as `fence put` is).
+//! skewed, suspended), pauses, crashes and restarts, a lapsed lease taken back as its own
+//! successor (resuming its heads), an adoption in a second task of a node, and a co-writer
+//! at the cell's epoch (`update_cell`, as `fence put` is).
 //!
 //! Time is discrete: it advances in ticks of [`ModelConfig::tick_ms`] only when the network
 //! is quiet (every request answered, except those a fault made slow) and no node has work
@@ -91,6 +94,14 @@ pub struct ModelConfig {
     /// Appends to the cell's log per acting node, at most (`AppendLog`: the cell's data is
     /// then the log's head; nodes do not also write data).
     pub appends: u8,
+    /// Adoptions of the cell by node 0 in a second task (`LeaseKeeper::adopt`), racing its
+    /// first (a hand-off, a claim), as far as the lease's register of claims lets them
+    /// start, at most.
+    pub adopts: u8,
+    /// Times a node whose lease lapsed takes it back as the successor of its own generation
+    /// and resumes that generation's heads at their epochs (docs/design.md, "Restart and
+    /// resume", case 2), at most.
+    pub successions: u8,
     /// Ticks during which faults and choices happen.
     pub chaos_ticks: u32,
     /// Quiet ticks after them, by the end of which some node must hold the cell.
@@ -126,6 +137,8 @@ impl ModelConfig {
             co_writes: 0,
             collections: 0,
             appends: 0,
+            adopts: 0,
+            successions: 0,
             chaos_ticks: 2,
             settle_ticks: 10,
             exception: None,
@@ -193,6 +206,38 @@ impl ModelConfig {
         }
     }
 
+    /// Two nodes claiming one cell; node 0 stalls or is suspended once, and may then take
+    /// its lapsed lease back as its own successor and resume the cell at its epoch, while
+    /// node 1 may take it over: the scope of the resume's seal, checked in every CI run.
+    pub fn succession() -> Self {
+        ModelConfig {
+            pauses: 1,
+            successions: 1,
+            ..ModelConfig::bare()
+        }
+    }
+
+    /// Two nodes claiming one cell; node 0 hands the cell off once and adopts it once in a
+    /// second task, whenever its lease's register of claims lets the adoption start: the
+    /// scope of the register, checked in every CI run.
+    pub fn adoption() -> Self {
+        ModelConfig {
+            hand_offs: 1,
+            adopts: 1,
+            ..ModelConfig::bare()
+        }
+    }
+
+    /// [`succession`](Self::succession) and [`adoption`](Self::adoption) at once, with the
+    /// pause (on demand, `FENCE_MODEL_LARGE=1`).
+    pub fn resume() -> Self {
+        ModelConfig {
+            pauses: 1,
+            successions: 1,
+            ..ModelConfig::adoption()
+        }
+    }
+
     /// [`quick`](Self::quick) with one faulty answer (held up, lost, refused or late).
     pub fn faulty() -> Self {
         ModelConfig {
@@ -222,6 +267,8 @@ impl ModelConfig {
         self.co_writes = 0;
         self.collections = 0;
         self.appends = 0;
+        self.adopts = 0;
+        self.successions = 0;
         self
     }
 
@@ -317,9 +364,17 @@ impl ModelConfig {
                 releases: 1,
                 ..b
             },
-            Sabotage::ResumeWithoutSeal | Sabotage::HandOffUnregistersEarly => ModelConfig {
-                faults: 1,
+            // Node 0 stalls past its lease; node 1 judges it dead and takes over while node 0
+            // takes its lease back as its own successor and resumes the cell.
+            Sabotage::ResumeWithoutSeal => ModelConfig {
+                pauses: 1,
+                successions: 1,
+                ..b
+            },
+            // Node 0 adopts the cell while its hand-off is on the way.
+            Sabotage::HandOffUnregistersEarly => ModelConfig {
                 hand_offs: 1,
+                adopts: 1,
                 ..b
             },
             // An append's head write loses its answer and a co-writer at the claim's epoch
@@ -355,6 +410,12 @@ impl ModelConfig {
             self.settle_ticks,
             self.tick_ms
         );
+        if self.adopts > 0 {
+            s.push_str(&format!(", {} adoption", self.adopts));
+        }
+        if self.successions > 0 {
+            s.push_str(&format!(", {} succession", self.successions));
+        }
         if let Some(e) = self.exception {
             s.push_str(&format!(", exception {e:?}"));
         }
@@ -503,7 +564,14 @@ fn reachable(name: &str, cfg: &ModelConfig) -> bool {
         props::LOG_SETTLED => {
             cfg.appends > 0 && cfg.faults > 0 && (cfg.co_writes > 0 || cfg.nodes > 1)
         }
-        "a takeover happens" => cfg.nodes > 1,
+        "a node resumes its cell after its lease lapsed" => cfg.successions > 0 && cfg.pauses > 0,
+        "an adoption runs beside a claim or hand-off" => cfg.adopts > 0,
+        // Only a second node, and a pause, a crash or a faulty answer making a node look dead
+        // to its peer.
+        "a takeover happens" => {
+            cfg.nodes > 1
+                && (cfg.pauses > 0 || cfg.crashes > 0 || cfg.faults > 0 || cfg.exception.is_some())
+        }
         _ => true,
     }
 }

@@ -143,5 +143,13 @@ pub(crate) fn all() -> Vec<Property<FenceModel>> {
             !w.hist.log_acked.is_empty()
         }),
         Property::sometimes(LOG_SETTLED, |_, w: &World| w.hist.log_settled),
+        Property::sometimes(
+            "a node resumes its cell after its lease lapsed",
+            |_, w: &World| w.hist.resumed_after_lapse,
+        ),
+        Property::sometimes(
+            "an adoption runs beside a claim or hand-off",
+            |_, w: &World| w.hist.adopted,
+        ),
     ]
 }

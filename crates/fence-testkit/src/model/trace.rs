@@ -122,6 +122,11 @@ fn describe(model: &FenceModel, w: &World, action: &Action) -> String {
         Action::Pause(n, false) => format!("n{n}: STALLED"),
         Action::Crash(n) => format!("n{n}: CRASH"),
         Action::Restart(n) => format!("n{n}: restarts as a new process"),
+        Action::Succeed(n) => {
+            format!("n{n}: takes its lapsed lease back as its successor, vouching for its heads")
+        }
+        Action::Adopt(n) => format!("n{n}: adopts the cell (a second task)"),
+        Action::ResumeSide(n) => format!("n{n}: second task resumes"),
     };
     format!("{at}  {what}")
 }
@@ -163,6 +168,12 @@ fn store_state(model: &FenceModel, w: &World) -> String {
                     if c.ended { " (ended)" } else { "" }
                 )
             });
+            let adopted = node
+                .side
+                .claim
+                .as_ref()
+                .map_or(String::new(), |c| format!(", adopted claim @{}", c.epoch));
+            let claim = claim + &adopted;
             let lease = node.lease.as_ref().map_or("no lease".to_owned(), |l| {
                 format!(
                     "lease {}",

@@ -9,6 +9,7 @@ use fence_core::decide::log::{
     self as logrules, Append, AppendEnd, AppendStep, Created, HeadWritten, LogHead, RecordRead,
     Seal, SealStep, SeenHead,
 };
+use fence_core::decide::register::Register;
 use fence_core::decide::write::{HeadWrite, PutAnswer, ReadAnswer, Settled, Unsettled, WriteStep};
 use fence_core::decide::{
     Flaws, Holder, LeaseConfig, LeaseCore, LeaseEffect, LeaseEvent, Now, Observation,
@@ -30,6 +31,8 @@ mod canon;
 const BASE_WALL: u64 = 1_700_000_000_000;
 /// The sender of the co-writer's requests.
 pub(crate) const CO: u8 = u8::MAX;
+/// The cell's name in a lease's register of claims.
+const CELL: &str = "c";
 
 /// A lease record as stored.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -81,6 +84,8 @@ pub enum Thread {
     Co,
     /// A node's payload collection.
     Gc,
+    /// A node's second task: an adoption of the cell, racing the first.
+    Side,
 }
 
 /// A request.
@@ -170,6 +175,16 @@ pub struct Claim {
     pub(crate) epoch: u64,
     pub(crate) known: Option<Base>,
     pub(crate) ended: bool,
+    /// It stands in its lease's register of claims.
+    pub(crate) registered: bool,
+}
+
+/// A node's second task and the claim it made: an adoption of the cell
+/// (`LeaseKeeper::adopt`) while the first task may be handing it off.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Side {
+    pub(crate) task: Option<Task>,
+    pub(crate) claim: Option<Claim>,
 }
 
 /// What a node's task runs.
@@ -288,6 +303,14 @@ pub struct Node {
     log_tag: Option<String>,
     /// An ambiguous append the application settles before it appends again.
     pub(crate) pending: Option<Pending>,
+    /// The lease's register of claims (the core's), one per lease.
+    pub(crate) register: Register,
+    /// The second task (an adoption), swapped in while it runs.
+    pub(crate) side: Side,
+    /// The second task's slots are swapped in.
+    on_side: bool,
+    /// A lapsed lease of ours this lease succeeded: its heads are resumed at their epochs.
+    vouched: Option<String>,
 }
 
 /// The co-writer: `update_cell` at the cell's current epoch.
@@ -310,6 +333,8 @@ struct Budget {
     releases: u8,
     hand_offs: u8,
     collections: u8,
+    adopts: u8,
+    successions: u8,
 }
 
 /// What the properties need of the past.
@@ -335,6 +360,10 @@ pub struct History {
     pub(crate) log_denied: Vec<u8>,
     /// A log head or a committed record was found unreadable.
     pub(crate) log_corrupt: bool,
+    /// A node resumed its cell as the successor of its own lapsed lease.
+    pub(crate) resumed_after_lapse: bool,
+    /// An adoption (a second task) started.
+    pub(crate) adopted: bool,
 }
 
 impl History {
@@ -351,6 +380,8 @@ impl History {
         self.takeover = false;
         self.settled_ambiguity = false;
         self.resumed_hand_off = false;
+        self.resumed_after_lapse = false;
+        self.adopted = false;
         self.log_settled = false;
     }
 
@@ -431,6 +462,13 @@ pub enum Action {
     Crash(u8),
     /// Node `n` starts a new process.
     Restart(u8),
+    /// Node `n`'s lease lapsed: it takes it back as the successor of its own generation and
+    /// vouches for that generation's heads (docs/design.md, "Restart and resume", case 2).
+    Succeed(u8),
+    /// Node `n` adopts the cell in a second task (`LeaseKeeper::adopt`).
+    Adopt(u8),
+    /// Node `n`'s second task resumes after a wait.
+    ResumeSide(u8),
 }
 
 /// The model: a scope and the properties.
@@ -509,7 +547,8 @@ impl FenceModel {
             .lease
             .as_ref()
             .is_some_and(|l| l.is_held(self.now(w, n)));
-        node.alive && held && node.claim.as_ref().is_some_and(|c| !c.ended)
+        let acting = |c: &Option<Claim>| c.as_ref().is_some_and(|c| !c.ended);
+        node.alive && held && (acting(&node.claim) || acting(&node.side.claim))
     }
 
     fn fresh_node(&self, n: usize, incarnation: u8) -> Node {
@@ -536,6 +575,10 @@ impl FenceModel {
             log_cache: None,
             log_tag: None,
             pending: None,
+            register: Register::default(),
+            side: Side::default(),
+            on_side: false,
+            vouched: None,
         }
         .with_lag_of(n)
     }
@@ -628,6 +671,12 @@ impl FenceModel {
         } else {
             (w.nodes[n].incarnation, self.now(w, n).mono_ms)
         };
+        let side = n != CO as usize && w.nodes[n].on_side;
+        let thread = if side && thread == Thread::Task {
+            Thread::Side
+        } else {
+            thread
+        };
         w.net.push(Req {
             from: n as u8,
             incarnation,
@@ -687,22 +736,60 @@ impl FenceModel {
 
     fn drop_claim_if_lease_over(&self, w: &mut World, n: usize) {
         let node = &mut w.nodes[n];
-        if node.lease.as_ref().is_some_and(|l| l.is_finished()) && node.task.is_none() {
-            node.claim = None;
+        let over = node.lease.as_ref().is_some_and(|l| l.is_finished());
+        if over && node.task.is_none() {
+            self.end_claim(w, n);
+        }
+        let node = &mut w.nodes[n];
+        if over && node.side.task.is_none() {
+            node.side.claim = None;
         }
     }
 
+    /// Node `n`'s claim is over in its process: it leaves the lease's register.
+    fn end_claim(&self, w: &mut World, n: usize) {
+        let node = &mut w.nodes[n];
+        if let Some(c) = node.claim.take() {
+            if c.registered {
+                node.register.leave(CELL, c.epoch);
+            }
+        }
+    }
+
+    /// Runs `f` on node `n`'s second task and its claim, swapped in for the first.
+    fn on_side(&self, w: &mut World, n: usize, f: impl FnOnce(&mut World)) {
+        let swap = |node: &mut Node| {
+            std::mem::swap(&mut node.task, &mut node.side.task);
+            std::mem::swap(&mut node.claim, &mut node.side.claim);
+            node.on_side = !node.on_side;
+        };
+        swap(&mut w.nodes[n]);
+        f(w);
+        swap(&mut w.nodes[n]);
+    }
+
     fn acquire(&self, w: &mut World, n: usize) {
+        self.acquire_as(w, n, None);
+    }
+
+    /// Acquires node `n`'s lease, as the successor of its lapsed generation `predecessor`.
+    fn acquire_as(&self, w: &mut World, n: usize, predecessor: Option<String>) {
         let node = &mut w.nodes[n];
         node.acquisitions += 1;
         node.claim = None;
+        node.side = Side::default();
+        node.register = Register::default();
+        node.vouched.clone_from(&predecessor);
         let holder = Holder {
             node: format!("n{n}"),
             addr: String::new(),
             peer_protocol: 1,
             generation: format!("n{n}p{}a{}", node.incarnation, node.acquisitions),
         };
-        let core = LeaseCore::new(holder, self.lease_cfg[n].clone()).with_flaws(self.flaws);
+        let mut core = LeaseCore::new(holder, self.lease_cfg[n].clone()).with_flaws(self.flaws);
+        if let Some(p) = predecessor {
+            core = core.succeeding(p);
+        }
         node.lease = Some(core);
         node.wake = None;
         self.lease_step(w, n, LeaseEvent::Acquire { wait: true });
@@ -711,12 +798,25 @@ impl FenceModel {
     // ----- the task ----------------------------------------------------------------------
 
     fn start_claim(&self, w: &mut World, n: usize) {
+        self.start_flow(w, n, false);
+    }
+
+    /// A claim (or, with `adopt`, an adoption) of the cell by node `n`'s task, reserved in
+    /// its lease's register first.
+    fn start_flow(&self, w: &mut World, n: usize, adopt: bool) {
         let node = &mut w.nodes[n];
+        if node.register.reserve(CELL).is_err() {
+            return;
+        }
         let generation = node.generation().unwrap_or_default();
         let nonce = node.nonce(n);
+        let vouched: Vec<String> = std::iter::once(generation.clone())
+            .chain(node.vouched.clone())
+            .collect();
         let flow = ClaimFlow::new(&format!("n{n}"), &generation, nonce)
-            .resuming(std::slice::from_ref(&generation))
+            .resuming(&vouched)
             .with_flaws(self.flaws, self.cfg.ttl(n), node.last_written.clone());
+        let flow = if adopt { flow.adopting() } else { flow };
         node.task = Some(Task {
             machine: Machine::Claim(flow),
             seal: None,
@@ -751,9 +851,13 @@ impl FenceModel {
             ChangeKind::Release => Change::Release,
             ChangeKind::HandOff => {
                 let to = (n + 1) % self.cfg.nodes;
-                // The sender stops acting before the hand-off is sent.
-                if let Some(c) = w.nodes[n].claim.as_mut() {
+                // The sender stops acting before the hand-off is sent; it stays in the
+                // lease's register unless the core's rule says otherwise.
+                let node = &mut w.nodes[n];
+                let left = node.register.hand_off_begins(CELL, claim.epoch, self.flaws);
+                if let Some(c) = node.claim.as_mut() {
                     c.ended = true;
+                    c.registered &= !left;
                 }
                 Change::HandOff {
                     to: format!("n{to}"),
@@ -912,12 +1016,15 @@ impl FenceModel {
 
     fn task_failed(&self, w: &mut World, n: usize, task: Option<Task>) {
         match task.map(|t| t.machine) {
-            Some(Machine::Claim(_)) | None => self.retry_later(w, n),
+            Some(Machine::Claim(_)) | None => {
+                w.nodes[n].register.leave(CELL, 0);
+                self.retry_later(w, n)
+            }
             Some(Machine::Log(t)) => self.log_failed(w, n, t),
             Some(Machine::Change(_, kind)) => {
                 // No verdict: the next write reads the head first; a hand-off stays closed.
                 if kind == ChangeKind::HandOff {
-                    w.nodes[n].claim = None;
+                    self.end_claim(w, n);
                 }
             }
         }
@@ -932,8 +1039,10 @@ impl FenceModel {
             takeover_from,
         } = end
         else {
+            w.nodes[n].register.leave(CELL, 0);
             return self.retry_later(w, n);
         };
+        w.nodes[n].register.keep(CELL, epoch);
         let hist = &mut w.hist;
         if !resumed {
             // (Epochs going back are judged as heads land: an answer may come late.)
@@ -943,6 +1052,8 @@ impl FenceModel {
             }
         } else if epoch > hist.max_claimed {
             hist.resumed_hand_off = true;
+        } else if w.nodes[n].vouched.is_some() && !w.nodes[n].on_side {
+            hist.resumed_after_lapse = true;
         }
         hist.max_claimed = hist.max_claimed.max(epoch);
         hist.takeover |= takeover_from.is_some();
@@ -951,6 +1062,7 @@ impl FenceModel {
             epoch,
             known: Some(Base::of(body, version)),
             ended: false,
+            registered: true,
         });
         // A new claim, a new `AppendLog`.
         node.log_cache = None;
@@ -981,7 +1093,7 @@ impl FenceModel {
                             c.known = Some(base);
                         }
                     }
-                    ChangeKind::Release | ChangeKind::HandOff => w.nodes[n].claim = None,
+                    ChangeKind::Release | ChangeKind::HandOff => self.end_claim(w, n),
                 }
             }
             CellEnd::Conflict { base } => {
@@ -989,8 +1101,8 @@ impl FenceModel {
                     c.known = Some(base);
                 }
             }
-            CellEnd::Superseded { .. } => w.nodes[n].claim = None,
-            CellEnd::KeptMoving if kind == ChangeKind::HandOff => w.nodes[n].claim = None,
+            CellEnd::Superseded { .. } => self.end_claim(w, n),
+            CellEnd::KeptMoving if kind == ChangeKind::HandOff => self.end_claim(w, n),
             CellEnd::KeptMoving => {}
         }
     }
@@ -1389,6 +1501,7 @@ impl FenceModel {
             Thread::Lease => self.lease_answer(w, from, &req.op, outcome, refused),
             Thread::Task => self.task_answer(w, from, outcome, refused),
             Thread::Gc => self.gc_answer(w, from, outcome),
+            Thread::Side => self.on_side(w, from, |w| self.task_answer(w, from, outcome, refused)),
             Thread::Co => {}
         }
         self.drop_claim_if_lease_over(w, from);
@@ -1420,8 +1533,11 @@ impl FenceModel {
         }
         let now = self.now(w, n);
         let lease_over = node.lease.as_ref().is_none_or(|l| l.is_finished());
-        if lease_over && node.task.is_none() && !node.lease_busy {
+        if lease_over && node.task.is_none() && node.side.task.is_none() && !node.lease_busy {
             out.push(Action::Acquire(n as u8));
+            if w.budget.successions > 0 && node.lease.is_some() {
+                out.push(Action::Succeed(n as u8));
+            }
         }
         if !node.lease_busy && node.wake.is_some_and(|t| t <= now.mono_ms) {
             out.push(Action::Wake(n as u8));
@@ -1435,8 +1551,18 @@ impl FenceModel {
                 out.push(Action::Resume(n as u8));
             }
         }
+        if let Some(Task {
+            wait: Wait::Until(t),
+            ..
+        }) = &node.side.task
+        {
+            if *t <= now.mono_ms {
+                out.push(Action::ResumeSide(n as u8));
+            }
+        }
         let held = node.lease.as_ref().is_some_and(|l| l.is_held(now));
-        if held && node.claim.is_none() && node.task.is_none() && w.time >= node.retry_at {
+        let unclaimed = node.claim.is_none() && node.register.epoch_of(CELL).is_none();
+        if held && unclaimed && node.task.is_none() && w.time >= node.retry_at {
             out.push(Action::Claim(n as u8));
         }
         // The application settles an ambiguous append before anything else it does.
@@ -1482,6 +1608,15 @@ impl FenceModel {
             if node.appends_left > 0 && node.pending.is_none() {
                 out.push(Action::Append(n as u8));
             }
+        }
+        // An adoption in a second task, whenever the lease's register lets it start.
+        let held = node
+            .lease
+            .as_ref()
+            .is_some_and(|l| l.is_held(self.now(w, n)));
+        let free = node.register.epoch_of(CELL).is_none();
+        if b.adopts > 0 && held && free && node.side == Side::default() {
+            out.push(Action::Adopt(n as u8));
         }
     }
 
@@ -1575,6 +1710,8 @@ impl Model for FenceModel {
                 releases: self.cfg.releases,
                 hand_offs: self.cfg.hand_offs,
                 collections: self.cfg.collections,
+                adopts: self.cfg.adopts,
+                successions: self.cfg.successions,
             },
             hist: History::default(),
         };
@@ -1681,21 +1818,31 @@ impl Model for FenceModel {
                 self.lease_step(&mut w, n as usize, LeaseEvent::Tick);
             }
             Action::Resume(n) => {
-                let n = n as usize;
-                let next = match &mut w.nodes[n].task {
-                    Some(Task {
-                        seal: Some((write, _)),
-                        ..
-                    }) => Next::Write(write.resume()),
-                    Some(Task {
-                        machine: Machine::Claim(f),
-                        ..
-                    }) => Next::Claim(f.resume()),
-                    _ => return None,
-                };
-                self.run(&mut w, n, next);
+                if !self.resume_task(&mut w, n as usize) {
+                    return None;
+                }
             }
             Action::Acquire(n) => self.acquire(&mut w, n as usize),
+            Action::Succeed(n) => {
+                w.budget.successions -= 1;
+                let n = n as usize;
+                let lapsed = w.nodes[n].generation();
+                self.acquire_as(&mut w, n, lapsed);
+            }
+            Action::Adopt(n) => {
+                w.budget.adopts -= 1;
+                w.hist.adopted = true;
+                let n = n as usize;
+                self.on_side(&mut w, n, |w| self.start_flow(w, n, true));
+            }
+            Action::ResumeSide(n) => {
+                let n = n as usize;
+                let mut resumed = false;
+                self.on_side(&mut w, n, |w| resumed = self.resume_task(w, n));
+                if !resumed {
+                    return None;
+                }
+            }
             Action::Claim(n) => self.start_claim(&mut w, n as usize),
             Action::Write(n) => {
                 let n = n as usize;
@@ -1759,12 +1906,30 @@ impl Model for FenceModel {
 }
 
 impl FenceModel {
+    /// Node `n`'s task resumes after a wait; `false` if it waited for nothing.
+    fn resume_task(&self, w: &mut World, n: usize) -> bool {
+        let next = match &mut w.nodes[n].task {
+            Some(Task {
+                seal: Some((write, _)),
+                ..
+            }) => Next::Write(write.resume()),
+            Some(Task {
+                machine: Machine::Claim(f),
+                ..
+            }) => Next::Claim(f.resume()),
+            _ => return false,
+        };
+        self.run(w, n, next);
+        true
+    }
+
     fn crash(&self, w: &mut World, n: usize) {
         let node = &mut w.nodes[n];
         node.alive = false;
         node.lease = None;
         node.task = None;
         node.claim = None;
+        node.side = Side::default();
         node.collecting = None;
         node.paused_until = None;
         node.suspended = false;

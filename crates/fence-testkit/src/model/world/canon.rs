@@ -57,6 +57,10 @@ impl FenceModel {
             releases: 0,
             hand_offs: 0,
             collections: 0,
+            adopts: 0,
+            // Not spent: a lapsed lease is taken back (`Succeed`, in `due`) whenever it
+            // lapses, also after the chaos ticks.
+            successions: w.budget.successions,
         };
         w.co.left = 0;
         for node in &mut w.nodes {
