@@ -108,7 +108,7 @@ impl AppendLog {
     /// [`next_seq`](Self::next_seq)), or, if the cell has moved to a later epoch, that later
     /// head settles it (the claim that raised the epoch replaced every head an append of
     /// ours could still land on). Then the committed record at `seq` is compared, bytes and
-    /// epoch, not just the number ([`decide::log::landed`](fence_core::decide::log::landed)).
+    /// epoch, not just the number ([`decide::log::landed`]).
     /// `Ok(false)` means it never landed and never will: append it again. An error means
     /// nothing could be settled (say, this process's lease ran out while the cell still
     /// names it): ask again.
