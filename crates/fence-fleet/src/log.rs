@@ -39,181 +39,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use fence_core::decide::claimed::record_is_ours;
-use fence_core::decide::Flaws;
+use fence_core::decide::log::{
+    Append, AppendEnd, AppendStep, Created, HeadWritten, Landed, RecordRead, Seal, SealStep,
+    SeenHead,
+};
+use fence_core::decide::{self, Flaws};
 use fence_core::runtime::{read_cell, CellClaim, Fence, WriteAck};
-use fence_core::{CasGuard, Error, ErrorKind, Key, Ownership, PutOutcome, Version};
+use fence_core::{CasGuard, Error, ErrorKind, Key, Ownership, PutOutcome};
 use futures::{StreamExt, TryStreamExt};
-use serde::{Deserialize, Serialize};
 
-/// Writes of one record object before giving up.
-const RECORD_TRIES: usize = 4;
-/// How often an append rebuilds on a head that moved under it before it gives up.
-const MOVED_TRIES: usize = 4;
+pub use fence_core::decide::log::{record_name, LogHead, Run};
+
 /// Record reads in flight at once.
 const READS_IN_FLIGHT: usize = 16;
-
-/// The committed index of a log: what the cell's head holds.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LogHead {
-    /// The sequence number of the next record: records `0..next` are committed.
-    pub next: u64,
-    /// Where each run of records begins, ascending in sequence number and epoch.
-    pub runs: Vec<Run>,
-}
-
-/// From `first_seq` on (until the next run), records were written under `epoch`, named with
-/// `tag` if it has one. Stored as `[first_seq, epoch]` or `[first_seq, epoch, "tag"]`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "RunRepr", into = "RunRepr")]
-pub struct Run {
-    /// The first sequence number of the run.
-    pub first_seq: u64,
-    /// The epoch its records were written under.
-    pub epoch: u64,
-    /// Set when the run's plain names were taken (see the module docs).
-    pub tag: Option<String>,
-}
-
-impl Run {
-    /// A run without a tag.
-    pub fn new(first_seq: u64, epoch: u64) -> Run {
-        Run {
-            first_seq,
-            epoch,
-            tag: None,
-        }
-    }
-}
-
-#[derive(Serialize, Deserialize)]
-#[serde(untagged)]
-enum RunRepr {
-    Plain(u64, u64),
-    Tagged(u64, u64, String),
-}
-
-impl From<RunRepr> for Run {
-    fn from(r: RunRepr) -> Run {
-        match r {
-            RunRepr::Plain(first_seq, epoch) => Run::new(first_seq, epoch),
-            RunRepr::Tagged(first_seq, epoch, tag) => Run {
-                first_seq,
-                epoch,
-                tag: Some(tag),
-            },
-        }
-    }
-}
-
-impl From<Run> for RunRepr {
-    fn from(r: Run) -> RunRepr {
-        match r.tag {
-            None => RunRepr::Plain(r.first_seq, r.epoch),
-            Some(t) => RunRepr::Tagged(r.first_seq, r.epoch, t),
-        }
-    }
-}
-
-impl LogHead {
-    /// Decodes the data of a cell at epoch `cell_epoch` (empty: a new log). A head whose
-    /// runs are out of order, name an invalid tag, or name an epoch above the cell's (no
-    /// claim can have written it: the next append would write a head nothing could read) is
-    /// [`ErrorKind::Corrupt`].
-    pub fn decode(key: &Key, data: &[u8], cell_epoch: u64) -> Result<LogHead, Error> {
-        if data.is_empty() {
-            return Ok(LogHead::default());
-        }
-        let head: LogHead = serde_json::from_slice(data)
-            .map_err(|e| Error::corrupt(key, format!("not a log head: {e}")))?;
-        let ordered = head.runs.windows(2).all(|w| {
-            w[0].first_seq <= w[1].first_seq
-                && (w[0].epoch < w[1].epoch || (w[0].epoch == w[1].epoch && w[0].tag != w[1].tag))
-        });
-        let covered = head.next == 0 || head.runs.first().is_some_and(|r| r.first_seq == 0);
-        let named = head
-            .runs
-            .iter()
-            .all(|r| r.tag.as_deref().is_none_or(valid_tag));
-        if !ordered || !covered || head.runs.last().is_some_and(|r| r.first_seq > head.next) {
-            return Err(Error::corrupt(key, "log head runs out of order"));
-        }
-        if head.runs.iter().any(|r| r.epoch > cell_epoch) {
-            return Err(Error::corrupt(
-                key,
-                format!("log head names an epoch above the cell's ({cell_epoch})"),
-            ));
-        }
-        if !named {
-            return Err(Error::corrupt(
-                key,
-                "log head names a run with an invalid tag",
-            ));
-        }
-        if head.next == u64::MAX {
-            return Err(Error::corrupt(
-                key,
-                "log head is at the end of the sequence",
-            ));
-        }
-        Ok(head)
-    }
-
-    /// Encodes as the cell's data.
-    pub fn encode(&self) -> Bytes {
-        Bytes::from(serde_json::to_vec(self).unwrap_or_default())
-    }
-
-    /// The run record `seq` belongs to, if committed.
-    pub fn run_of(&self, seq: u64) -> Option<&Run> {
-        if seq >= self.next {
-            return None;
-        }
-        self.runs.iter().rev().find(|r| r.first_seq <= seq)
-    }
-
-    /// The epoch record `seq` was written under, if committed.
-    pub fn epoch_of(&self, seq: u64) -> Option<u64> {
-        self.run_of(seq).map(|r| r.epoch)
-    }
-
-    /// The object name of committed record `seq`.
-    pub fn name_of(&self, seq: u64) -> Option<String> {
-        self.run_of(seq)
-            .map(|r| record_name(seq, r.epoch, r.tag.as_deref()))
-    }
-
-    /// The head with record `seq` committed (`decode` refuses a head whose `next` cannot be
-    /// raised, so this never wraps).
-    fn appended(&self, seq: u64, epoch: u64, tag: Option<&str>) -> LogHead {
-        let mut next = self.clone();
-        next.next = seq.saturating_add(1);
-        let same = next
-            .runs
-            .last()
-            .is_some_and(|r| r.epoch == epoch && r.tag.as_deref() == tag);
-        if !same {
-            next.runs.push(Run {
-                first_seq: seq,
-                epoch,
-                tag: tag.map(str::to_owned),
-            });
-        }
-        next
-    }
-}
-
-/// The name of record `seq` under `epoch` (and the run's `tag`, if it has one).
-pub fn record_name(seq: u64, epoch: u64, tag: Option<&str>) -> String {
-    match tag {
-        None => format!("{seq:020}-{epoch}"),
-        Some(t) => format!("{seq:020}-{epoch}-{t}"),
-    }
-}
-
-fn valid_tag(t: &str) -> bool {
-    !t.is_empty() && t.len() <= 64 && t.bytes().all(|b| b.is_ascii_alphanumeric())
-}
 
 /// A committed append.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -226,17 +64,11 @@ pub struct Appended {
     pub ack: WriteAck,
 }
 
-/// A log head as read or written, with the version of the cell head that holds it (`None`:
-/// the cell held no data).
-type SeenHead = (LogHead, Option<Version>);
-
 /// Appends through one claim. Appends are serialised.
 #[derive(Debug)]
 pub struct AppendLog {
     own: Arc<Ownership>,
     claim: Arc<CellClaim>,
-    /// The bound of one record request: the fence's longest attempt timeout.
-    attempt_ms: u64,
     /// The head as this claim last wrote or read it, with the cell head's version (`None`:
     /// read it first), and the tag this log names its records with (`None` until a create
     /// found its name taken).
@@ -250,7 +82,6 @@ impl AppendLog {
         AppendLog {
             own: fence.ownership().clone(),
             claim,
-            attempt_ms: fence.config().attempt_max_ms,
             head: tokio::sync::Mutex::new((None, None)),
             flaws: fence.flaws(),
         }
@@ -277,9 +108,10 @@ impl AppendLog {
     /// [`next_seq`](Self::next_seq)), or, if the cell has moved to a later epoch, that later
     /// head settles it (the claim that raised the epoch replaced every head an append of
     /// ours could still land on). Then the committed record at `seq` is compared, bytes and
-    /// epoch, not just the number. `Ok(false)` means it never landed and never will: append
-    /// it again. An error means nothing could be settled (say, this process's lease ran out
-    /// while the cell still names it): ask again.
+    /// epoch, not just the number ([`decide::log::landed`]).
+    /// `Ok(false)` means it never landed and never will: append it again. An error means
+    /// nothing could be settled (say, this process's lease ran out while the cell still
+    /// names it): ask again.
     pub async fn landed(&self, seq: u64, record: &[u8]) -> Result<bool, Error> {
         let mut slot = self.head.lock().await;
         let epoch = self.claim.epoch();
@@ -291,14 +123,11 @@ impl AppendLog {
             }
             Err(e) => self.moved_past(epoch).await?.ok_or(e)?,
         };
-        if head.epoch_of(seq) != Some(epoch) {
+        let Landed::Compare { name } = decide::log::landed(&head, seq, epoch) else {
             return Ok(false);
-        }
-        let name = head.name_of(seq).unwrap_or_default();
+        };
         let key = self.own.log_key(self.claim.cell(), &name)?;
-        let bound = Duration::from_millis(self.attempt_ms.max(1));
-        let read = tokio::time::timeout(bound, self.own.store().get(&key)).await;
-        match read.map_err(|_| timed_out(&key))?? {
+        match self.bounded(&key, self.own.store().get(&key)).await? {
             Some(s) => Ok(s.body == record),
             None => Err(Error::corrupt(&key, "a committed log record is missing")),
         }
@@ -309,28 +138,53 @@ impl AppendLog {
     async fn moved_past(&self, epoch: u64) -> Result<Option<LogHead>, Error> {
         let cell = self.claim.cell();
         let key = self.own.owner_key(cell)?;
-        let bound = Duration::from_millis(self.attempt_ms.max(1));
-        let read = tokio::time::timeout(bound, read_cell(&self.own, cell)).await;
-        match read.map_err(|_| timed_out(&key))?? {
+        match self.bounded(&key, read_cell(&self.own, cell)).await? {
             Some(d) if d.epoch > epoch => Ok(Some(LogHead::decode(&key, &d.payload, d.epoch)?)),
             _ => Ok(None),
         }
     }
 
-    /// Writes the log head as it is, at this claim's epoch, over the version just read: from
-    /// then on no earlier append of this claim can land.
+    /// Performs the steps of a [`Seal`]: from then on no earlier append of this claim can
+    /// land.
     async fn seal(&self) -> Result<SeenHead, Error> {
+        let mut seal = Seal::new();
+        let mut step = seal.start();
         let mut last = None;
-        for _ in 0..MOVED_TRIES {
-            let (head, version) = self.read_head().await?;
-            match self.claim.write_if(version.as_ref(), head.encode()).await {
-                Ok(ack) => return Ok((head, Some(ack.version))),
-                // Someone wrote in between (and proved ours did not land): read again.
-                Err(e) if proven_unwritten(&e) => last = Some(e),
-                Err(e) => return Err(e),
+        loop {
+            step = match step {
+                SealStep::ReadHead => {
+                    let (head, version) = self.read_head().await?;
+                    seal.on_head(head, version)
+                }
+                SealStep::WriteHead { head, expected } => {
+                    let written = self.claim.write_if(expected.as_ref(), head.encode()).await;
+                    seal.on_written(self.head_written(written, &mut last))
+                }
+                SealStep::Sealed(head, version) => return Ok((head, Some(version))),
+                SealStep::Failed { .. } => {
+                    return Err(last.unwrap_or_else(|| {
+                        Error::new(ErrorKind::Busy, "the log head kept moving")
+                    }))
+                }
+            };
+        }
+    }
+
+    /// The answer a head write gives the log's machines; its error, if any, is kept in
+    /// `last`.
+    fn head_written(
+        &self,
+        written: Result<WriteAck, Error>,
+        last: &mut Option<Error>,
+    ) -> HeadWritten {
+        match written {
+            Ok(ack) => HeadWritten::Landed(ack.version),
+            Err(e) => {
+                let answer = HeadWritten::of_error(e.kind(), e.is_ambiguous());
+                *last = Some(e);
+                answer
             }
         }
-        Err(last.unwrap_or_else(|| Error::new(ErrorKind::Busy, "the log head kept moving")))
     }
 
     /// Appends `record`: one create of the record object, then one fenced head write (two
@@ -352,106 +206,117 @@ impl AppendLog {
     /// ever replaced, and no record is appended twice. An ambiguous error (a co-writer moved
     /// the head after ours may have landed, say) is the caller's: settle it with
     /// [`landed`](Self::landed) before appending again.
-    pub async fn append_with(
+    ///
+    /// The steps are those of the pure [`Append`] machine, which the model check drives too.
+    pub async fn append_with(&self, record: impl FnMut(u64) -> Bytes) -> Result<Appended, Error> {
+        let mut slot = self.head.lock().await;
+        let mut append =
+            Append::new(self.claim.epoch(), slot.0.take(), slot.1.take()).with_flaws(self.flaws);
+        let result = self.drive(&mut append, record).await;
+        *slot = (append.cache(), append.tag());
+        result
+    }
+
+    /// Performs the steps of `append` until it ends.
+    async fn drive(
         &self,
+        append: &mut Append,
         mut record: impl FnMut(u64) -> Bytes,
     ) -> Result<Appended, Error> {
-        let mut slot = self.head.lock().await;
-        let mut tries = 0;
+        let store = self.own.store();
+        let mut last: Option<Error> = None;
+        let mut step = append.start();
         loop {
-            let (head, version) = match slot.0.take() {
-                Some(h) => h,
-                None => self.read_head().await?,
-            };
-            let (seq, epoch) = (head.next, self.claim.epoch());
-            let body = record(seq);
-            if let Err(e) = self.put_record(seq, epoch, &mut slot.1, &body).await {
-                slot.0 = Some((head, version));
-                return Err(e);
-            }
-            let next = head.appended(seq, epoch, slot.1.as_deref());
-            match self.claim.write_if(version.as_ref(), next.encode()).await {
-                Ok(ack) => {
-                    slot.0 = Some((next, Some(ack.version.clone())));
+            step = match step {
+                AppendStep::ReadHead => {
+                    let (head, version) = self.read_head().await?;
+                    append.on_head(head, version)
+                }
+                AppendStep::Build { seq } => {
+                    if !self.claim.is_held() {
+                        return Err(Error::fenced(format!(
+                            "log of {}: the claim is no longer held; nothing written",
+                            self.claim.cell()
+                        )));
+                    }
+                    append.on_built(record(seq))
+                }
+                AppendStep::Create { name } => {
+                    let key = self.own.log_key(self.claim.cell(), &name)?;
+                    let put = store.put(&key, append.body().clone(), CasGuard::Absent);
+                    append.on_created(match self.bounded(&key, put).await {
+                        Ok(PutOutcome::Applied(_)) => Created::Applied,
+                        Ok(PutOutcome::Rejected) => Created::Taken,
+                        Err(e) if e.is_ambiguous() || e.is_retryable() => {
+                            last = Some(e);
+                            Created::Unknown
+                        }
+                        Err(e) => return Err(e),
+                    })
+                }
+                AppendStep::ReadRecord { name } => {
+                    let key = self.own.log_key(self.claim.cell(), &name)?;
+                    append.on_record(match self.bounded(&key, store.get(&key)).await {
+                        Ok(None) => RecordRead::Absent,
+                        Ok(Some(s)) => RecordRead::Found(s.body),
+                        Err(e) => {
+                            last = Some(e);
+                            RecordRead::Failed
+                        }
+                    })
+                }
+                AppendStep::Retag => append.on_tag(self.own.fresh_nonce()),
+                AppendStep::WriteHead { head, expected } => {
+                    let written = self.claim.write_if(expected.as_ref(), head.encode()).await;
+                    append.on_head_written(self.head_written(written, &mut last))
+                }
+                AppendStep::Done(AppendEnd::Appended {
+                    seq,
+                    epoch,
+                    version,
+                }) => {
+                    let ack = WriteAck { epoch, version };
                     return Ok(Appended { seq, epoch, ack });
                 }
-                // The head moved: rebuild on the head as it is now (the record object made
-                // for `seq` is an orphan no head names).
-                Err(e) if proven_unwritten(&e) && tries < MOVED_TRIES => tries += 1,
-                Err(e) => {
-                    // A head this append did not change stays the one to build on; after a
-                    // moved head, an ambiguous answer or a fence, read the head first.
-                    let kept = !e.is_ambiguous()
-                        && !matches!(e.kind(), ErrorKind::Fenced | ErrorKind::Conflict);
-                    if kept {
-                        slot.0 = Some((head, version));
-                    }
-                    return Err(e);
+                // A record object no head names commits nothing.
+                AppendStep::Done(AppendEnd::RecordFailed) => {
+                    return Err(last
+                        .unwrap_or_else(|| {
+                            Error::new(ErrorKind::Conflict, "log record names kept being taken")
+                        })
+                        .not_committed())
                 }
-            }
+                AppendStep::Done(AppendEnd::HeadFailed) => {
+                    return Err(last.unwrap_or_else(|| {
+                        Error::new(ErrorKind::Conflict, "the log head kept moving").not_committed()
+                    }))
+                }
+            };
         }
     }
 
     async fn read_head(&self) -> Result<SeenHead, Error> {
         let cell = self.claim.cell();
         let key = self.own.owner_key(cell)?;
-        match self.claim.read().await? {
+        match self.bounded(&key, read_cell(&self.own, cell)).await? {
             Some(d) => Ok((LogHead::decode(&key, &d.payload, d.epoch)?, Some(d.version))),
             None => Ok((LogHead::default(), None)),
         }
     }
 
-    /// Creates record `seq` under `epoch` with `Absent` — never over any object. An object
-    /// already there with our bytes is ours (an ambiguous create that landed); one with other
-    /// bytes belongs to someone else (an orphan, or another claim of this epoch): the log
-    /// takes a fresh `tag` and creates the record under that name instead. Every request is
-    /// bounded by the fence's longest attempt timeout.
-    async fn put_record(
+    /// `request`, bounded like every request of the claim ([`CellClaim::request_bound`]:
+    /// less time as the lease's authority runs out; [`ErrorKind::Timeout`]).
+    async fn bounded<T>(
         &self,
-        seq: u64,
-        epoch: u64,
-        tag: &mut Option<String>,
-        body: &Bytes,
-    ) -> Result<(), Error> {
-        if !self.claim.is_held() {
-            return Err(Error::fenced(format!(
-                "log of {}: the claim is no longer held; nothing written",
-                self.claim.cell()
-            )));
+        key: &Key,
+        request: impl std::future::Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        let bound = self.claim.request_bound().max(Duration::from_millis(1));
+        match tokio::time::timeout(bound, request).await {
+            Ok(r) => r,
+            Err(_) => Err(timed_out(key)),
         }
-        let store = self.own.store();
-        let bound = Duration::from_millis(self.attempt_ms.max(1));
-        let mut last = None;
-        for _ in 0..RECORD_TRIES {
-            let key = self
-                .own
-                .log_key(self.claim.cell(), &record_name(seq, epoch, tag.as_deref()))?;
-            match tokio::time::timeout(bound, store.put(&key, body.clone(), CasGuard::Absent)).await
-            {
-                Ok(Ok(PutOutcome::Applied(_))) => return Ok(()),
-                Ok(Ok(PutOutcome::Rejected)) => {}
-                Ok(Err(e)) if e.is_ambiguous() || e.is_retryable() => last = Some(e),
-                Ok(Err(e)) => return Err(e),
-                Err(_) => last = Some(timed_out(&key)),
-            }
-            match tokio::time::timeout(bound, store.get(&key)).await {
-                Ok(Ok(None)) => {}
-                Ok(Ok(Some(s))) if record_is_ours(&s.body, body, self.flaws) => return Ok(()),
-                Ok(Ok(Some(_))) => *tag = Some(self.own.fresh_nonce()),
-                Ok(Err(e)) => last = Some(e),
-                Err(_) => last = Some(timed_out(&key)),
-            }
-        }
-        // A record object no head names commits nothing.
-        Err(last
-            .unwrap_or_else(|| Error::new(ErrorKind::Conflict, "log record names kept being taken"))
-            .not_committed())
     }
-}
-
-/// Whether `e` proves the head write it answers did not land, and never will.
-fn proven_unwritten(e: &Error) -> bool {
-    e.kind() == ErrorKind::Conflict && !e.is_ambiguous()
 }
 
 fn timed_out(key: &Key) -> Error {

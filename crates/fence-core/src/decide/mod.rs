@@ -12,6 +12,8 @@
 //! - [`cell`]: the claim rule and the evidence rules of a write on a cell head.
 //! - [`claim`]: a claim, resume or adoption of a cell, as a step machine.
 //! - [`claimed`]: the writes of a claimed cell (data, release, hand-off), as a step machine.
+//! - [`log`]: the append log's rules (append, seal, the verdict on an ambiguous append), as
+//!   step machines.
 //! - [`register`]: a lease's register of its claimed cells, and what it lets resume a cell
 //!   while a hand-off is under way.
 //! - [`write`](mod@write): the settlement of one head write by those rules, as a step machine.
@@ -20,6 +22,7 @@ pub mod cell;
 pub mod claim;
 pub mod claimed;
 pub mod lease;
+pub mod log;
 pub mod observe;
 pub mod register;
 pub mod write;

@@ -424,6 +424,14 @@ impl CellClaim {
         self.epoch
     }
 
+    /// The bound of one request made for this claim now: the attempt timeout for the
+    /// lease's remaining authority (half of it, within the fence's attempt timeouts), as
+    /// every write of the claim is bounded. A request made with less authority left gets
+    /// less time, so none outlives the lease by much.
+    pub fn request_bound(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.shared.request_bound_ms())
+    }
+
     /// Whether this claim may act now: the node lease is held (judged now, on both the
     /// monotonic and the wall clock) and no write has found the cell superseded. A local check; the store is the
     /// real fence — a claim superseded since its last write reads as held until its next

@@ -2,7 +2,7 @@
 
 use stateright::Property;
 
-use super::world::{id_of, FenceModel, World};
+use super::world::{id_of, log_head, FenceModel, World};
 
 /// A property, by the name the report and the CI lines print.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -40,6 +40,41 @@ impl PropertyName {
 /// The name of the property that readers never find the cell corrupt: the head never points
 /// at a payload object that is not (or no longer) in the store.
 pub const NO_DANGLING_HEAD: &str = "no head points at a missing payload object";
+
+/// The name of the log property.
+pub const LOG: &str =
+    "the log: no record twice, no acknowledged record lost, every answer true, readable";
+
+/// The name of the `sometimes` property that an ambiguous append is settled.
+pub const LOG_SETTLED: &str = "an ambiguous append is settled by a seal";
+
+/// The records the cell's log commits, in order (`None`: the head is not a log head, or a
+/// committed record object is missing).
+pub(crate) fn committed_log(w: &World) -> Option<Vec<u8>> {
+    let Some((h, _)) = &w.store.head else {
+        return Some(Vec::new());
+    };
+    let head = log_head(h)?;
+    (0..head.next)
+        .map(|seq| {
+            let name = head.name_of(seq)?;
+            let found = w.store.records.iter().find(|(x, _)| *x == name);
+            found.map(|(_, id)| *id)
+        })
+        .collect()
+}
+
+/// No record twice, every acknowledged record committed, no record the log said never lands
+/// committed, and every head and committed record readable.
+fn log_intact(w: &World) -> bool {
+    let Some(log) = committed_log(w).filter(|_| !w.hist.log_corrupt) else {
+        return false;
+    };
+    let once = log.iter().enumerate().all(|(i, id)| !log[..i].contains(id));
+    let kept = w.hist.log_acked.iter().all(|id| log.contains(id));
+    let true_no = w.hist.log_denied.iter().all(|id| !log.contains(id));
+    once && kept && true_no
+}
 
 /// The name of the exclusion property.
 pub const EXCLUSION: &str = "no two nodes believe they hold the cell at once";
@@ -81,6 +116,9 @@ pub(crate) fn all() -> Vec<Property<FenceModel>> {
             let blob = w.store.head.as_ref().and_then(|(h, _)| h.payload.blob());
             blob.is_none_or(|b| w.store.blobs.contains(&b.name))
         }),
+        Property::always(LOG, |m: &FenceModel, w: &World| {
+            m.cfg.appends == 0 || log_intact(w)
+        }),
         Property::always(EXCLUSION, |m: &FenceModel, w: &World| {
             (0..w.nodes.len()).filter(|n| m.believes(w, *n)).count() <= 1
         }),
@@ -101,6 +139,10 @@ pub(crate) fn all() -> Vec<Property<FenceModel>> {
         Property::sometimes("a hand-off is resumed by its receiver", |_, w: &World| {
             w.hist.resumed_hand_off
         }),
+        Property::sometimes("a record is appended", |_, w: &World| {
+            !w.hist.log_acked.is_empty()
+        }),
+        Property::sometimes(LOG_SETTLED, |_, w: &World| w.hist.log_settled),
         Property::sometimes(
             "a node resumes its cell after its lease lapsed",
             |_, w: &World| w.hist.resumed_after_lapse,

@@ -78,6 +78,8 @@ fn op(o: &Op) -> String {
         Op::PutBlob { name } => format!("create payload object {name}"),
         Op::ListBlobs => "list payload objects".into(),
         Op::DeleteBlob { name } => format!("delete payload object {name}"),
+        Op::PutRecord { name, id } => format!("create log record log/{name} = r{id} if absent"),
+        Op::GetRecord { name } => format!("get log record log/{name}"),
     }
 }
 
@@ -111,6 +113,11 @@ fn describe(model: &FenceModel, w: &World, action: &Action) -> String {
         Action::HandOff(n) => format!("n{n}: hands the cell off"),
         Action::CoWrite => "co-writer: update_cell at the current epoch".into(),
         Action::Collect(n) => format!("n{n}: collects unused payload objects"),
+        Action::Append(n) => format!("n{n}: appends its next record to the log"),
+        Action::Settle(n) => format!(
+            "n{n}: settles its ambiguous append (landed? {:?})",
+            w.nodes[*n as usize].pending
+        ),
         Action::Pause(n, true) => format!("n{n}: SUSPENDED (monotonic clock stops)"),
         Action::Pause(n, false) => format!("n{n}: STALLED"),
         Action::Crash(n) => format!("n{n}: CRASH"),
@@ -134,6 +141,22 @@ fn store_state(model: &FenceModel, w: &World) -> String {
             h.payload
         ),
         None => "no head".into(),
+    };
+    let head = if model.cfg.appends == 0 {
+        head
+    } else {
+        let records: Vec<String> = w
+            .store
+            .records
+            .iter()
+            .map(|(name, id)| format!("{name}=r{id}"))
+            .collect();
+        format!(
+            "{head}; log records [{}]; told: acked {:?}, never {:?}",
+            records.join(", "),
+            w.hist.log_acked,
+            w.hist.log_denied
+        )
     };
     let beliefs: Vec<String> = (0..w.nodes.len())
         .map(|n| {

@@ -5,16 +5,23 @@ use fence_core::decide::claim::{ClaimEnd, ClaimFlow, ClaimStep};
 use fence_core::decide::claimed::{
     admit, blob_epoch, collectable, Base, CellEnd, CellStep, CellWrite, Change,
 };
+use fence_core::decide::log::{
+    self as logrules, Append, AppendEnd, AppendStep, Created, HeadWritten, LogHead, RecordRead,
+    Seal, SealStep, SeenHead,
+};
 use fence_core::decide::register::Register;
-use fence_core::decide::write::{HeadWrite, PutAnswer, ReadAnswer, Settled, WriteStep};
+use fence_core::decide::write::{HeadWrite, PutAnswer, ReadAnswer, Settled, Unsettled, WriteStep};
 use fence_core::decide::{
     Flaws, Holder, LeaseConfig, LeaseCore, LeaseEffect, LeaseEvent, Now, Observation,
     ObservedLease, ReadResult, WriteResult,
 };
 use fence_core::record::{BlobRef, CellHead, CellPayload, HeadFormat, NodeLeaseRecord};
-use fence_core::{CasGuard, Version};
+use fence_core::{CasGuard, ErrorKind, Key, Version};
 use stateright::{Model, Property};
 
+mod log;
+
+use self::log::unsettled_error;
 use super::props::{self, PropertyName};
 use super::{Exception, ModelConfig};
 
@@ -44,6 +51,8 @@ pub struct Store {
     pub(crate) head: Option<(CellHead, Version)>,
     /// The cell's payload objects, by name (sorted).
     pub(crate) blobs: Vec<String>,
+    /// The cell's log record objects: name and the record (sorted by name).
+    pub(crate) records: Vec<(String, u8)>,
     lease_versions: Vec<u16>,
     head_versions: u16,
 }
@@ -100,6 +109,20 @@ pub enum Op {
     ListBlobs,
     /// Delete a payload object.
     DeleteBlob { name: String },
+    /// Create a log record object (never over another): record `id` at `name`.
+    PutRecord { name: String, id: u8 },
+    /// Read a log record object.
+    GetRecord { name: String },
+}
+
+impl Op {
+    /// A write whose answer can be lost, or which can be held up and land late.
+    fn is_write(&self) -> bool {
+        matches!(
+            self,
+            Op::PutHead { .. } | Op::PutLease { .. } | Op::PutRecord { .. }
+        )
+    }
 }
 
 /// What the store answered.
@@ -115,6 +138,10 @@ pub enum Outcome {
     Done,
     /// A listing of payload objects.
     Names(Vec<String>),
+    /// A log record object created (`false`: its name was taken).
+    Created(bool),
+    /// A log record object read: the record there, if any.
+    Record(Option<u8>),
 }
 
 /// Where a request is.
@@ -167,6 +194,40 @@ pub enum Machine {
     Claim(ClaimFlow),
     /// A change of the claimed cell.
     Change(CellWrite, ChangeKind),
+    /// An append to the cell's log, or the settlement of an ambiguous one.
+    Log(LogTask),
+}
+
+/// The append log's work: `AppendLog::append` or `AppendLog::landed`, driving fence-core's
+/// [`Append`] and [`Seal`] machines.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LogTask {
+    pub(crate) op: LogOp,
+    /// The head write under way (the claim's `write_if`), if any.
+    write: Option<CellWrite>,
+    /// The last head write's failure may have landed.
+    ambiguous: bool,
+}
+
+/// Which log operation.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum LogOp {
+    /// `append` of record `id`.
+    Append { append: Append, id: u8 },
+    /// `landed`: the seal, then the verdict.
+    Settle { seal: Seal, pending: Pending },
+    /// `landed` after a failed seal: a read of the cell (did it move past our epoch?).
+    MovedPast { pending: Pending },
+    /// `landed`: the committed record compared with ours.
+    Compare { pending: Pending },
+}
+
+/// An append whose answer was ambiguous, to settle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Pending {
+    pub(crate) seq: u64,
+    pub(crate) id: u8,
+    pub(crate) epoch: u64,
 }
 
 /// Which change.
@@ -195,6 +256,12 @@ pub enum Wait {
     Until(u64),
     /// A head read for a change's base.
     Base,
+    /// A head read for the log (`claim.read()`).
+    LogRead,
+    /// A log record object's create.
+    Create,
+    /// A log record object's read.
+    RecordRead,
 }
 
 /// A node's task.
@@ -229,6 +296,13 @@ pub struct Node {
     last_written: Option<CellPayload>,
     /// A payload collection under way: `None` until its listing came back.
     collecting: Option<Option<Vec<String>>>,
+    /// Appends left to start.
+    appends_left: u8,
+    /// The append log's cache: the head as it last wrote or read it, and its tag.
+    log_cache: Option<SeenHead>,
+    log_tag: Option<String>,
+    /// An ambiguous append the application settles before it appends again.
+    pub(crate) pending: Option<Pending>,
     /// The lease's register of claims (the core's), one per lease.
     pub(crate) register: Register,
     /// The second task (an adoption), swapped in while it runs.
@@ -278,6 +352,14 @@ pub struct History {
     pub(crate) takeover: bool,
     pub(crate) settled_ambiguity: bool,
     pub(crate) resumed_hand_off: bool,
+    /// An ambiguous append was settled (a pulse).
+    pub(crate) log_settled: bool,
+    /// Log records acknowledged (appended, or settled as landed), as a sorted set.
+    pub(crate) log_acked: Vec<u8>,
+    /// Log records the log said never landed and never will, as a sorted set.
+    pub(crate) log_denied: Vec<u8>,
+    /// A log head or a committed record was found unreadable.
+    pub(crate) log_corrupt: bool,
     /// A node resumed its cell as the successor of its own lapsed lease.
     pub(crate) resumed_after_lapse: bool,
     /// An adoption (a second task) started.
@@ -300,6 +382,19 @@ impl History {
         self.resumed_hand_off = false;
         self.resumed_after_lapse = false;
         self.adopted = false;
+        self.log_settled = false;
+    }
+
+    /// What the log told the application of record `id` (`true`: it counts).
+    pub(crate) fn log_told(&mut self, id: u8, counts: bool) {
+        let set = if counts {
+            &mut self.log_acked
+        } else {
+            &mut self.log_denied
+        };
+        if let Err(at) = set.binary_search(&id) {
+            set.insert(at, id);
+        }
     }
 }
 
@@ -357,6 +452,10 @@ pub enum Action {
     CoWrite,
     /// Node `n` collects the cell's unused payload objects.
     Collect(u8),
+    /// Node `n` appends its next record to the cell's log.
+    Append(u8),
+    /// Node `n` settles its ambiguous append (`AppendLog::landed`).
+    Settle(u8),
     /// Node `n` is paused (`true`: suspended, its monotonic clock stops).
     Pause(u8, bool),
     /// Node `n`'s process crashes.
@@ -472,6 +571,10 @@ impl FenceModel {
             retry_at: 0,
             last_written: None,
             collecting: None,
+            appends_left: self.cfg.appends,
+            log_cache: None,
+            log_tag: None,
+            pending: None,
             register: Register::default(),
             side: Side::default(),
             on_side: false,
@@ -528,10 +631,37 @@ fn blob_payload(epoch: u64, id: u8) -> CellPayload {
     })
 }
 
+/// Log record `id`'s bytes.
+pub(crate) fn record(id: u8) -> bytes::Bytes {
+    format!("r{id}").into()
+}
+
+/// The id of node `n`'s record number `k` (1-based).
+fn record_id(n: usize, k: u8) -> u8 {
+    100 + (n as u8) * 16 + k
+}
+
+/// The key the log's head is decoded under (names only the error).
+fn head_key() -> Key {
+    Key::new("cells/c/own.json").unwrap_or_else(|_| unreachable!("a valid key"))
+}
+
+/// The log head a cell head holds (`None`: it holds something else).
+pub(crate) fn log_head(head: &CellHead) -> Option<LogHead> {
+    let bytes = match &head.payload {
+        CellPayload::Inline(b) => b.clone(),
+        CellPayload::Empty => Default::default(),
+        CellPayload::Blob(_) => return None,
+    };
+    LogHead::decode(&head_key(), &bytes, head.epoch).ok()
+}
+
 enum Next {
     Claim(ClaimStep),
     Write(WriteStep),
     Cell(CellStep),
+    Append(AppendStep),
+    Seal(SealStep),
 }
 
 impl FenceModel {
@@ -790,7 +920,15 @@ impl FenceModel {
                 }
                 Next::Claim(ClaimStep::Carry { head, .. }) => match &mut task.machine {
                     Machine::Claim(f) => Next::Claim(f.on_carried(head.payload, head.extra)),
-                    Machine::Change(..) => return,
+                    _ => return,
+                },
+                Next::Append(step) => match self.append_step(w, n, step) {
+                    Some(next) => next,
+                    None => return,
+                },
+                Next::Seal(step) => match self.seal_step(w, n, step) {
+                    Some(next) => next,
+                    None => return,
                 },
                 Next::Claim(ClaimStep::Seal { body, mut write })
                 | Next::Cell(CellStep::Seal { body, mut write }) => {
@@ -835,11 +973,30 @@ impl FenceModel {
                     match &mut task.machine {
                         Machine::Claim(f) => Next::Claim(f.on_sealed(settled)),
                         Machine::Change(c, _) => Next::Cell(c.on_settled(body, settled)),
+                        Machine::Log(LogTask { write: Some(c), .. }) => {
+                            Next::Cell(c.on_settled(body, settled))
+                        }
+                        Machine::Log(_) => return,
+                    }
+                }
+                Next::Write(WriteStep::Failed(why)) if matches!(task.machine, Machine::Log(_)) => {
+                    task.seal = None;
+                    let (kind, ambiguous) = unsettled_error(why);
+                    match self.log_written(w, n, HeadWritten::of_error(kind, ambiguous), ambiguous)
+                    {
+                        Some(next) => next,
+                        None => return,
                     }
                 }
                 Next::Write(WriteStep::Failed(_)) => {
                     let task = w.nodes[n].task.take();
                     return self.task_failed(w, n, task);
+                }
+                Next::Cell(CellStep::Done(end)) if matches!(task.machine, Machine::Log(_)) => {
+                    match self.log_cell_end(w, n, end) {
+                        Some(next) => next,
+                        None => return,
+                    }
                 }
                 Next::Claim(ClaimStep::Done(end)) => {
                     w.nodes[n].task = None;
@@ -863,6 +1020,7 @@ impl FenceModel {
                 w.nodes[n].register.leave(CELL, 0);
                 self.retry_later(w, n)
             }
+            Some(Machine::Log(t)) => self.log_failed(w, n, t),
             Some(Machine::Change(_, kind)) => {
                 // No verdict: the next write reads the head first; a hand-off stays closed.
                 if kind == ChangeKind::HandOff {
@@ -899,12 +1057,16 @@ impl FenceModel {
         }
         hist.max_claimed = hist.max_claimed.max(epoch);
         hist.takeover |= takeover_from.is_some();
-        w.nodes[n].claim = Some(Claim {
+        let node = &mut w.nodes[n];
+        node.claim = Some(Claim {
             epoch,
             known: Some(Base::of(body, version)),
             ended: false,
             registered: true,
         });
+        // A new claim, a new `AppendLog`.
+        node.log_cache = None;
+        node.log_tag = None;
     }
 
     fn change_ended(&self, w: &mut World, n: usize, task: Option<Task>, end: CellEnd) {
@@ -961,11 +1123,46 @@ impl FenceModel {
         let next = match (&task.wait, outcome) {
             (Wait::Head, Some(Outcome::Head(h))) => match &mut task.machine {
                 Machine::Claim(f) => Next::Claim(f.on_head(h)),
-                Machine::Change(..) => return,
+                _ => return,
             },
             (Wait::Base, Some(Outcome::Head(h))) => match &mut task.machine {
                 Machine::Change(c, _) => Next::Cell(c.on_read(h)),
-                Machine::Claim(_) => return,
+                Machine::Log(LogTask { write: Some(c), .. }) => Next::Cell(c.on_read(h)),
+                _ => return,
+            },
+            (Wait::LogRead, Some(Outcome::Head(h))) => match self.log_read(w, n, h) {
+                Some(next) => next,
+                None => return,
+            },
+            (Wait::Create, answer) => {
+                let created = match answer {
+                    Some(Outcome::Created(true)) => Created::Applied,
+                    Some(Outcome::Created(false)) => Created::Taken,
+                    _ => Created::Unknown,
+                };
+                match &mut task.machine {
+                    Machine::Log(LogTask {
+                        op: LogOp::Append { append, .. },
+                        ..
+                    }) => Next::Append(append.on_created(created)),
+                    _ => return,
+                }
+            }
+            (Wait::LogRead, None) => match self.log_read_failed(w, n) {
+                Some(next) => next,
+                None => return,
+            },
+            // The claim's `write_if` could not read its base: not committed, head unchanged.
+            (Wait::Base, None) if matches!(task.machine, Machine::Log(_)) => {
+                let answer = HeadWritten::of_error(ErrorKind::Timeout, false);
+                match self.log_written(w, n, answer, false) {
+                    Some(next) => next,
+                    None => return,
+                }
+            }
+            (Wait::RecordRead, answer) => match self.record_read(w, n, answer) {
+                Some(next) => next,
+                None => return,
             },
             (Wait::Judge { node, sent }, Some(Outcome::Lease(l))) => {
                 let (peer, sent) = (*node as usize, *sent);
@@ -1032,7 +1229,16 @@ impl FenceModel {
                 LeaseEvent::Read(ReadResult::Found(observed(obj, v)))
             }
             (Some(Outcome::Lease(None)), _) => LeaseEvent::Read(ReadResult::Absent),
-            (Some(Outcome::Head(_) | Outcome::Done | Outcome::Names(_)), _) => return,
+            (
+                Some(
+                    Outcome::Head(_)
+                    | Outcome::Done
+                    | Outcome::Names(_)
+                    | Outcome::Created(_)
+                    | Outcome::Record(_),
+                ),
+                _,
+            ) => return,
             (None, Op::PutLease { .. }) if refused => {
                 LeaseEvent::Written(WriteResult::NotCommitted)
             }
@@ -1109,7 +1315,13 @@ impl FenceModel {
             Some(Outcome::Head(h)) => write.on_read(ReadAnswer::Head(h)),
             None if refused => write.on_put(PutAnswer::NotCommitted { retryable: true }),
             None => write.on_put(PutAnswer::Ambiguous),
-            Some(Outcome::Lease(_) | Outcome::Done | Outcome::Names(_)) => return,
+            Some(
+                Outcome::Lease(_)
+                | Outcome::Done
+                | Outcome::Names(_)
+                | Outcome::Created(_)
+                | Outcome::Record(_),
+            ) => return,
         };
         self.co_step(w, step);
     }
@@ -1120,9 +1332,18 @@ impl FenceModel {
             return;
         };
         w.co.tries += 1;
-        let id = 200 + w.co.tries;
+        // With the log in the scope, the co-writer writes the log's head back as it is (a
+        // second `AppendLog` of the claim sealing it, or `fence put` of the same bytes): no
+        // data of its own (id 0).
+        let id = if self.cfg.appends > 0 {
+            0
+        } else {
+            200 + w.co.tries
+        };
         // With collections in the scope, the co-writer's data goes to a payload object.
-        let data = if self.cfg.collections > 0 {
+        let data = if self.cfg.appends > 0 {
+            head.payload.clone()
+        } else if self.cfg.collections > 0 {
             blob_payload(head.epoch, id)
         } else {
             payload(id)
@@ -1164,13 +1385,13 @@ impl FenceModel {
                 let op = Op::PutHead {
                     guard: write.guard().clone(),
                     head: body.clone(),
-                    data: Some(*id),
+                    data: (*id != 0).then_some(*id),
                 };
                 self.send(w, CO as usize, Thread::Co, op, bound);
             }
             WriteStep::Read => self.send(w, CO as usize, Thread::Co, Op::GetHead, bound),
             WriteStep::Done(Settled::Landed(_)) => {
-                if let Some((_, _, id)) = w.co.write.take() {
+                if let Some((_, _, id)) = w.co.write.take().filter(|(_, _, id)| *id != 0) {
                     self.acknowledged(w, id);
                 }
             }
@@ -1230,6 +1451,19 @@ impl FenceModel {
             Op::DeleteBlob { name } => {
                 w.store.blobs.retain(|b| *b != name);
                 Outcome::Done
+            }
+            Op::PutRecord { name, id } => {
+                match w.store.records.binary_search_by(|(x, _)| x.cmp(&name)) {
+                    Ok(_) => Outcome::Created(false),
+                    Err(at) => {
+                        w.store.records.insert(at, (name, id));
+                        Outcome::Created(true)
+                    }
+                }
+            }
+            Op::GetRecord { name } => {
+                let found = w.store.records.iter().find(|(x, _)| *x == name);
+                Outcome::Record(found.map(|(_, id)| *id))
             }
         }
     }
@@ -1331,6 +1565,10 @@ impl FenceModel {
         if held && unclaimed && node.task.is_none() && w.time >= node.retry_at {
             out.push(Action::Claim(n as u8));
         }
+        // The application settles an ambiguous append before anything else it does.
+        if node.pending.is_some() && node.task.is_none() && w.time >= node.retry_at {
+            out.push(Action::Settle(n as u8));
+        }
         out
     }
 
@@ -1366,6 +1604,9 @@ impl FenceModel {
             }
             if b.collections > 0 {
                 out.push(Action::Collect(n as u8));
+            }
+            if node.appends_left > 0 && node.pending.is_none() {
+                out.push(Action::Append(n as u8));
             }
         }
         // An adoption in a second task, whenever the lease's register lets it start.
@@ -1428,7 +1669,7 @@ impl FenceModel {
     fn give_up(&self, w: &mut World, i: usize, refused: bool) {
         let mut orphan = w.net[i].clone();
         let landed = matches!(orphan.state, ReqState::Landed(_));
-        let write = matches!(orphan.op, Op::PutHead { .. } | Op::PutLease { .. });
+        let write = orphan.op.is_write();
         orphan.state = ReqState::Orphan;
         self.answer(w, i, None, refused);
         if !landed && !refused && write {
@@ -1450,6 +1691,7 @@ impl Model for FenceModel {
                 leases: vec![None; self.cfg.nodes],
                 head: None,
                 blobs: Vec::new(),
+                records: Vec::new(),
                 lease_versions: vec![0; self.cfg.nodes],
                 head_versions: 0,
             },
@@ -1494,7 +1736,7 @@ impl Model for FenceModel {
                     out.push(Action::Deliver(i));
                     let faulty = w.budget.faults > 0 && self.chaos(w) && !paused;
                     // Reads only ever come back late: a failed read is merely retried.
-                    let write = matches!(r.op, Op::PutHead { .. } | Op::PutLease { .. });
+                    let write = r.op.is_write();
                     if faulty && write {
                         out.push(Action::Fault(i, Fault::HoldUp));
                         out.push(Action::Fault(i, Fault::Refuse));
@@ -1505,7 +1747,7 @@ impl Model for FenceModel {
                 }
                 ReqState::Landed(_) if !paused => {
                     out.push(Action::Answer(i));
-                    let write = matches!(r.op, Op::PutHead { .. } | Op::PutLease { .. });
+                    let write = r.op.is_write();
                     if w.budget.faults > 0 && self.chaos(w) && write {
                         out.push(Action::Fault(i, Fault::LoseAnswer));
                     }
@@ -1620,6 +1862,8 @@ impl Model for FenceModel {
                 w.budget.collections -= 1;
                 self.start_collect(&mut w, n as usize);
             }
+            Action::Append(n) => self.start_append(&mut w, n as usize),
+            Action::Settle(n) => self.start_settle(&mut w, n as usize),
             Action::CoWrite => {
                 w.co.left -= 1;
                 w.co.reading = true;
@@ -1695,7 +1939,7 @@ impl FenceModel {
             if r.from != from || r.thread == Thread::Co {
                 return true;
             }
-            let write = matches!(r.op, Op::PutHead { .. } | Op::PutLease { .. });
+            let write = r.op.is_write();
             let keep = r.state == ReqState::InFlight && write || r.state == ReqState::Orphan;
             r.state = ReqState::Orphan;
             keep

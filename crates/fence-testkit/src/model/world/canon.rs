@@ -65,6 +65,7 @@ impl FenceModel {
         w.co.left = 0;
         for node in &mut w.nodes {
             node.writes_left = 0;
+            node.appends_left = 0;
         }
     }
 
