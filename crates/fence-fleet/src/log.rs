@@ -69,6 +69,9 @@ pub struct Appended {
 pub struct AppendLog {
     own: Arc<Ownership>,
     claim: Arc<CellClaim>,
+    /// The bound of a read that settles an append once the seal is done or refused (the
+    /// fence's longest attempt timeout: a lapsed lease must still be able to make it).
+    attempt_ms: u64,
     /// The head as this claim last wrote or read it, with the cell head's version (`None`:
     /// read it first), and the tag this log names its records with (`None` until a create
     /// found its name taken).
@@ -82,6 +85,7 @@ impl AppendLog {
         AppendLog {
             own: fence.ownership().clone(),
             claim,
+            attempt_ms: fence.config().attempt_max_ms,
             head: tokio::sync::Mutex::new((None, None)),
             flaws: fence.flaws(),
         }
@@ -127,7 +131,7 @@ impl AppendLog {
             return Ok(false);
         };
         let key = self.own.log_key(self.claim.cell(), &name)?;
-        match self.bounded(&key, self.own.store().get(&key)).await? {
+        match self.settling(&key, self.own.store().get(&key)).await? {
             Some(s) => Ok(s.body == record),
             None => Err(Error::corrupt(&key, "a committed log record is missing")),
         }
@@ -138,7 +142,7 @@ impl AppendLog {
     async fn moved_past(&self, epoch: u64) -> Result<Option<LogHead>, Error> {
         let cell = self.claim.cell();
         let key = self.own.owner_key(cell)?;
-        match self.bounded(&key, read_cell(&self.own, cell)).await? {
+        match self.settling(&key, read_cell(&self.own, cell)).await? {
             Some(d) if d.epoch > epoch => Ok(Some(LogHead::decode(&key, &d.payload, d.epoch)?)),
             _ => Ok(None),
         }
@@ -210,8 +214,9 @@ impl AppendLog {
     /// The steps are those of the pure [`Append`] machine, which the model check drives too.
     pub async fn append_with(&self, record: impl FnMut(u64) -> Bytes) -> Result<Appended, Error> {
         let mut slot = self.head.lock().await;
+        // The tag is cloned, not taken: a cancelled append leaves the log's tag as it was.
         let mut append =
-            Append::new(self.claim.epoch(), slot.0.take(), slot.1.take()).with_flaws(self.flaws);
+            Append::new(self.claim.epoch(), slot.0.take(), slot.1.clone()).with_flaws(self.flaws);
         let result = self.drive(&mut append, record).await;
         *slot = (append.cache(), append.tag());
         result
@@ -228,11 +233,16 @@ impl AppendLog {
         let mut step = append.start();
         loop {
             step = match step {
+                // Before this round's head write nothing can count: every error there is not
+                // committed (a record object no head names commits nothing).
                 AppendStep::ReadHead => {
-                    let (head, version) = self.read_head().await?;
+                    let (head, version) = self.read_head().await.map_err(Error::not_committed)?;
                     append.on_head(head, version)
                 }
                 AppendStep::Build { seq } => {
+                    // This round's errors only: an earlier round's head write was proven
+                    // unwritten.
+                    last = None;
                     if !self.claim.is_held() {
                         return Err(Error::fenced(format!(
                             "log of {}: the claim is no longer held; nothing written",
@@ -242,7 +252,10 @@ impl AppendLog {
                     append.on_built(record(seq))
                 }
                 AppendStep::Create { name } => {
-                    let key = self.own.log_key(self.claim.cell(), &name)?;
+                    let key = self
+                        .own
+                        .log_key(self.claim.cell(), &name)
+                        .map_err(Error::not_committed)?;
                     let put = store.put(&key, append.body().clone(), CasGuard::Absent);
                     append.on_created(match self.bounded(&key, put).await {
                         Ok(PutOutcome::Applied(_)) => Created::Applied,
@@ -251,11 +264,14 @@ impl AppendLog {
                             last = Some(e);
                             Created::Unknown
                         }
-                        Err(e) => return Err(e),
+                        Err(e) => return Err(e.not_committed()),
                     })
                 }
                 AppendStep::ReadRecord { name } => {
-                    let key = self.own.log_key(self.claim.cell(), &name)?;
+                    let key = self
+                        .own
+                        .log_key(self.claim.cell(), &name)
+                        .map_err(Error::not_committed)?;
                     append.on_record(match self.bounded(&key, store.get(&key)).await {
                         Ok(None) => RecordRead::Absent,
                         Ok(Some(s)) => RecordRead::Found(s.body),
@@ -286,6 +302,13 @@ impl AppendLog {
                         })
                         .not_committed())
                 }
+                AppendStep::Done(AppendEnd::Full) => {
+                    let key = self.own.owner_key(self.claim.cell())?;
+                    return Err(Error::corrupt(
+                        &key,
+                        "the log is at the end of its sequence",
+                    ));
+                }
                 AppendStep::Done(AppendEnd::HeadFailed) => {
                     return Err(last.unwrap_or_else(|| {
                         Error::new(ErrorKind::Conflict, "the log head kept moving").not_committed()
@@ -301,6 +324,20 @@ impl AppendLog {
         match self.bounded(&key, read_cell(&self.own, cell)).await? {
             Some(d) => Ok((LogHead::decode(&key, &d.payload, d.epoch)?, Some(d.version))),
             None => Ok((LogHead::default(), None)),
+        }
+    }
+
+    /// `request`, bounded by the fence's longest attempt timeout ([`ErrorKind::Timeout`]):
+    /// the reads of [`landed`](Self::landed) after its seal.
+    async fn settling<T>(
+        &self,
+        key: &Key,
+        request: impl std::future::Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        let bound = Duration::from_millis(self.attempt_ms.max(1));
+        match tokio::time::timeout(bound, request).await {
+            Ok(r) => r,
+            Err(_) => Err(timed_out(key)),
         }
     }
 

@@ -308,6 +308,9 @@ pub enum AppendEnd {
     RecordFailed,
     /// The head write failed: the error is the head write's.
     HeadFailed,
+    /// The log is at the end of its sequence: a head with its next record committed could
+    /// not be read back ([`LogHead::decode`] refuses `next` = `u64::MAX`). Nothing written.
+    Full,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -378,6 +381,10 @@ impl Append {
     }
 
     fn build(&mut self, head: &LogHead) -> AppendStep {
+        if head.next >= u64::MAX - 1 {
+            self.phase = Phase::Done;
+            return AppendStep::Done(AppendEnd::Full);
+        }
         self.seq = head.next;
         self.creates = 0;
         self.phase = Phase::Building;
@@ -720,6 +727,18 @@ mod tests {
             None,
             "after an ambiguous answer the head is read again"
         );
+    }
+
+    #[test]
+    fn an_append_never_writes_a_head_that_decode_refuses() {
+        let key = Key::new("cells/c/own.json").unwrap();
+        let head = LogHead {
+            next: u64::MAX - 1,
+            runs: vec![Run::new(0, 1)],
+        };
+        assert!(LogHead::decode(&key, &head.encode(), 1).is_ok());
+        let mut a = Append::new(1, Some((head, Some(v("h1")))), None);
+        assert_eq!(a.start(), AppendStep::Done(AppendEnd::Full));
     }
 
     #[test]

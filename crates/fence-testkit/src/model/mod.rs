@@ -297,13 +297,15 @@ impl ModelConfig {
         }
     }
 
-    /// A takeover racing an append whose answer was faulty (`FENCE_MODEL_LARGE=1`): two
-    /// nodes, one append, one faulty answer, one pause.
+    /// A takeover racing an append whose answer was faulty: two nodes, one append, one
+    /// faulty answer, one pause, faults and choices during 2 ticks. The ambiguous append is
+    /// settled by the later epoch's head (its seal refused: the cell moved on).
     pub fn log_faults() -> Self {
         ModelConfig {
             faults: 1,
             pauses: 1,
             appends: 1,
+            chaos_ticks: 2,
             ..ModelConfig::bare()
         }
     }
@@ -563,6 +565,10 @@ fn reachable(name: &str, cfg: &ModelConfig) -> bool {
         // An append ends ambiguous when a faulty answer meets a co-writer or a takeover.
         props::LOG_SETTLED => {
             cfg.appends > 0 && cfg.faults > 0 && (cfg.co_writes > 0 || cfg.nodes > 1)
+        }
+        // A takeover while an append's answer is faulty.
+        props::LOG_SETTLED_LATER => {
+            cfg.appends > 0 && cfg.faults > 0 && cfg.nodes > 1 && cfg.pauses > 0
         }
         "a node resumes its cell after its lease lapsed" => cfg.successions > 0 && cfg.pauses > 0,
         "an adoption runs beside a claim or hand-off" => cfg.adopts > 0,

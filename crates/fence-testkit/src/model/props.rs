@@ -48,6 +48,10 @@ pub const LOG: &str =
 /// The name of the `sometimes` property that an ambiguous append is settled.
 pub const LOG_SETTLED: &str = "an ambiguous append is settled by a seal";
 
+/// The name of the `sometimes` property that an ambiguous append is settled by the head of a
+/// later epoch (the seal refused: the cell moved on).
+pub const LOG_SETTLED_LATER: &str = "an ambiguous append is settled by a later epoch's head";
+
 /// The records the cell's log commits, in order (`None`: the head is not a log head, or a
 /// committed record object is missing).
 pub(crate) fn committed_log(w: &World) -> Option<Vec<u8>> {
@@ -143,6 +147,7 @@ pub(crate) fn all() -> Vec<Property<FenceModel>> {
             !w.hist.log_acked.is_empty()
         }),
         Property::sometimes(LOG_SETTLED, |_, w: &World| w.hist.log_settled),
+        Property::sometimes(LOG_SETTLED_LATER, |_, w: &World| w.hist.log_settled_later),
         Property::sometimes(
             "a node resumes its cell after its lease lapsed",
             |_, w: &World| w.hist.resumed_after_lapse,

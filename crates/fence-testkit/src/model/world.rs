@@ -354,6 +354,8 @@ pub struct History {
     pub(crate) resumed_hand_off: bool,
     /// An ambiguous append was settled (a pulse).
     pub(crate) log_settled: bool,
+    /// An ambiguous append was settled by a later epoch's head (a pulse).
+    pub(crate) log_settled_later: bool,
     /// Log records acknowledged (appended, or settled as landed), as a sorted set.
     pub(crate) log_acked: Vec<u8>,
     /// Log records the log said never landed and never will, as a sorted set.
@@ -383,6 +385,7 @@ impl History {
         self.resumed_after_lapse = false;
         self.adopted = false;
         self.log_settled = false;
+        self.log_settled_later = false;
     }
 
     /// What the log told the application of record `id` (`true`: it counts).
@@ -636,9 +639,12 @@ pub(crate) fn record(id: u8) -> bytes::Bytes {
     format!("r{id}").into()
 }
 
-/// The id of node `n`'s record number `k` (1-based).
-fn record_id(n: usize, k: u8) -> u8 {
-    100 + (n as u8) * 16 + k
+/// The id of record number `k` (1-based) of node `n`'s process `incarnation`: distinct for
+/// up to 3 nodes, 7 processes each and 3 records per process (larger scopes share ids, which
+/// the log property would report).
+fn record_id(n: usize, incarnation: u8, k: u8) -> u8 {
+    let id = 100 + (n as u32) * 32 + u32::from(incarnation) * 4 + u32::from(k);
+    u8::try_from(id).unwrap_or(u8::MAX)
 }
 
 /// The key the log's head is decoded under (names only the error).

@@ -52,8 +52,19 @@ impl FenceModel {
 
     fn log_request(&self, w: &mut World, n: usize, wait: Wait, op: Op) -> Option<Next> {
         Self::set_wait(w, n, wait);
-        // `AppendLog` bounds each request like the claim's own (`CellClaim::request_bound`).
-        let bound = self.bound(w, n);
+        // `AppendLog` bounds each request of an append and of a seal like the claim's own
+        // (`CellClaim::request_bound`); `landed`'s reads after the seal (the cell, the
+        // committed record), which a lapsed lease must still be able to make, by the
+        // fence's longest attempt timeout.
+        let settling = matches!(
+            Self::log_task(w, n).map(|t| &t.op),
+            Some(LogOp::MovedPast { .. } | LogOp::Compare { .. })
+        );
+        let bound = if settling {
+            self.lease_cfg[n].attempt_max_ms
+        } else {
+            self.bound(w, n)
+        };
         self.send(w, n, Thread::Task, op, bound);
         None
     }
@@ -65,7 +76,7 @@ impl FenceModel {
         let Some(epoch) = node.claim.as_ref().map(|c| c.epoch) else {
             return;
         };
-        let id = record_id(n, self.cfg.appends - node.appends_left);
+        let id = record_id(n, node.incarnation, self.cfg.appends - node.appends_left);
         let mut append =
             Append::new(epoch, node.log_cache.take(), node.log_tag.take()).with_flaws(self.flaws);
         let step = append.start();
@@ -109,9 +120,16 @@ impl FenceModel {
             AppendStep::Build { .. } => {
                 // `claim.is_held()`: the lease held now, the claim not ended.
                 let now = self.now(w, n);
+                let epoch = match &Self::log_task(w, n)?.op {
+                    LogOp::Append { append, .. } => append.epoch(),
+                    _ => return None,
+                };
                 let node = &w.nodes[n];
                 let held = node.lease.as_ref().is_some_and(|l| l.is_held(now))
-                    && node.claim.as_ref().is_some_and(|c| !c.ended);
+                    && node
+                        .claim
+                        .as_ref()
+                        .is_some_and(|c| !c.ended && c.epoch == epoch);
                 if !held {
                     return self.append_over(w, n, Told::Denied);
                 }
@@ -147,7 +165,9 @@ impl FenceModel {
                 let told = match end {
                     AppendEnd::Appended { .. } => Told::Acked,
                     AppendEnd::HeadFailed if ambiguous => Told::Ambiguous,
-                    AppendEnd::HeadFailed | AppendEnd::RecordFailed => Told::Denied,
+                    AppendEnd::HeadFailed | AppendEnd::RecordFailed | AppendEnd::Full => {
+                        Told::Denied
+                    }
                 };
                 self.append_over(w, n, told)
             }
@@ -303,7 +323,8 @@ impl FenceModel {
                 (HeadWritten::of_error(ErrorKind::Conflict, false), false)
             }
             CellEnd::Superseded { maybe_landed, .. } => {
-                node.claim = None;
+                // The runtime's `CellClaim::end`: the claim ends and leaves the register.
+                self.end_claim(w, n);
                 let e = HeadWritten::of_error(ErrorKind::Fenced, maybe_landed);
                 (e, maybe_landed)
             }
@@ -358,7 +379,10 @@ impl FenceModel {
                     .filter(|(head, _)| head.epoch > pending.epoch)
                     .and_then(|(head, _)| log_head(head));
                 match later {
-                    Some(l) => self.verdict(w, n, &l),
+                    Some(l) => {
+                        w.hist.log_settled_later = true;
+                        self.verdict(w, n, &l)
+                    }
                     None => self.settled(w, n, None),
                 }
             }
