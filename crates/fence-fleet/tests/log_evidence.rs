@@ -29,6 +29,8 @@ struct Steered {
     inner: Arc<MemoryStore>,
     puts: Mutex<VecDeque<Put>>,
     co_write_before_read: Mutex<bool>,
+    /// The next head read times out.
+    fail_head_read: Mutex<bool>,
 }
 
 impl Steered {
@@ -66,6 +68,11 @@ impl ConditionalStore for Steered {
             && std::mem::take(&mut *self.co_write_before_read.lock().unwrap());
         if co {
             self.co_write(key).await;
+        }
+        let fail = key.as_str().ends_with("own.json")
+            && std::mem::take(&mut *self.fail_head_read.lock().unwrap());
+        if fail {
+            return Err(lost());
         }
         self.inner.get(key).await
     }
@@ -185,4 +192,26 @@ async fn a_log_head_naming_a_later_epoch_is_corrupt() {
     assert_eq!(err.kind(), ErrorKind::Corrupt);
     let read = read_log(&fence, "orders", 0).await.unwrap_err();
     assert_eq!(read.kind(), ErrorKind::Corrupt);
+}
+
+/// An append that fails before its head write is sent (here its read of the head times out)
+/// never counts, and says so: the error is not committed, not ambiguous (a timeout alone
+/// reads as ambiguous, which sent callers to settle a record that could not have landed).
+#[tokio::test(start_paused = true)]
+async fn an_append_that_fails_before_its_head_write_is_not_committed() {
+    let store = Arc::new(Steered::default());
+    let fence = fence(store.clone());
+    let lease = fence.acquire().await.unwrap();
+    let claim = Arc::new(lease.claim("orders").await.unwrap());
+    AppendLog::new(&fence, claim.clone())
+        .append("order-0")
+        .await
+        .unwrap();
+    // A new log of the claim reads the head first; that read times out.
+    *store.fail_head_read.lock().unwrap() = true;
+    let log = AppendLog::new(&fence, claim);
+    let err = log.append("order-1").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout);
+    assert!(!err.is_ambiguous(), "{err}");
+    assert_eq!(records(&fence).await, ["0:order-0"]);
 }

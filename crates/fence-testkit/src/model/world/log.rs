@@ -33,6 +33,22 @@ pub(super) fn unsettled_error(why: Unsettled) -> (ErrorKind, bool) {
     }
 }
 
+impl LogTask {
+    /// A node's task running `op`, before its first request.
+    fn start(op: LogOp) -> Task {
+        Task {
+            machine: Machine::Log(LogTask {
+                op,
+                write: None,
+                ambiguous: false,
+            }),
+            seal: None,
+            wait: Wait::LogRead,
+            unheld: false,
+        }
+    }
+}
+
 impl FenceModel {
     fn log_task(w: &mut World, n: usize) -> Option<&mut LogTask> {
         match &mut w.nodes[n].task {
@@ -77,19 +93,11 @@ impl FenceModel {
             return;
         };
         let id = record_id(n, node.incarnation, self.cfg.appends - node.appends_left);
+        // As `AppendLog::append_with`: the cache is taken, the tag cloned.
         let mut append =
-            Append::new(epoch, node.log_cache.take(), node.log_tag.take()).with_flaws(self.flaws);
+            Append::new(epoch, node.log_cache.take(), node.log_tag.clone()).with_flaws(self.flaws);
         let step = append.start();
-        node.task = Some(Task {
-            machine: Machine::Log(LogTask {
-                op: LogOp::Append { append, id },
-                write: None,
-                ambiguous: false,
-            }),
-            seal: None,
-            wait: Wait::LogRead,
-            unheld: false,
-        });
+        node.task = Some(LogTask::start(LogOp::Append { append, id }));
         self.run(w, n, Next::Append(step));
     }
 
@@ -101,16 +109,7 @@ impl FenceModel {
         };
         let mut seal = Seal::new();
         let step = seal.start();
-        node.task = Some(Task {
-            machine: Machine::Log(LogTask {
-                op: LogOp::Settle { seal, pending },
-                write: None,
-                ambiguous: false,
-            }),
-            seal: None,
-            wait: Wait::LogRead,
-            unheld: false,
-        });
+        node.task = Some(LogTask::start(LogOp::Settle { seal, pending }));
         self.run(w, n, Next::Seal(step));
     }
 
