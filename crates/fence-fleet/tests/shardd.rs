@@ -116,8 +116,14 @@ fn shards_survive_sigkill_and_sigstop_with_every_ack_kept_once() {
     sleep(Duration::from_millis(2_000));
     signal(&n3, Signal::SIGCONT);
     sleep(Duration::from_millis(1_000));
+    // Liveness after the disruptions: every shard is appended to again. The window is 2 s on a
+    // quiet machine; on a loaded one it extends (up to 30 s) until every shard has an ack.
     let before_end = acks.lock().unwrap().len();
     sleep(Duration::from_millis(2_000));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while shards_acked_since(&acks, before_end) < CELLS && std::time::Instant::now() < deadline {
+        sleep(Duration::from_millis(200));
+    }
     for c in [&n1, &n2, &n3] {
         signal(c, Signal::SIGTERM);
     }
@@ -153,6 +159,16 @@ fn shards_survive_sigkill_and_sigstop_with_every_ack_kept_once() {
             "{cell} seq {seq}: the acknowledged record"
         );
     }
+}
+
+/// How many distinct shards were acknowledged from the `from`-th ack on.
+fn shards_acked_since(acks: &Acks, from: usize) -> usize {
+    let acks = acks.lock().unwrap();
+    acks[from..]
+        .iter()
+        .map(|a| &a.0)
+        .collect::<BTreeSet<_>>()
+        .len()
 }
 
 fn read_logs(store: &Path) -> BTreeMap<String, (fence_fleet::log::LogHead, Vec<String>)> {

@@ -2,17 +2,22 @@
 //!
 //! `FENCE_MODEL_LARGE=1` also checks the larger scopes (2 faulty answers; releases, hand-offs
 //! and a co-writer; succession and adoption with a pause; three nodes with mixed TTLs);
-//! `FENCE_MODEL_PRESET=faults|hand-off|faulty|quick|resume` runs one of them in place of the
+//! `FENCE_MODEL_PRESET=faults|ci-two-faults|hand-off|faulty|quick|resume` runs one of them in place of the
 //! CI scope; `FENCE_MODEL_SCOPE=<chaos>,<settle>,<faults>,<pauses>,<crashes>` overrides
-//! the CI scope's ticks and budgets for experiments; `FENCE_MODEL_SWITCH=<name>` checks only
+//! the CI scope's ticks and budgets for experiments (`FENCE_MODEL_WRITES=<n>` its data writes
+//! per node); `FENCE_MODEL_SWITCH=<name>` checks only
 //! that sabotage switch (`--features sabotage`).
 
 use fence_testkit::model::{check, run, Exception, ModelConfig};
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn ci_scope() -> ModelConfig {
     let mut cfg = match std::env::var("FENCE_MODEL_PRESET").as_deref() {
         Ok("hand-off") => ModelConfig::ci_hand_off(),
         Ok("faults") => ModelConfig::two_faults(),
+        Ok("ci-two-faults") => ModelConfig::ci_two_faults(),
         Ok("faulty") => ModelConfig::faulty(),
         Ok("resume") => ModelConfig::resume(),
         Ok("quick") => ModelConfig::quick(),
@@ -44,6 +49,12 @@ fn ci_scope() -> ModelConfig {
             cfg.crashes = crashes as u8;
         }
     }
+    if let Some(writes) = std::env::var("FENCE_MODEL_WRITES")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+    {
+        cfg.writes = writes;
+    }
     cfg.canonical = std::env::var_os("FENCE_MODEL_NO_CANONICAL").is_none();
     cfg
 }
@@ -64,6 +75,12 @@ fn assert_clean(cfg: &ModelConfig) {
 #[test]
 fn every_state_of_the_ci_scope_holds_every_property() {
     assert_clean(&ci_scope());
+}
+
+/// Two faulty answers, a pause and a crash: every state of `ModelConfig::ci_two_faults()`.
+#[test]
+fn every_state_of_the_two_fault_scope_holds_every_property() {
+    assert_clean(&ModelConfig::ci_two_faults());
 }
 
 /// Choices during a third tick (no faulty answer, no crash): every state of
