@@ -42,7 +42,8 @@ use std::time::Duration;
 #[cfg(feature = "sabotage")]
 pub use fence_core::sabotage::Sabotage;
 use fence_core::{
-    Clock, ConditionalStore, Entropy, Fence, LeaseKeeper, MemoryStore, Ownership, Stop, Suspension,
+    Clock, ConditionalStore, Entropy, Fence, Key, LeaseKeeper, MemoryStore, Ownership, Stop,
+    Suspension,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -99,6 +100,10 @@ pub struct SimConfig {
     /// Share of puts held up in the network for up to 1.5 × TTL, landing after their caller
     /// gave up.
     pub late_writes: f64,
+    /// Share of gets whose answer is held up in the network for up to half a TTL: served at
+    /// once, it arrives late (a renewal may land while a confirming read of the lease
+    /// travels back; a read-back's answer comes after a co-writer's write landed).
+    pub late_answers: f64,
     /// Clock skew between processes.
     pub skew: SkewMode,
     /// A broken core run by every node (feature `sabotage`).
@@ -137,6 +142,7 @@ impl Default for SimConfig {
             pauses: true,
             crashes: true,
             late_writes: 0.02,
+            late_answers: 0.02,
             skew: SkewMode::WithinMargin,
             #[cfg(feature = "sabotage")]
             sabotage: None,
@@ -385,6 +391,11 @@ enum Action {
         idx: usize,
         ms: u64,
     },
+    /// Stop the process right after its next read of a peer's lease is served, for `ms`.
+    StopMidPeerRead {
+        idx: usize,
+        ms: u64,
+    },
     Thaw {
         idx: usize,
         incarnation: u32,
@@ -449,12 +460,10 @@ impl World {
             faulty.set_random(OpKind::Get, r);
         }
         let max_delay = Duration::from_millis(cfg.ttl() * 3 / 2);
-        let late = Arc::new(LateStore::new(
-            faulty.clone(),
-            mix(seed, 5, 0),
-            cfg.late_writes,
-            max_delay,
-        ));
+        let late = Arc::new(
+            LateStore::new(faulty.clone(), mix(seed, 5, 0), cfg.late_writes, max_delay)
+                .with_late_answers(cfg.late_answers, Duration::from_millis(cfg.ttl() / 2)),
+        );
         World {
             seed,
             cfg,
@@ -609,6 +618,13 @@ impl World {
                 let ms = self.rng.gen_range(ttl * 75 / 100..=ttl * 90 / 100);
                 self.schedule(at, Action::StopMidRenewal { idx, ms });
             }
+            // A stop while a read of a peer's lease travels back, long enough that the peer
+            // renews meanwhile, short enough that this node's own lease outlives it.
+            for _ in 0..u32::from(self.cfg.pauses) * 2 {
+                let at = 500 + self.rng.gen_range(0..span);
+                let ms = self.rng.gen_range(ttl * 70 / 100..=ttl * 95 / 100);
+                self.schedule(at, Action::StopMidPeerRead { idx, ms });
+            }
             if self.cfg.crashes && self.rng.gen_bool(0.6) {
                 let at = 500 + self.rng.gen_range(0..span);
                 self.schedule(at, Action::Crash { idx });
@@ -650,6 +666,18 @@ impl World {
                     self.pauses += 1;
                     self.action(format!(
                         "slot {idx} stops for {ms} ms at its next lease write"
+                    ));
+                }
+            }
+            Action::StopMidPeerRead { idx, ms } => {
+                let s = &self.slots[idx];
+                let own = Key::new(format!("nodes/{}.json", s.node));
+                if let (false, false, Ok(own)) = (s.dead, s.paused, own) {
+                    s.path
+                        .stop_around_next_peer_lease_read(own, ms, s.stop.clone());
+                    self.pauses += 1;
+                    self.action(format!(
+                        "slot {idx} stops for {ms} ms at its next read of a peer's lease"
                     ));
                 }
             }
