@@ -610,6 +610,14 @@ impl World {
                     let ms = self.rng.gen_range(ttl / 4..=3 * ttl);
                     self.schedule(at, Action::Pause { idx, kind, ms });
                 }
+                // A pause that ends while a peer takes the node's cells over (about a TTL
+                // after its last renewal): a write it sent before is let through then, between
+                // the taker's reads of the head.
+                let at = 500 + self.rng.gen_range(0..span);
+                let kind = [PauseKind::Stall, PauseKind::Suspend, PauseKind::Stop]
+                    [self.rng.gen_range(0..3)];
+                let ms = self.rng.gen_range(ttl..=ttl * 8 / 5);
+                self.schedule(at, Action::Pause { idx, kind, ms });
             }
             // A stop while a renewal is held up in the network, long enough that it lands
             // after the prior authority ended but before the new one would end.

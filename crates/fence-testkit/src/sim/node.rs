@@ -211,15 +211,15 @@ impl Process {
             }
             match claims.remove(&cell) {
                 Some(_) if roll >= 99 => return Ended::Graceful,
-                Some(c) if roll >= 97 => {
+                Some(c) if roll >= 96 => {
                     if let Some(c) = self.hand_off(keeper, c, &gen, &vouched).await {
                         claims.insert(cell, c);
                     }
                 }
-                Some(c) if roll >= 94 => {
+                Some(c) if roll >= 93 => {
                     let _ = within(self.ttl_ms, c.release()).await;
                 }
-                Some(c) if roll >= 92 => {
+                Some(c) if roll >= 88 => {
                     // Payload collection, beside a child writing at the claim's epoch into a
                     // payload object of that epoch: collection must leave it alone.
                     seq += 1;
@@ -231,7 +231,7 @@ impl Process {
                     tokio::join!(self.co_write(&c, &gen, seq, mono, true), collect);
                     claims.insert(cell, c);
                 }
-                Some(c) if roll >= 86 => {
+                Some(c) if roll >= 78 => {
                     // A child handed the epoch (`fence put`) writes beside the claim.
                     seq += 2;
                     let large = seq.is_multiple_of(5);
@@ -243,7 +243,7 @@ impl Process {
                         claims.insert(cell, c);
                     }
                 }
-                Some(c) if roll >= 80 => {
+                Some(c) if roll >= 68 => {
                     seq += 2;
                     let (a, b) =
                         tokio::join!(self.write(&c, &gen, seq - 1), self.write(&c, &gen, seq));
@@ -376,8 +376,8 @@ impl Process {
             .peers
             .get(self.rng.gen_range(0..self.peers.len().max(1)))?
             .clone();
-        let racing = self.rng.gen_bool(0.3);
-        let nap = Duration::from_millis(self.rng.gen_range(0..20));
+        let racing = self.rng.gen_bool(0.6);
+        let nap = Duration::from_millis(self.rng.gen_range(0..10));
         let lease = within(self.ttl_ms, self.fence.ownership().read_node_lease(&to)).await;
         let to_gen = match lease {
             Some(Ok(Some(l))) => Some(l.record.generation),
