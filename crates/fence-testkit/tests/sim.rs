@@ -137,10 +137,24 @@ fn every_sabotage_switch_is_caught() {
                     .join(" | ")
             );
         }
-        // The simulation was built for the first ten.
-        if caught == 0 && !MODEL_ONLY.contains(&sabotage) {
-            missed.push(sabotage.name());
+        if !MODEL_ONLY.contains(&sabotage) && (caught as u64) < floor(n) {
+            missed.push(format!("{sabotage} ({caught} of {n})"));
         }
     }
-    assert!(missed.is_empty(), "sabotage not caught: {missed:?}");
+    assert!(
+        missed.is_empty(),
+        "sabotage caught in fewer than {} of {n} seeds: {missed:?}",
+        floor(n)
+    );
+}
+
+/// The fewest seeds of `n` that must catch each switch the simulation reaches: 5 of 200
+/// (at least one). Not flaky: a seed drives the whole run (virtual time, one thread, seeded
+/// randomness; `same_seed_same_trace` checks it), so a fixed range of seeds catches a switch
+/// in the same number of runs every time, on any machine. The count moves only when the
+/// simulation or the core changes; the weakest switches were caught in 10 to 21 of 200 when
+/// this floor was set (docs/testkit.md), so it leaves a margin of two and more.
+#[cfg(feature = "sabotage")]
+fn floor(n: u64) -> u64 {
+    (n * 5 / 200).max(1)
 }
