@@ -10,12 +10,15 @@
 //!
 //! Each node runs the real runtime ([`fence_core::Fence`]): acquires its lease, claims cells,
 //! writes fenced data with a per-process sequence (sometimes two writes at once through one
-//! claim, sometimes payloads large enough for payload objects), releases now and then, and
-//! tries one more write on each claim after losing its lease. Some writes are held up in the
-//! network and land after their caller gave up. Every claim, acknowledged write,
-//! `is_held() == true` answer, belief in a claim, and every write the store applied is
-//! recorded; the [properties](Property) are checked on that record and the store's final
-//! state.
+//! claim, sometimes beside a keeperless co-writer at the claim's epoch, sometimes payloads
+//! large enough for payload objects), collects unused payload objects while a co-writer
+//! creates one, hands cells off (sometimes racing a resume of the same cell), releases now
+//! and then, and tries one more write on each claim after losing its lease. Some writes are
+//! held up in the network and land after their caller gave up; some read answers arrive
+//! late; a process may stop right after a renewal applied or right after a read of a peer's
+//! lease was served. Every claim, acknowledged write, `is_held() == true` answer, belief in
+//! a claim, every write the store applied and every payload object it deleted is recorded;
+//! the [properties](Property) are checked on that record and the store's final state.
 //!
 //! With the `sabotage` feature, `SimConfig::sabotage` makes every node run a deliberately
 //! broken core (`fence_core::sabotage`); the properties must catch each switch.
