@@ -3,7 +3,8 @@
 //!
 //! `FENCE_SIM_SEED=<seed>` replays one seed (printing its outcome); `FENCE_SIM_SEEDS=<n>`
 //! changes how many seeds the main test runs (default 2,000); `FENCE_SIM_SABOTAGE_SEEDS=<n>`
-//! how many each sabotage switch runs (default 200; feature `sabotage`).
+//! how many each sabotage switch runs (default 200; feature `sabotage`);
+//! `FENCE_SIM_SWITCH=<name>` runs that switch alone.
 
 use fence_testkit::sim::{replay_seed, run_seed, run_seeds, SimConfig, SimSummary, SkewMode};
 
@@ -97,24 +98,24 @@ fn same_seed_same_trace() {
 
 /// Every switch inside the real core must be caught by some seed; the count is printed.
 /// Needs the `sabotage` feature: `cargo test -p fence-testkit --features sabotage --test sim`.
-/// Switches added for the model check that the simulation does not reach (a confirming read
-/// racing a renewal, payload collection racing a late write, the append log): reported, not
-/// required here. (The model check catches `confirm-at-return`; the other two are unit-tested
-/// rules neither reaches yet.)
+/// Switches the simulation does not reach: reported, not required here.
+/// `log-accepts-foreign-record` breaks the append log (`AppendLog`), which lives in
+/// fence-fleet, a crate above this one; the model check catches it.
 #[cfg(feature = "sabotage")]
-const MODEL_ONLY: [fence_testkit::sim::Sabotage; 3] = [
-    fence_testkit::sim::Sabotage::ConfirmAtReturn,
-    fence_testkit::sim::Sabotage::GcCurrentEpoch,
-    fence_testkit::sim::Sabotage::LogAcceptsForeignRecord,
-];
+const MODEL_ONLY: [fence_testkit::sim::Sabotage; 1] =
+    [fence_testkit::sim::Sabotage::LogAcceptsForeignRecord];
 
 #[cfg(feature = "sabotage")]
 #[test]
 fn every_sabotage_switch_is_caught() {
     use fence_testkit::sim::Sabotage;
     let n = env_count("FENCE_SIM_SABOTAGE_SEEDS", 200);
+    let only = std::env::var("FENCE_SIM_SWITCH").ok();
     let mut missed = Vec::new();
     for sabotage in Sabotage::ALL {
+        if only.as_deref().is_some_and(|name| name != sabotage.name()) {
+            continue;
+        }
         let cfg = SimConfig {
             sabotage: Some(sabotage),
             ..SimConfig::default()
@@ -136,10 +137,24 @@ fn every_sabotage_switch_is_caught() {
                     .join(" | ")
             );
         }
-        // The simulation was built for the first ten.
-        if caught == 0 && !MODEL_ONLY.contains(&sabotage) {
-            missed.push(sabotage.name());
+        if !MODEL_ONLY.contains(&sabotage) && (caught as u64) < floor(n) {
+            missed.push(format!("{sabotage} ({caught} of {n})"));
         }
     }
-    assert!(missed.is_empty(), "sabotage not caught: {missed:?}");
+    assert!(
+        missed.is_empty(),
+        "sabotage caught in fewer than {} of {n} seeds: {missed:?}",
+        floor(n)
+    );
+}
+
+/// The fewest seeds of `n` that must catch each switch the simulation reaches: 5 of 200
+/// (at least one). Not flaky: a seed drives the whole run (virtual time, one thread, seeded
+/// randomness; `same_seed_same_trace` checks it), so a fixed range of seeds catches a switch
+/// in the same number of runs every time, on any machine. The count moves only when the
+/// simulation or the core changes; the weakest switches were caught in 10 to 21 of 200 when
+/// this floor was set (docs/testkit.md), so it leaves a margin of two and more.
+#[cfg(feature = "sabotage")]
+fn floor(n: u64) -> u64 {
+    (n * 5 / 200).max(1)
 }

@@ -10,12 +10,15 @@
 //!
 //! Each node runs the real runtime ([`fence_core::Fence`]): acquires its lease, claims cells,
 //! writes fenced data with a per-process sequence (sometimes two writes at once through one
-//! claim, sometimes payloads large enough for payload objects), releases now and then, and
-//! tries one more write on each claim after losing its lease. Some writes are held up in the
-//! network and land after their caller gave up. Every claim, acknowledged write,
-//! `is_held() == true` answer, belief in a claim, and every write the store applied is
-//! recorded; the [properties](Property) are checked on that record and the store's final
-//! state.
+//! claim, sometimes beside a keeperless co-writer at the claim's epoch, sometimes payloads
+//! large enough for payload objects), collects unused payload objects while a co-writer
+//! creates one, hands cells off (sometimes racing a resume of the same cell), releases now
+//! and then, and tries one more write on each claim after losing its lease. Some writes are
+//! held up in the network and land after their caller gave up; some read answers arrive
+//! late; a process may stop right after a renewal applied or right after a read of a peer's
+//! lease was served. Every claim, acknowledged write, `is_held() == true` answer, belief in
+//! a claim, every write the store applied and every payload object it deleted is recorded;
+//! the [properties](Property) are checked on that record and the store's final state.
 //!
 //! With the `sabotage` feature, `SimConfig::sabotage` makes every node run a deliberately
 //! broken core (`fence_core::sabotage`); the properties must catch each switch.
@@ -42,7 +45,8 @@ use std::time::Duration;
 #[cfg(feature = "sabotage")]
 pub use fence_core::sabotage::Sabotage;
 use fence_core::{
-    Clock, ConditionalStore, Entropy, Fence, LeaseKeeper, MemoryStore, Ownership, Stop, Suspension,
+    Clock, ConditionalStore, Entropy, Fence, Key, LeaseKeeper, MemoryStore, Ownership, Stop,
+    Suspension,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -99,6 +103,10 @@ pub struct SimConfig {
     /// Share of puts held up in the network for up to 1.5 × TTL, landing after their caller
     /// gave up.
     pub late_writes: f64,
+    /// Share of gets whose answer is held up in the network for up to half a TTL: served at
+    /// once, it arrives late (a renewal may land while a confirming read of the lease
+    /// travels back; a read-back's answer comes after a co-writer's write landed).
+    pub late_answers: f64,
     /// Clock skew between processes.
     pub skew: SkewMode,
     /// A broken core run by every node (feature `sabotage`).
@@ -137,6 +145,7 @@ impl Default for SimConfig {
             pauses: true,
             crashes: true,
             late_writes: 0.02,
+            late_answers: 0.02,
             skew: SkewMode::WithinMargin,
             #[cfg(feature = "sabotage")]
             sabotage: None,
@@ -385,6 +394,11 @@ enum Action {
         idx: usize,
         ms: u64,
     },
+    /// Stop the process right after its next read of a peer's lease is served, for `ms`.
+    StopMidPeerRead {
+        idx: usize,
+        ms: u64,
+    },
     Thaw {
         idx: usize,
         incarnation: u32,
@@ -449,12 +463,10 @@ impl World {
             faulty.set_random(OpKind::Get, r);
         }
         let max_delay = Duration::from_millis(cfg.ttl() * 3 / 2);
-        let late = Arc::new(LateStore::new(
-            faulty.clone(),
-            mix(seed, 5, 0),
-            cfg.late_writes,
-            max_delay,
-        ));
+        let late = Arc::new(
+            LateStore::new(faulty.clone(), mix(seed, 5, 0), cfg.late_writes, max_delay)
+                .with_late_answers(cfg.late_answers, Duration::from_millis(cfg.ttl() / 2)),
+        );
         World {
             seed,
             cfg,
@@ -601,6 +613,14 @@ impl World {
                     let ms = self.rng.gen_range(ttl / 4..=3 * ttl);
                     self.schedule(at, Action::Pause { idx, kind, ms });
                 }
+                // A pause that ends while a peer takes the node's cells over (about a TTL
+                // after its last renewal): a write it sent before is let through then, between
+                // the taker's reads of the head.
+                let at = 500 + self.rng.gen_range(0..span);
+                let kind = [PauseKind::Stall, PauseKind::Suspend, PauseKind::Stop]
+                    [self.rng.gen_range(0..3)];
+                let ms = self.rng.gen_range(ttl..=ttl * 8 / 5);
+                self.schedule(at, Action::Pause { idx, kind, ms });
             }
             // A stop while a renewal is held up in the network, long enough that it lands
             // after the prior authority ended but before the new one would end.
@@ -608,6 +628,13 @@ impl World {
                 let at = 500 + self.rng.gen_range(0..span);
                 let ms = self.rng.gen_range(ttl * 75 / 100..=ttl * 90 / 100);
                 self.schedule(at, Action::StopMidRenewal { idx, ms });
+            }
+            // A stop while a read of a peer's lease travels back, long enough that the peer
+            // renews meanwhile, short enough that this node's own lease outlives it.
+            for _ in 0..u32::from(self.cfg.pauses) * 2 {
+                let at = 500 + self.rng.gen_range(0..span);
+                let ms = self.rng.gen_range(ttl * 70 / 100..=ttl * 95 / 100);
+                self.schedule(at, Action::StopMidPeerRead { idx, ms });
             }
             if self.cfg.crashes && self.rng.gen_bool(0.6) {
                 let at = 500 + self.rng.gen_range(0..span);
@@ -650,6 +677,18 @@ impl World {
                     self.pauses += 1;
                     self.action(format!(
                         "slot {idx} stops for {ms} ms at its next lease write"
+                    ));
+                }
+            }
+            Action::StopMidPeerRead { idx, ms } => {
+                let s = &self.slots[idx];
+                let own = Key::new(format!("nodes/{}.json", s.node));
+                if let (false, false, Ok(own)) = (s.dead, s.paused, own) {
+                    s.path
+                        .stop_around_next_peer_lease_read(own, ms, s.stop.clone());
+                    self.pauses += 1;
+                    self.action(format!(
+                        "slot {idx} stops for {ms} ms at its next read of a peer's lease"
                     ));
                 }
             }

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use fence_core::ownership::INLINE_MAX_DEFAULT;
 use fence_core::{CellClaim, Clock, ErrorKind, Fence, LeaseKeeper, LeaseStatus};
 use rand::rngs::SmallRng;
 use rand::Rng;
@@ -210,30 +211,39 @@ impl Process {
             }
             match claims.remove(&cell) {
                 Some(_) if roll >= 99 => return Ended::Graceful,
-                Some(c) if roll >= 97 => {
+                Some(c) if roll >= 96 => {
                     if let Some(c) = self.hand_off(keeper, c, &gen, &vouched).await {
                         claims.insert(cell, c);
                     }
                 }
-                Some(c) if roll >= 94 => {
+                Some(c) if roll >= 93 => {
                     let _ = within(self.ttl_ms, c.release()).await;
                 }
-                Some(c) if roll >= 92 => {
-                    let _ = within(self.ttl_ms, c.collect_garbage()).await;
+                Some(c) if roll >= 88 => {
+                    // Payload collection, beside a child writing at the claim's epoch into a
+                    // payload object of that epoch: collection must leave it alone.
+                    seq += 1;
+                    let nap = Duration::from_millis(self.rng.gen_range(0..40));
+                    let collect = async {
+                        self.clock.sleep(nap).await;
+                        within(self.ttl_ms, c.collect_garbage()).await
+                    };
+                    tokio::join!(self.co_write(&c, &gen, seq, mono, true), collect);
                     claims.insert(cell, c);
                 }
-                Some(c) if roll >= 86 => {
+                Some(c) if roll >= 78 => {
                     // A child handed the epoch (`fence put`) writes beside the claim.
                     seq += 2;
+                    let large = seq.is_multiple_of(5);
                     let (a, _) = tokio::join!(
                         self.write(&c, &gen, seq - 1),
-                        self.co_write(&c, &gen, seq, mono)
+                        self.co_write(&c, &gen, seq, mono, large)
                     );
                     if !matches!(a, Wrote::Lost) {
                         claims.insert(cell, c);
                     }
                 }
-                Some(c) if roll >= 80 => {
+                Some(c) if roll >= 68 => {
                     seq += 2;
                     let (a, b) =
                         tokio::join!(self.write(&c, &gen, seq - 1), self.write(&c, &gen, seq));
@@ -366,8 +376,8 @@ impl Process {
             .peers
             .get(self.rng.gen_range(0..self.peers.len().max(1)))?
             .clone();
-        let racing = self.rng.gen_bool(0.3);
-        let nap = Duration::from_millis(self.rng.gen_range(0..20));
+        let racing = self.rng.gen_bool(0.6);
+        let nap = Duration::from_millis(self.rng.gen_range(0..10));
         let lease = within(self.ttl_ms, self.fence.ownership().read_node_lease(&to)).await;
         let to_gen = match lease {
             Some(Ok(Some(l))) => Some(l.record.generation),
@@ -455,13 +465,16 @@ impl Process {
     }
 
     /// A keeperless write at the claim's epoch (`update_cell`, as `fence put` from a child of
-    /// `fence run`), started while the lease was held at `mono`.
-    async fn co_write(&self, claim: &CellClaim, gen: &str, seq: u64, mono: u64) {
+    /// `fence run`), started while the lease was held at `mono`; `large`: big enough for a
+    /// payload object at `update_cell`'s inline bound.
+    async fn co_write(&self, claim: &CellClaim, gen: &str, seq: u64, mono: u64, large: bool) {
         let cell = claim.cell().to_owned();
         let made = std::sync::Mutex::new(Vec::new());
+        let width = if large { INLINE_MAX_DEFAULT + 1 } else { 0 };
         let update = |_: &Bytes| {
             let mut made = made.lock().unwrap_or_else(|p| p.into_inner());
-            let payload = Bytes::from(format!("{}/{gen}/{seq}-put{}", self.node, made.len()));
+            let text = format!("{}/{gen}/{seq}-put{}", self.node, made.len());
+            let payload = Bytes::from(format!("{text:-<width$}"));
             made.push(payload.clone());
             let (c, p, g) = (cell.clone(), payload.clone(), gen.to_owned());
             self.log.push(|_| Event::Attempt {

@@ -49,6 +49,9 @@ pub struct PausableStore {
     changed: Notify,
     /// Stop the process for this many ms right after its next lease write applied.
     trap: Mutex<Option<(u64, Arc<Stop>)>>,
+    /// Stop the process for this many ms right after its next read of a lease record other
+    /// than this one was served.
+    read_trap: Mutex<Option<(Key, u64, Arc<Stop>)>>,
 }
 
 impl PausableStore {
@@ -59,6 +62,7 @@ impl PausableStore {
             state: Mutex::new(PathState::Open),
             changed: Notify::new(),
             trap: Mutex::new(None),
+            read_trap: Mutex::new(None),
         }
     }
 
@@ -96,6 +100,35 @@ impl PausableStore {
         *self.trap.lock().unwrap_or_else(|p| p.into_inner()) = Some((ms, stop));
     }
 
+    /// Arms a trap: the next read of a lease record other than `own` is served, and the
+    /// process stops (this path and `stop`) for `ms` before its answer arrives — a peer's
+    /// confirming read whose answer travels back while the holder's renewal lands.
+    pub fn stop_around_next_peer_lease_read(&self, own: Key, ms: u64, stop: Arc<Stop>) {
+        *self.read_trap.lock().unwrap_or_else(|p| p.into_inner()) = Some((own, ms, stop));
+    }
+
+    fn take_read_trap(&self, key: &Key) -> Option<(u64, Arc<Stop>)> {
+        if !key.as_str().starts_with("nodes/") {
+            return None;
+        }
+        let mut trap = self.read_trap.lock().unwrap_or_else(|p| p.into_inner());
+        if trap.as_ref().is_none_or(|(own, _, _)| own == key) {
+            return None;
+        }
+        trap.take().map(|(_, ms, stop)| (ms, stop))
+    }
+
+    async fn trapped_get(
+        &self,
+        key: &Key,
+        (ms, stop): (u64, Arc<Stop>),
+    ) -> Result<Option<Stored>, Error> {
+        let r = self.inner.get(key).await;
+        let _stopped = self.stop_process(stop);
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        r
+    }
+
     fn take_trap(&self, key: &Key) -> Option<(u64, Arc<Stop>)> {
         if !key.as_str().starts_with("nodes/") {
             return None;
@@ -110,15 +143,20 @@ impl PausableStore {
         guard: CasGuard,
         (ms, stop): (u64, Arc<Stop>),
     ) -> Result<PutOutcome, Error> {
-        self.stop();
-        stop.stop();
+        let _stopped = self.stop_process(stop);
         tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
         let r = self.inner.put(key, body, guard).await;
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        stop.resume();
-        // Undo only our own stop: a thaw or a kill meanwhile stands.
-        self.set(Some(PathState::Stopped), PathState::Open);
         r
+    }
+
+    /// Stops this path and the process until the guard is dropped — also when the caller
+    /// gives up on the request meanwhile (an application's own deadline runs on the runtime's
+    /// timers, which a stop does not hold).
+    fn stop_process(&self, stop: Arc<Stop>) -> Stopped<'_> {
+        self.stop();
+        stop.stop();
+        Stopped { path: self, stop }
     }
 
     /// Lets held requests (and held answers) through. No effect on a dead path.
@@ -163,10 +201,27 @@ impl PausableStore {
     }
 }
 
+/// A trap's stop of the process: lifted when dropped.
+struct Stopped<'a> {
+    path: &'a PausableStore,
+    stop: Arc<Stop>,
+}
+
+impl Drop for Stopped<'_> {
+    fn drop(&mut self) {
+        self.stop.resume();
+        // Undo only our own stop: a thaw or a kill meanwhile stands.
+        self.path.set(Some(PathState::Stopped), PathState::Open);
+    }
+}
+
 #[async_trait]
 impl ConditionalStore for PausableStore {
     async fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
         self.gate().await;
+        if let Some(trap) = self.take_read_trap(key) {
+            return self.trapped_get(key, trap).await;
+        }
         let r = self.inner.get(key).await;
         self.answer(r).await
     }

@@ -177,6 +177,18 @@ pub enum Event {
         gen: Option<String>,
         /// The payload the head refers to (inline or its payload object's bytes).
         payload: Bytes,
+        /// The name of the payload object it points at, if its payload is one.
+        blob: Option<String>,
+    },
+    /// The store deleted a payload object of `cell` (payload collection, or a write's
+    /// replaced or unused object).
+    BlobDeleted {
+        /// Virtual time.
+        t: u64,
+        /// Cell.
+        cell: String,
+        /// The object's name.
+        name: String,
     },
     /// The store applied a node lease record.
     LeaseApplied {
@@ -242,7 +254,8 @@ pub fn trace_hash(events: &[Event]) -> u64 {
 /// What a key of the ownership layout is about.
 enum Kind<'a> {
     Head(&'a str),
-    Blob,
+    /// A payload object: its cell and name.
+    Blob(&'a str, &'a str),
     Lease,
     Other,
 }
@@ -253,8 +266,8 @@ fn kind(key: &Key) -> Kind<'_> {
         if let Some(cell) = rest.strip_suffix("/own.json") {
             return Kind::Head(cell);
         }
-        if rest.contains("/blobs/") {
-            return Kind::Blob;
+        if let Some((cell, name)) = rest.split_once("/blobs/") {
+            return Kind::Blob(cell, name);
         }
     }
     if s.starts_with("nodes/") {
@@ -304,6 +317,7 @@ impl HistoryStore {
             Kind::Head(cell) => {
                 if let Ok(h) = CellHead::decode(key, body) {
                     let payload = self.payload(key, cell, &h);
+                    let blob = h.payload.blob().map(|b| b.name.clone());
                     self.log.push(|t| Event::HeadApplied {
                         t,
                         cell: cell.to_owned(),
@@ -311,10 +325,11 @@ impl HistoryStore {
                         epoch: h.epoch,
                         gen: h.generation,
                         payload,
+                        blob,
                     });
                 }
             }
-            Kind::Blob => {
+            Kind::Blob(..) => {
                 let mut blobs = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
                 blobs.insert(key.clone(), body.clone());
             }
@@ -350,7 +365,12 @@ impl ConditionalStore for HistoryStore {
         self.inner.delete(key, version).await
     }
     async fn delete_immutable(&self, key: &Key) -> Result<(), Error> {
-        self.inner.delete_immutable(key).await
+        self.inner.delete_immutable(key).await?;
+        if let Kind::Blob(cell, name) = kind(key) {
+            let (cell, name) = (cell.to_owned(), name.to_owned());
+            self.log.push(|t| Event::BlobDeleted { t, cell, name });
+        }
+        Ok(())
     }
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
         self.inner.list(prefix).await
