@@ -117,11 +117,15 @@ fn shards_survive_sigkill_and_sigstop_with_every_ack_kept_once() {
     signal(&n3, Signal::SIGCONT);
     sleep(Duration::from_millis(1_000));
     // Liveness after the disruptions: every shard is appended to again. The window is 2 s on a
-    // quiet machine; on a loaded one it extends (up to 30 s) until every shard has an ack.
+    // quiet machine; on a loaded one it extends (up to 30 s) until every shard has an ack —
+    // but not for a shard left behind: once another shard has 75 acks (3 s of its appends at
+    // one per 40 ms), every shard must have one.
     let before_end = acks.lock().unwrap().len();
     sleep(Duration::from_millis(2_000));
     for _ in 0..150 {
-        if shards_acked_since(&acks, before_end) == CELLS {
+        let counts = acks_per_shard_since(&acks, before_end);
+        let busiest = counts.values().copied().max().unwrap_or(0);
+        if counts.len() == CELLS || busiest >= 75 {
             break;
         }
         sleep(Duration::from_millis(200));
@@ -163,14 +167,13 @@ fn shards_survive_sigkill_and_sigstop_with_every_ack_kept_once() {
     }
 }
 
-/// How many distinct shards were acknowledged from the `from`-th ack on.
-fn shards_acked_since(acks: &Acks, from: usize) -> usize {
-    let acks = acks.lock().unwrap();
-    acks[from..]
-        .iter()
-        .map(|a| &a.0)
-        .collect::<BTreeSet<_>>()
-        .len()
+/// How many acks each shard had from the `from`-th ack on (shards with none are absent).
+fn acks_per_shard_since(acks: &Acks, from: usize) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for (cell, _, _) in &acks.lock().unwrap()[from..] {
+        *counts.entry(cell.clone()).or_default() += 1;
+    }
+    counts
 }
 
 fn read_logs(store: &Path) -> BTreeMap<String, (fence_fleet::log::LogHead, Vec<String>)> {

@@ -15,8 +15,8 @@
 //! creates one, hands cells off (sometimes racing a resume of the same cell), releases now
 //! and then, and tries one more write on each claim after losing its lease. Some writes are
 //! held up in the network and land after their caller gave up; some read answers arrive
-//! late; a process may stop right after a renewal applied or right after a read of a peer's
-//! lease was served. Every claim, acknowledged write, `is_held() == true` answer, belief in
+//! late; a process may stop while its renewal is held up (the renewal lands just before it
+//! runs again) or right after a read of a peer's lease was served. Every claim, acknowledged write, `is_held() == true` answer, belief in
 //! a claim, every write the store applied and every payload object it deleted is recorded;
 //! the [properties](Property) are checked on that record and the store's final state.
 //!
@@ -777,6 +777,8 @@ impl World {
         self.late.clear();
         self.queue.clear();
         for idx in 0..self.slots.len() {
+            // A trap armed late in the chaos must not stop a process while it settles.
+            self.slots[idx].path.disarm();
             self.thaw(idx);
             if self.slots[idx].dead {
                 self.start_node(idx);

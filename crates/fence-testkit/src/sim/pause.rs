@@ -47,7 +47,8 @@ pub struct PausableStore {
     inner: Arc<dyn ConditionalStore>,
     state: Mutex<PathState>,
     changed: Notify,
-    /// Stop the process for this many ms right after its next lease write applied.
+    /// Hold the process's next lease write up for this many ms while the process is stopped;
+    /// it lands just before the process runs again.
     trap: Mutex<Option<(u64, Arc<Stop>)>>,
     /// Stop the process for this many ms right after its next read of a lease record other
     /// than this one was served.
@@ -105,6 +106,12 @@ impl PausableStore {
     /// confirming read whose answer travels back while the holder's renewal lands.
     pub fn stop_around_next_peer_lease_read(&self, own: Key, ms: u64, stop: Arc<Stop>) {
         *self.read_trap.lock().unwrap_or_else(|p| p.into_inner()) = Some((own, ms, stop));
+    }
+
+    /// Disarms both traps if they have not fired (the simulation's faults end).
+    pub fn disarm(&self) {
+        *self.trap.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.read_trap.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     fn take_read_trap(&self, key: &Key) -> Option<(u64, Arc<Stop>)> {
