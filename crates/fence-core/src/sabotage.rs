@@ -72,6 +72,22 @@ impl Sabotage {
         Sabotage::LogAcceptsForeignRecord,
     ];
 
+    /// The switches a test runs: all of them, or only the one `only` names (a developer's
+    /// `FENCE_SIM_SWITCH` / `FENCE_MODEL_SWITCH`). A name that matches no switch is an error
+    /// listing the names, never an empty selection that would pass.
+    pub fn selected(only: Option<&str>) -> Result<Vec<Sabotage>, String> {
+        let Some(name) = only else {
+            return Ok(Sabotage::ALL.to_vec());
+        };
+        match Sabotage::ALL.into_iter().find(|s| s.name() == name) {
+            Some(switch) => Ok(vec![switch]),
+            None => {
+                let names: Vec<&str> = Sabotage::ALL.iter().map(|s| s.name()).collect();
+                Err(format!("{name:?} names no switch; the switches: {names:?}"))
+            }
+        }
+    }
+
     /// The switch's name, as CI prints it.
     pub fn name(self) -> &'static str {
         match self {
