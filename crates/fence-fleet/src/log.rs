@@ -334,11 +334,7 @@ impl AppendLog {
         key: &Key,
         request: impl std::future::Future<Output = Result<T, Error>>,
     ) -> Result<T, Error> {
-        let bound = Duration::from_millis(self.attempt_ms.max(1));
-        match tokio::time::timeout(bound, request).await {
-            Ok(r) => r,
-            Err(_) => Err(timed_out(key)),
-        }
+        within(Duration::from_millis(self.attempt_ms), key, request).await
     }
 
     /// `request`, bounded like every request of the claim ([`CellClaim::request_bound`]:
@@ -348,11 +344,19 @@ impl AppendLog {
         key: &Key,
         request: impl std::future::Future<Output = Result<T, Error>>,
     ) -> Result<T, Error> {
-        let bound = self.claim.request_bound().max(Duration::from_millis(1));
-        match tokio::time::timeout(bound, request).await {
-            Ok(r) => r,
-            Err(_) => Err(timed_out(key)),
-        }
+        within(self.claim.request_bound(), key, request).await
+    }
+}
+
+/// `request` within `bound` (at least 1 ms), else [`ErrorKind::Timeout`] naming `key`.
+async fn within<T>(
+    bound: Duration,
+    key: &Key,
+    request: impl std::future::Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    match tokio::time::timeout(bound.max(Duration::from_millis(1)), request).await {
+        Ok(r) => r,
+        Err(_) => Err(timed_out(key)),
     }
 }
 
