@@ -2,12 +2,13 @@
 //!
 //! `FENCE_MODEL_LARGE=1` also checks the larger scopes (1 faulty answer over 3 ticks;
 //! releases, hand-offs and a co-writer; succession and adoption with a pause; three nodes
-//! with mixed TTLs; a takeover racing a faulty append);
-//! `FENCE_MODEL_PRESET=faults|ci-two-faults|three-nodes|hand-off|faulty|quick|resume|log|log-takeover|log-faults`
+//! with mixed TTLs; a takeover racing a faulty append; 2 nodes × 2 cells with a pause and
+//! writes);
+//! `FENCE_MODEL_PRESET=faults|ci-two-faults|three-nodes|hand-off|faulty|quick|resume|log|log-takeover|log-faults|two-cells|two-by-two`
 //! runs one of them in place of the CI scope (`faults`, 2 faulty answers with a write, has not
 //! been seen to finish); `FENCE_MODEL_SCOPE=<chaos>,<settle>,<faults>,<pauses>,<crashes>` overrides
 //! the CI scope's ticks and budgets for experiments (`FENCE_MODEL_WRITES=<n>` its data writes
-//! per node); `FENCE_MODEL_SWITCH=<name>` checks only
+//! per node, `FENCE_MODEL_CELLS=<n>` its cells, 1 to 4); `FENCE_MODEL_SWITCH=<name>` checks only
 //! that sabotage switch (`--features sabotage`).
 
 use fence_testkit::model::{check, run, Exception, ModelConfig};
@@ -27,8 +28,16 @@ fn ci_scope() -> ModelConfig {
         Ok("log") => ModelConfig::log(),
         Ok("log-takeover") => ModelConfig::log_takeover(),
         Ok("log-faults") => ModelConfig::log_faults(),
+        Ok("two-cells") => ModelConfig::two_cells(),
+        Ok("two-by-two") => ModelConfig::two_by_two(),
         _ => ModelConfig::ci(),
     };
+    if let Ok(s) = std::env::var("FENCE_MODEL_CELLS") {
+        cfg.cells = s
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("FENCE_MODEL_CELLS={s:?}: a number of cells, 1 to 4"));
+    }
     if let Ok(s) = std::env::var("FENCE_MODEL_LOG") {
         let v: Vec<u32> = s.split(',').filter_map(|x| x.trim().parse().ok()).collect();
         if let [nodes, faults, pauses, co_writes, appends] = v[..] {
@@ -120,9 +129,19 @@ fn every_state_of_the_resume_scopes_holds_every_property() {
     assert_clean(&ModelConfig::adoption());
 }
 
+/// Two cells, each claimed by both nodes under their one lease and register: every state of
+/// `ModelConfig::two_cells()`. Its report must have seen one lease hold both cells at once
+/// (a `sometimes` property of every scope of two cells).
+#[test]
+fn every_state_of_the_two_cell_scope_holds_every_property() {
+    let cfg = ModelConfig::two_cells();
+    assert_eq!(cfg.cells, 2);
+    assert_clean(&cfg);
+}
+
 /// The larger scopes, on demand (`FENCE_MODEL_LARGE=1`): 1 faulty answer over 3 ticks;
 /// releases, hand-offs and a co-writer; succession and adoption with a pause; three nodes
-/// with mixed TTLs; a takeover racing a faulty append.
+/// with mixed TTLs; a takeover racing a faulty append; 2 nodes × 2 cells.
 #[test]
 fn the_larger_scopes_on_demand() {
     if std::env::var_os("FENCE_MODEL_LARGE").is_none() {
@@ -135,6 +154,7 @@ fn the_larger_scopes_on_demand() {
         ModelConfig::resume(),
         ModelConfig::three_nodes(),
         ModelConfig::log_faults(),
+        ModelConfig::two_by_two(),
     ] {
         assert_clean(&cfg);
     }

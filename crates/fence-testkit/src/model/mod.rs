@@ -18,6 +18,11 @@
 //! successor (resuming its heads), an adoption in a second task of a node, and a co-writer
 //! at the cell's epoch (`update_cell`, as `fence put` is).
 //!
+//! A scope may have more than one cell ([`ModelConfig::cells`]): every node claims each
+//! cell in a task of its own, under its one lease and its one register of claims, and every
+//! property is judged per cell ([`ModelConfig::two_cells`] in CI, the 2 × 2 scope
+//! [`ModelConfig::two_by_two`] on demand).
+//!
 //! Time is discrete: it advances in ticks of [`ModelConfig::tick_ms`] only when the network
 //! is quiet (every request answered, except those a fault made slow) and no node has work
 //! due, so a state is small and hashable (versions are small integers, times bounded by the
@@ -63,8 +68,13 @@ pub enum Exception {
 /// The scope of one check.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ModelConfig {
-    /// Nodes (2 or 3), competing for one cell.
+    /// Nodes (2 or 3), competing for each cell.
     pub nodes: usize,
+    /// Cells (1 to 4), each claimed by every node under the node's one lease and its one
+    /// register of claims. Writes and appends (per node) and co-writes are counted per
+    /// cell; faults, pauses, crashes, releases, hand-offs, collections and adoptions in
+    /// all.
+    pub cells: usize,
     /// How many of them (the first ones) make choices — write, release, hand off — and can
     /// be paused or crash; the others only keep their leases and claim.
     pub actors: usize,
@@ -125,6 +135,7 @@ impl ModelConfig {
     pub fn ci() -> Self {
         ModelConfig {
             nodes: 2,
+            cells: 1,
             actors: 1,
             ttl_ms: vec![900],
             tick_ms: 300,
@@ -194,6 +205,28 @@ impl ModelConfig {
         ModelConfig {
             nodes: 3,
             ttl_ms: vec![900, 1_800, 900],
+            ..ModelConfig::quick()
+        }
+    }
+
+    /// Two nodes claiming **two** cells, each node under its one lease and its one register
+    /// of claims, with nothing else during 3 ticks: both cells' claims race, also within
+    /// one node, and one lease comes to hold both. Checked in every CI run.
+    pub fn two_cells() -> Self {
+        ModelConfig {
+            cells: 2,
+            ..ModelConfig::bare()
+        }
+    }
+
+    /// The 2 × 2 scope on demand (`FENCE_MODEL_LARGE=1` or `FENCE_MODEL_PRESET=two-by-two`):
+    /// two nodes, two cells, [`quick`](Self::quick)'s pause (one process stalled or
+    /// suspended stalls both its claims) and a fenced write to each cell by node 0, during
+    /// 2 ticks.
+    pub fn two_by_two() -> Self {
+        ModelConfig {
+            cells: 2,
+            chaos_ticks: 2,
             ..ModelConfig::quick()
         }
     }
@@ -410,9 +443,11 @@ impl ModelConfig {
     /// A short name of the scope, as the CI line prints it.
     pub fn scope(&self) -> String {
         let mut s = format!(
-            "{} nodes ({} acting) x 1 cell, ttl {:?} ms, {} faults, {} pause ({} ticks), {} crash, {} writes/node, {} appends/node, {} release, {} hand-off, {} co-write, {} collection, {}+{} ticks of {} ms",
+            "{} nodes ({} acting) x {} cell{}, ttl {:?} ms, {} faults, {} pause ({} ticks), {} crash, {} writes/node, {} appends/node, {} release, {} hand-off, {} co-write, {} collection, {}+{} ticks of {} ms",
             self.nodes,
             self.actors,
+            self.cells,
+            if self.cells == 1 { "" } else { "s" },
             self.ttl_ms,
             self.faults,
             self.pauses,
@@ -588,6 +623,7 @@ fn reachable(name: &str, cfg: &ModelConfig) -> bool {
         }
         "a node resumes its cell after its lease lapsed" => cfg.successions > 0 && cfg.pauses > 0,
         "an adoption runs beside a claim or hand-off" => cfg.adopts > 0,
+        props::ONE_LEASE_TWO_CELLS => cfg.cells > 1,
         // Only a second node, and a pause, a crash or a faulty answer making a node look dead
         // to its peer.
         "a takeover happens" => {

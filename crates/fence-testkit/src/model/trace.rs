@@ -5,7 +5,7 @@ use std::fmt;
 
 use stateright::Path;
 
-use super::world::{Action, FenceModel, Op, ReqState, World, CO};
+use super::world::{cell_name, Action, FenceModel, Op, ReqState, Thread, World, CO};
 
 /// One broken property and the shortest path the checker found to it.
 #[derive(Clone, Debug)]
@@ -95,7 +95,13 @@ fn describe(model: &FenceModel, w: &World, action: &Action) -> String {
                     ReqState::Landed(_) => " (landed, answer on its way)",
                     ReqState::InFlight => "",
                 };
-                format!("{}: {}{late}", who(r.from), op(&r.op))
+                // A lease keeper's requests are no cell's.
+                let cell = if model.cfg.cells > 1 && r.thread != Thread::Lease {
+                    format!(" (cell {})", cell_name(r.cell))
+                } else {
+                    String::new()
+                };
+                format!("{}{cell}: {}{late}", who(r.from), op(&r.op))
             })
             .unwrap_or_default()
     };
@@ -127,12 +133,31 @@ fn describe(model: &FenceModel, w: &World, action: &Action) -> String {
         }
         Action::Adopt(n) => format!("n{n}: adopts the cell (a second task)"),
         Action::ResumeSide(n) => format!("n{n}: second task resumes"),
+        Action::At(c, action) => {
+            let v = w.viewing(*c);
+            return format!("{}  (cell {})", describe(model, &v, action), cell_name(*c));
+        }
     };
     format!("{at}  {what}")
 }
 
-/// The store and each node's belief, in one line.
+/// The store and each node's belief, in one line per cell.
 fn store_state(model: &FenceModel, w: &World) -> String {
+    if model.cfg.cells == 1 {
+        return cell_state(model, w);
+    }
+    let cells: Vec<String> = model
+        .cells()
+        .map(|c| {
+            let v = w.viewing(c);
+            format!("cell {}: {}", cell_name(c), cell_state(model, &v))
+        })
+        .collect();
+    cells.join("\n        ")
+}
+
+/// The store and each node's belief of the cell in place.
+fn cell_state(model: &FenceModel, w: &World) -> String {
     let head = match &w.store.head {
         Some((h, v)) => format!(
             "head {{{} @{} {:?} {v}}}",

@@ -26,13 +26,15 @@ use super::props::{self, PropertyName};
 use super::{Exception, ModelConfig};
 
 mod canon;
+mod cells;
+
+pub use self::cells::Parked;
+pub(crate) use self::cells::{cell_name, CellView};
 
 /// The wall clock at model time 0.
 const BASE_WALL: u64 = 1_700_000_000_000;
 /// The sender of the co-writer's requests.
 pub(crate) const CO: u8 = u8::MAX;
-/// The cell's name in a lease's register of claims.
-const CELL: &str = "c";
 
 /// A lease record as stored.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -42,7 +44,8 @@ pub struct LeaseObj {
     pub(crate) ttl_ms: u64,
 }
 
-/// The store: one lease key per node and the cell's head. Versions count per key (the
+/// The store: one lease key per node and the cell's head (of the cell in place, see
+/// [`Parked`]). Versions count per key (the
 /// store contract asks a new version per write of a key, nothing across keys), so writes of
 /// different keys in either order reach the same state.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -159,6 +162,8 @@ pub enum ReqState {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Req {
     pub(crate) from: u8,
+    /// The cell whose task (or co-writer) sent it.
+    pub(crate) cell: u8,
     pub(crate) incarnation: u8,
     pub(crate) thread: Thread,
     pub(crate) op: Op,
@@ -411,6 +416,10 @@ pub struct World {
     pub(crate) co: CoWriter,
     budget: Budget,
     pub(crate) hist: History,
+    /// The cells not in place (cells 1.. of a scope of more than one cell).
+    pub(crate) parked: Vec<Parked>,
+    /// The cell in place (0 in every state at rest).
+    pub(crate) cell: u8,
 }
 
 /// A faulty answer.
@@ -472,6 +481,9 @@ pub enum Action {
     Adopt(u8),
     /// Node `n`'s second task resumes after a wait.
     ResumeSide(u8),
+    /// An action of a node's task or the co-writer of cell `c` (1 or more): the actions
+    /// above are cell 0's.
+    At(u8, Box<Action>),
 }
 
 /// The model: a scope and the properties.
@@ -484,6 +496,12 @@ pub struct FenceModel {
 
 impl FenceModel {
     pub(crate) fn new(cfg: ModelConfig) -> Self {
+        assert!(
+            (1..=cells::CELL_NAMES.len()).contains(&cfg.cells),
+            "a scope has 1 to {} cells, not {}",
+            cells::CELL_NAMES.len(),
+            cfg.cells
+        );
         let lease_cfg = (0..cfg.nodes)
             .map(|n| {
                 let mut c = LeaseConfig::with_ttl_ms(cfg.ttl(n));
@@ -543,18 +561,23 @@ impl FenceModel {
         }
     }
 
-    /// Whether node `n` believes it holds the cell now.
+    /// Whether node `n` believes it holds the cell in place now.
     pub(crate) fn believes(&self, w: &World, n: usize) -> bool {
+        self.believes_in(w, &w.cell_view(w.cell), n)
+    }
+
+    /// Whether node `n` believes it holds cell `v` now.
+    pub(crate) fn believes_in(&self, w: &World, v: &CellView<'_>, n: usize) -> bool {
         let node = &w.nodes[n];
         let held = node
             .lease
             .as_ref()
             .is_some_and(|l| l.is_held(self.now(w, n)));
-        let acting = |c: &Option<Claim>| c.as_ref().is_some_and(|c| !c.ended);
-        node.alive && held && (acting(&node.claim) || acting(&node.side.claim))
+        node.alive && held && v.acting(n)
     }
 
     fn fresh_node(&self, n: usize, incarnation: u8) -> Node {
+        let cell = self.fresh_cell();
         Node {
             alive: true,
             incarnation,
@@ -562,24 +585,24 @@ impl FenceModel {
             lease: None,
             wake: None,
             lease_busy: false,
-            task: None,
-            claim: None,
+            task: cell.task,
+            claim: cell.claim,
             seen: vec![None; self.cfg.nodes],
             paused_until: None,
             suspended: false,
             paused_at: 0,
             lag: 0,
             nonces: 0,
-            writes_left: self.cfg.writes,
-            retry_at: 0,
-            last_written: None,
-            collecting: None,
-            appends_left: self.cfg.appends,
-            log_cache: None,
-            log_tag: None,
-            pending: None,
+            writes_left: cell.writes_left,
+            retry_at: cell.retry_at,
+            last_written: cell.last_written,
+            collecting: cell.collecting,
+            appends_left: cell.appends_left,
+            log_cache: cell.log_cache,
+            log_tag: cell.log_tag,
+            pending: cell.pending,
             register: Register::default(),
-            side: Side::default(),
+            side: cell.side,
             on_side: false,
             vouched: None,
         }
@@ -685,6 +708,8 @@ impl FenceModel {
         };
         w.net.push(Req {
             from: n as u8,
+            // A lease keeper's requests are no cell's.
+            cell: if thread == Thread::Lease { 0 } else { w.cell },
             incarnation,
             thread,
             op,
@@ -740,24 +765,30 @@ impl FenceModel {
         self.drop_claim_if_lease_over(w, n);
     }
 
+    /// Node `n`'s lease is over: every claim of it whose task is idle ends, in each cell.
     fn drop_claim_if_lease_over(&self, w: &mut World, n: usize) {
-        let node = &mut w.nodes[n];
-        let over = node.lease.as_ref().is_some_and(|l| l.is_finished());
-        if over && node.task.is_none() {
-            self.end_claim(w, n);
+        let over = w.nodes[n].lease.as_ref().is_some_and(|l| l.is_finished());
+        if !over {
+            return;
         }
-        let node = &mut w.nodes[n];
-        if over && node.side.task.is_none() {
-            node.side.claim = None;
-        }
+        self.each_cell(w, |w| {
+            if w.nodes[n].task.is_none() {
+                self.end_claim(w, n);
+            }
+            let node = &mut w.nodes[n];
+            if node.side.task.is_none() {
+                node.side.claim = None;
+            }
+        });
     }
 
     /// Node `n`'s claim is over in its process: it leaves the lease's register.
     fn end_claim(&self, w: &mut World, n: usize) {
+        let cell = w.cell_name();
         let node = &mut w.nodes[n];
         if let Some(c) = node.claim.take() {
             if c.registered {
-                node.register.leave(CELL, c.epoch);
+                node.register.leave(cell, c.epoch);
             }
         }
     }
@@ -780,10 +811,13 @@ impl FenceModel {
 
     /// Acquires node `n`'s lease, as the successor of its lapsed generation `predecessor`.
     fn acquire_as(&self, w: &mut World, n: usize, predecessor: Option<String>) {
+        // A new lease has no claims, in any cell.
+        self.each_cell(w, |w| {
+            w.nodes[n].claim = None;
+            w.nodes[n].side = Side::default();
+        });
         let node = &mut w.nodes[n];
         node.acquisitions += 1;
-        node.claim = None;
-        node.side = Side::default();
         node.register = Register::default();
         node.vouched.clone_from(&predecessor);
         let holder = Holder {
@@ -810,8 +844,9 @@ impl FenceModel {
     /// A claim (or, with `adopt`, an adoption) of the cell by node `n`'s task, reserved in
     /// its lease's register first.
     fn start_flow(&self, w: &mut World, n: usize, adopt: bool) {
+        let cell = w.cell_name();
         let node = &mut w.nodes[n];
-        if node.register.reserve(CELL).is_err() {
+        if node.register.reserve(cell).is_err() {
             return;
         }
         let generation = node.generation().unwrap_or_default();
@@ -859,8 +894,9 @@ impl FenceModel {
                 let to = (n + 1) % self.cfg.nodes;
                 // The sender stops acting before the hand-off is sent; it stays in the
                 // lease's register unless the core's rule says otherwise.
+                let cell = w.cell_name();
                 let node = &mut w.nodes[n];
-                let left = node.register.hand_off_begins(CELL, claim.epoch, self.flaws);
+                let left = node.register.hand_off_begins(cell, claim.epoch, self.flaws);
                 if let Some(c) = node.claim.as_mut() {
                     c.ended = true;
                     c.registered &= !left;
@@ -1023,7 +1059,8 @@ impl FenceModel {
     fn task_failed(&self, w: &mut World, n: usize, task: Option<Task>) {
         match task.map(|t| t.machine) {
             Some(Machine::Claim(_)) | None => {
-                w.nodes[n].register.leave(CELL, 0);
+                let cell = w.cell_name();
+                w.nodes[n].register.leave(cell, 0);
                 self.retry_later(w, n)
             }
             Some(Machine::Log(t)) => self.log_failed(w, n, t),
@@ -1045,10 +1082,12 @@ impl FenceModel {
             takeover_from,
         } = end
         else {
-            w.nodes[n].register.leave(CELL, 0);
+            let cell = w.cell_name();
+            w.nodes[n].register.leave(cell, 0);
             return self.retry_later(w, n);
         };
-        w.nodes[n].register.keep(CELL, epoch);
+        let cell = w.cell_name();
+        w.nodes[n].register.keep(cell, epoch);
         let hist = &mut w.hist;
         if !resumed {
             // (Epochs going back are judged as heads land: an answer may come late.)
@@ -1422,8 +1461,13 @@ fn observed(obj: LeaseObj, version: Version) -> ObservedLease {
 // ----- the store and the network ----------------------------------------------------------
 
 impl FenceModel {
+    /// Request `i` lands in the store (in its cell).
     fn land(&self, w: &mut World, i: usize) -> Outcome {
         let req = w.net[i].clone();
+        self.in_cell(w, req.cell, |w| self.land_here(w, req))
+    }
+
+    fn land_here(&self, w: &mut World, req: Req) -> Outcome {
         match req.op {
             Op::GetLease { node } => Outcome::Lease(w.store.leases[node as usize].clone()),
             Op::GetHead => Outcome::Head(w.store.head.clone()),
@@ -1495,6 +1539,10 @@ impl FenceModel {
     /// Hands request `i`'s answer (or its failure) to its sender and removes it.
     fn answer(&self, w: &mut World, i: usize, outcome: Option<Outcome>, refused: bool) {
         let req = w.net.remove(i);
+        self.in_cell(w, req.cell, |w| self.answer_here(w, req, outcome, refused));
+    }
+
+    fn answer_here(&self, w: &mut World, req: Req, outcome: Option<Outcome>, refused: bool) {
         let from = req.from as usize;
         if req.thread == Thread::Co {
             return self.co_answer(w, outcome, refused);
@@ -1531,15 +1579,15 @@ fn guard_holds(guard: &CasGuard, current: Option<&Version>) -> bool {
 
 impl FenceModel {
     /// Work a node must do before time may advance.
-    fn due(&self, w: &World, n: usize) -> Vec<Action> {
+    fn due(&self, w: &World, n: usize, out: &mut Vec<Action>) {
         let node = &w.nodes[n];
-        let mut out = Vec::new();
         if !node.alive || node.paused() {
-            return out;
+            return;
         }
         let now = self.now(w, n);
         let lease_over = node.lease.as_ref().is_none_or(|l| l.is_finished());
-        if lease_over && node.task.is_none() && node.side.task.is_none() && !node.lease_busy {
+        let idle = node.idle_everywhere(n, &w.parked);
+        if lease_over && idle && !node.lease_busy {
             out.push(Action::Acquire(n as u8));
             if w.budget.successions > 0 && node.lease.is_some() {
                 out.push(Action::Succeed(n as u8));
@@ -1548,6 +1596,15 @@ impl FenceModel {
         if !node.lease_busy && node.wake.is_some_and(|t| t <= now.mono_ms) {
             out.push(Action::Wake(n as u8));
         }
+    }
+
+    /// Work node `n`'s tasks of the cell in place must do before time may advance.
+    fn due_in_cell(&self, w: &World, n: usize, out: &mut Vec<Action>) {
+        let node = &w.nodes[n];
+        if !node.alive || node.paused() {
+            return;
+        }
+        let now = self.now(w, n);
         if let Some(Task {
             wait: Wait::Until(t),
             ..
@@ -1567,7 +1624,7 @@ impl FenceModel {
             }
         }
         let held = node.lease.as_ref().is_some_and(|l| l.is_held(now));
-        let unclaimed = node.claim.is_none() && node.register.epoch_of(CELL).is_none();
+        let unclaimed = node.claim.is_none() && node.register.epoch_of(w.cell_name()).is_none();
         if held && unclaimed && node.task.is_none() && w.time >= node.retry_at {
             out.push(Action::Claim(n as u8));
         }
@@ -1575,7 +1632,6 @@ impl FenceModel {
         if node.pending.is_some() && node.task.is_none() && w.time >= node.retry_at {
             out.push(Action::Settle(n as u8));
         }
-        out
     }
 
     fn choices(&self, w: &World, n: usize, out: &mut Vec<Action>) {
@@ -1594,6 +1650,15 @@ impl FenceModel {
         if b.pauses > 0 {
             out.push(Action::Pause(n as u8, false));
             out.push(Action::Pause(n as u8, true));
+        }
+    }
+
+    /// Node `n`'s choices in the cell in place.
+    fn choices_in_cell(&self, w: &World, n: usize, out: &mut Vec<Action>) {
+        let node = &w.nodes[n];
+        let b = &w.budget;
+        if !node.alive || node.paused() {
+            return;
         }
         let idle_claim = node.task.is_none()
             && node.collecting.is_none()
@@ -1620,7 +1685,7 @@ impl FenceModel {
             .lease
             .as_ref()
             .is_some_and(|l| l.is_held(self.now(w, n)));
-        let free = node.register.epoch_of(CELL).is_none();
+        let free = node.register.epoch_of(w.cell_name()).is_none();
         if b.adopts > 0 && held && free && node.side == Side::default() {
             out.push(Action::Adopt(n as u8));
         }
@@ -1702,13 +1767,7 @@ impl Model for FenceModel {
                 head_versions: 0,
             },
             net: Vec::new(),
-            co: CoWriter {
-                left: self.cfg.co_writes,
-                storing: false,
-                write: None,
-                reading: false,
-                tries: 0,
-            },
+            co: self.fresh_co(),
             budget: Budget {
                 faults: self.cfg.faults,
                 pauses: self.cfg.pauses,
@@ -1720,6 +1779,8 @@ impl Model for FenceModel {
                 successions: self.cfg.successions,
             },
             hist: History::default(),
+            parked: self.fresh_parked(),
+            cell: 0,
         };
         for n in 0..self.cfg.nodes {
             self.acquire(&mut w, n);
@@ -1733,7 +1794,40 @@ impl Model for FenceModel {
     fn actions(&self, w: &World, out: &mut Vec<Action>) {
         let mut due = Vec::new();
         for n in 0..w.nodes.len() {
-            due.extend(self.due(w, n));
+            self.due(w, n, &mut due);
+        }
+        // Each cell's own work and choices, with the cell in place (cell 0 is).
+        let mut cell_choices = Vec::new();
+        for c in self.cells() {
+            let view;
+            let v = if c == 0 {
+                w
+            } else {
+                view = w.viewing(c);
+                &view
+            };
+            let (mut d, mut ch) = (Vec::new(), Vec::new());
+            for n in 0..v.nodes.len() {
+                self.due_in_cell(v, n, &mut d);
+            }
+            if self.chaos(v) {
+                for n in 0..self.cfg.actors.min(v.nodes.len()) {
+                    self.choices_in_cell(v, n, &mut ch);
+                }
+                let owned = v.store.head.as_ref().is_some_and(|(h, _)| h.node.is_some());
+                if v.co.left > 0 && v.co.write.is_none() && !v.co.reading && owned {
+                    ch.push(Action::CoWrite);
+                }
+            }
+            let at = |a| {
+                if c == 0 {
+                    a
+                } else {
+                    Action::At(c, Box::new(a))
+                }
+            };
+            due.extend(d.into_iter().map(at));
+            cell_choices.extend(ch.into_iter().map(at));
         }
         for (i, r) in w.net.iter().enumerate() {
             let paused = self.paused_sender(w, r);
@@ -1771,10 +1865,7 @@ impl Model for FenceModel {
             for n in 0..self.cfg.actors.min(w.nodes.len()) {
                 self.choices(w, n, out);
             }
-            let owned = w.store.head.as_ref().is_some_and(|(h, _)| h.node.is_some());
-            if w.co.left > 0 && w.co.write.is_none() && !w.co.reading && owned {
-                out.push(Action::CoWrite);
-            }
+            out.extend(cell_choices);
         } else {
             // After the chaos, crashed processes come back.
             for n in 0..w.nodes.len() {
@@ -1791,110 +1882,11 @@ impl Model for FenceModel {
     fn next_state(&self, last: &World, action: Action) -> Option<World> {
         let mut w = last.clone();
         w.hist.end_pulses();
-        match action {
-            Action::Tick => self.tick(&mut w),
-            Action::Deliver(i) => {
-                let outcome = self.land(&mut w, i);
-                match w.net[i].state {
-                    ReqState::Orphan => {
-                        w.net.remove(i);
-                    }
-                    _ if w.net[i].slow || self.sender_paused(&w, i) => {
-                        w.net[i].state = ReqState::Landed(outcome);
-                    }
-                    _ => self.answer(&mut w, i, Some(outcome), false),
-                }
-            }
-            Action::Answer(i) => {
-                let ReqState::Landed(outcome) = w.net[i].state.clone() else {
-                    return None;
-                };
-                self.answer(&mut w, i, Some(outcome), false);
-            }
-            Action::Fault(i, fault) => {
-                w.budget.faults -= 1;
-                match fault {
-                    Fault::Slow => w.net[i].slow = true,
-                    Fault::LoseAnswer | Fault::HoldUp => self.give_up(&mut w, i, false),
-                    Fault::Refuse => self.give_up(&mut w, i, true),
-                }
-            }
-            Action::Wake(n) => {
-                w.nodes[n as usize].wake = None;
-                self.lease_step(&mut w, n as usize, LeaseEvent::Tick);
-            }
-            Action::Resume(n) => {
-                if !self.resume_task(&mut w, n as usize) {
-                    return None;
-                }
-            }
-            Action::Acquire(n) => self.acquire(&mut w, n as usize),
-            Action::Succeed(n) => {
-                w.budget.successions -= 1;
-                let n = n as usize;
-                let lapsed = w.nodes[n].generation();
-                self.acquire_as(&mut w, n, lapsed);
-            }
-            Action::Adopt(n) => {
-                w.budget.adopts -= 1;
-                w.hist.adopted = true;
-                let n = n as usize;
-                self.on_side(&mut w, n, |w| self.start_flow(w, n, true));
-            }
-            Action::ResumeSide(n) => {
-                let n = n as usize;
-                let mut resumed = false;
-                self.on_side(&mut w, n, |w| resumed = self.resume_task(w, n));
-                if !resumed {
-                    return None;
-                }
-            }
-            Action::Claim(n) => self.start_claim(&mut w, n as usize),
-            Action::Write(n) => {
-                let n = n as usize;
-                let k = self.cfg.writes - w.nodes[n].writes_left + 1;
-                w.nodes[n].writes_left -= 1;
-                self.start_change(&mut w, n, ChangeKind::Write(data_id(n, k)));
-            }
-            Action::Release(n) => {
-                w.budget.releases -= 1;
-                self.start_change(&mut w, n as usize, ChangeKind::Release);
-            }
-            Action::HandOff(n) => {
-                w.budget.hand_offs -= 1;
-                self.start_change(&mut w, n as usize, ChangeKind::HandOff);
-            }
-            Action::Collect(n) => {
-                w.budget.collections -= 1;
-                self.start_collect(&mut w, n as usize);
-            }
-            Action::Append(n) => self.start_append(&mut w, n as usize),
-            Action::Settle(n) => self.start_settle(&mut w, n as usize),
-            Action::CoWrite => {
-                w.co.left -= 1;
-                w.co.reading = true;
-                let bound = self.lease_cfg[0].attempt_max_ms;
-                self.send(&mut w, CO as usize, Thread::Co, Op::GetHead, bound);
-            }
-            Action::Pause(n, suspend) => {
-                w.budget.pauses -= 1;
-                let until = w.time + u64::from(self.cfg.pause_ticks) * self.cfg.tick_ms;
-                let node = &mut w.nodes[n as usize];
-                node.paused_until = Some(until);
-                node.suspended = suspend;
-                node.paused_at = w.time;
-            }
-            Action::Crash(n) => {
-                w.budget.crashes -= 1;
-                self.crash(&mut w, n as usize);
-            }
-            Action::Restart(n) => {
-                let n = n as usize;
-                let incarnation = w.nodes[n].incarnation + 1;
-                w.nodes[n] = self.fresh_node(n, incarnation);
-                w.nodes[n].lag = 0;
-                self.acquire(&mut w, n);
-            }
+        for p in &mut w.parked {
+            p.hist.end_pulses();
+        }
+        if !self.apply(&mut w, action) {
+            return None;
         }
         if self.cfg.canonical {
             self.canonical(&mut w);
@@ -1929,14 +1921,127 @@ impl FenceModel {
         true
     }
 
+    /// Takes `action` in `w`; `false` if it does nothing.
+    fn apply(&self, w: &mut World, action: Action) -> bool {
+        match action {
+            Action::Tick => self.tick(w),
+            Action::Deliver(i) => {
+                let outcome = self.land(w, i);
+                match w.net[i].state {
+                    ReqState::Orphan => {
+                        w.net.remove(i);
+                    }
+                    _ if w.net[i].slow || self.sender_paused(w, i) => {
+                        w.net[i].state = ReqState::Landed(outcome);
+                    }
+                    _ => self.answer(w, i, Some(outcome), false),
+                }
+            }
+            Action::Answer(i) => {
+                let ReqState::Landed(outcome) = w.net[i].state.clone() else {
+                    return false;
+                };
+                self.answer(w, i, Some(outcome), false);
+            }
+            Action::Fault(i, fault) => {
+                w.budget.faults -= 1;
+                match fault {
+                    Fault::Slow => w.net[i].slow = true,
+                    Fault::LoseAnswer | Fault::HoldUp => self.give_up(w, i, false),
+                    Fault::Refuse => self.give_up(w, i, true),
+                }
+            }
+            Action::Wake(n) => {
+                w.nodes[n as usize].wake = None;
+                self.lease_step(w, n as usize, LeaseEvent::Tick);
+            }
+            Action::Resume(n) => {
+                if !self.resume_task(w, n as usize) {
+                    return false;
+                }
+            }
+            Action::Acquire(n) => self.acquire(w, n as usize),
+            Action::Succeed(n) => {
+                w.budget.successions -= 1;
+                let n = n as usize;
+                let lapsed = w.nodes[n].generation();
+                self.acquire_as(w, n, lapsed);
+            }
+            Action::Adopt(n) => {
+                w.budget.adopts -= 1;
+                w.hist.adopted = true;
+                let n = n as usize;
+                self.on_side(w, n, |w| self.start_flow(w, n, true));
+            }
+            Action::ResumeSide(n) => {
+                let n = n as usize;
+                let mut resumed = false;
+                self.on_side(w, n, |w| resumed = self.resume_task(w, n));
+                if !resumed {
+                    return false;
+                }
+            }
+            Action::Claim(n) => self.start_claim(w, n as usize),
+            Action::Write(n) => {
+                let n = n as usize;
+                let k = self.cfg.writes - w.nodes[n].writes_left + 1;
+                w.nodes[n].writes_left -= 1;
+                self.start_change(w, n, ChangeKind::Write(data_id(n, k)));
+            }
+            Action::Release(n) => {
+                w.budget.releases -= 1;
+                self.start_change(w, n as usize, ChangeKind::Release);
+            }
+            Action::HandOff(n) => {
+                w.budget.hand_offs -= 1;
+                self.start_change(w, n as usize, ChangeKind::HandOff);
+            }
+            Action::Collect(n) => {
+                w.budget.collections -= 1;
+                self.start_collect(w, n as usize);
+            }
+            Action::Append(n) => self.start_append(w, n as usize),
+            Action::Settle(n) => self.start_settle(w, n as usize),
+            Action::CoWrite => {
+                w.co.left -= 1;
+                w.co.reading = true;
+                let bound = self.lease_cfg[0].attempt_max_ms;
+                self.send(w, CO as usize, Thread::Co, Op::GetHead, bound);
+            }
+            Action::Pause(n, suspend) => {
+                w.budget.pauses -= 1;
+                let until = w.time + u64::from(self.cfg.pause_ticks) * self.cfg.tick_ms;
+                let node = &mut w.nodes[n as usize];
+                node.paused_until = Some(until);
+                node.suspended = suspend;
+                node.paused_at = w.time;
+            }
+            Action::Crash(n) => {
+                w.budget.crashes -= 1;
+                self.crash(w, n as usize);
+            }
+            Action::Restart(n) => {
+                let n = n as usize;
+                let incarnation = w.nodes[n].incarnation + 1;
+                self.reset_node(w, n, incarnation, true);
+                self.acquire(w, n);
+            }
+            Action::At(c, action) => return self.in_cell(w, c, |w| self.apply(w, *action)),
+        }
+        true
+    }
+
     fn crash(&self, w: &mut World, n: usize) {
+        self.each_cell(w, |w| {
+            let node = &mut w.nodes[n];
+            node.task = None;
+            node.claim = None;
+            node.side = Side::default();
+            node.collecting = None;
+        });
         let node = &mut w.nodes[n];
         node.alive = false;
         node.lease = None;
-        node.task = None;
-        node.claim = None;
-        node.side = Side::default();
-        node.collecting = None;
         node.paused_until = None;
         node.suspended = false;
         let from = n as u8;

@@ -19,13 +19,14 @@ impl FenceModel {
                 // `believes` and `answer` look at `alive` first, and the crash turned every
                 // request of it into an orphan).
                 let incarnation = w.nodes[n].incarnation;
-                w.nodes[n] = Node {
-                    alive: false,
-                    ..self.fresh_node(n, incarnation)
-                };
+                self.reset_node(w, n, incarnation, false);
                 continue;
             }
-            canonical_node(&mut w.nodes[n], w.time, keep_last_written);
+            canonical_node(&mut w.nodes[n]);
+            self.each_cell(w, |w| {
+                let time = w.time;
+                canonical_node_cell(&mut w.nodes[n], time, keep_last_written);
+            });
         }
         if !self.chaos(w) {
             self.spend_all(w);
@@ -62,11 +63,13 @@ impl FenceModel {
             // lapses, also after the chaos ticks.
             successions: w.budget.successions,
         };
-        w.co.left = 0;
-        for node in &mut w.nodes {
-            node.writes_left = 0;
-            node.appends_left = 0;
-        }
+        self.each_cell(w, |w| {
+            w.co.left = 0;
+            for node in &mut w.nodes {
+                node.writes_left = 0;
+                node.appends_left = 0;
+            }
+        });
     }
 
     /// Only the switch `rollback-acknowledged` reads what a process last wrote (it makes a
@@ -83,12 +86,16 @@ impl FenceModel {
     }
 }
 
-fn canonical_node(node: &mut Node, time: u64, keep_last_written: bool) {
+fn canonical_node(node: &mut Node) {
     // `paused_at` is read only while the node is suspended (its frozen monotonic clock in
     // `now`, its lag when the pause ends in `tick`); `Pause` sets it anew.
     if !node.suspended {
         node.paused_at = 0;
     }
+}
+
+/// The node's part of the cell in place.
+fn canonical_node_cell(node: &mut Node, time: u64, keep_last_written: bool) {
     // `retry_at` is read only as `time >= retry_at` (in `due`); time never goes back, so
     // once it has passed it reads as 0 does.
     if node.retry_at <= time {
