@@ -32,12 +32,6 @@ fn ci_scope() -> ModelConfig {
         Ok("two-by-two") => ModelConfig::two_by_two(),
         _ => ModelConfig::ci(),
     };
-    if let Ok(s) = std::env::var("FENCE_MODEL_CELLS") {
-        cfg.cells = s
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("FENCE_MODEL_CELLS={s:?}: a number of cells, 1 to 4"));
-    }
     if let Ok(s) = std::env::var("FENCE_MODEL_LOG") {
         let v: Vec<u32> = s.split(',').filter_map(|x| x.trim().parse().ok()).collect();
         if let [nodes, faults, pauses, co_writes, appends] = v[..] {
@@ -66,6 +60,12 @@ fn ci_scope() -> ModelConfig {
             .trim()
             .parse()
             .unwrap_or_else(|_| panic!("FENCE_MODEL_WRITES={s:?}: a number of writes, 0 to 255"));
+    }
+    if let Ok(s) = std::env::var("FENCE_MODEL_CELLS") {
+        cfg.cells = s
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("FENCE_MODEL_CELLS={s:?}: a number of cells, 1 to 4"));
     }
     cfg.canonical = std::env::var_os("FENCE_MODEL_NO_CANONICAL").is_none();
     cfg

@@ -72,8 +72,8 @@ pub struct ModelConfig {
     pub nodes: usize,
     /// Cells (1 to 4), each claimed by every node under the node's one lease and its one
     /// register of claims. Writes and appends (per node) and co-writes are counted per
-    /// cell; faults, pauses, crashes, releases, hand-offs, collections and adoptions in
-    /// all.
+    /// cell; faults, pauses, crashes, releases, hand-offs, collections, adoptions and
+    /// successions in all.
     pub cells: usize,
     /// How many of them (the first ones) make choices — write, release, hand off — and can
     /// be paused or crash; the others only keep their leases and claim.
@@ -90,7 +90,7 @@ pub struct ModelConfig {
     pub pause_ticks: u32,
     /// Crashes (each followed by a restart under a new process generation), at most.
     pub crashes: u8,
-    /// Fenced data writes per node, at most.
+    /// Fenced data writes per node (and per cell), at most.
     pub writes: u8,
     /// Releases of the cell in all, at most.
     pub releases: u8,
@@ -101,10 +101,10 @@ pub struct ModelConfig {
     /// Collections of unused payload objects (`collect_garbage`) in all, at most. With
     /// any, the co-writer's data goes to payload objects (nodes write inline data).
     pub collections: u8,
-    /// Appends to the cell's log per acting node, at most (`AppendLog`: the cell's data is
+    /// Appends to the cell's log per acting node (and per cell), at most (`AppendLog`: the cell's data is
     /// then the log's head; nodes do not also write data).
     pub appends: u8,
-    /// Adoptions of the cell by node 0 in a second task (`LeaseKeeper::adopt`), racing its
+    /// Adoptions of a cell by node 0 in a second task (`LeaseKeeper::adopt`), racing its
     /// first (a hand-off, a claim), as far as the lease's register of claims lets them
     /// start, at most.
     pub adopts: u8,

@@ -95,8 +95,11 @@ fn describe(model: &FenceModel, w: &World, action: &Action) -> String {
                     ReqState::Landed(_) => " (landed, answer on its way)",
                     ReqState::InFlight => "",
                 };
-                // A lease keeper's requests are no cell's.
-                let cell = if model.cfg.cells > 1 && r.thread != Thread::Lease {
+                // A lease keeper's requests are no cell's (an orphan's thread is erased by
+                // the canonical form; its operation is not).
+                let keeper = matches!(r.op, Op::PutLease { .. })
+                    || (r.thread == Thread::Lease && matches!(r.op, Op::GetLease { .. }));
+                let cell = if model.cfg.cells > 1 && !keeper {
                     format!(" (cell {})", cell_name(r.cell))
                 } else {
                     String::new()

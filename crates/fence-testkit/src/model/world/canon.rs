@@ -14,10 +14,11 @@ impl FenceModel {
         let keep_last_written = self.keeps_last_written();
         for n in 0..w.nodes.len() {
             if !w.nodes[n].alive {
-                // A crashed process: `Restart` replaces the node by `fresh_node` and keeps
-                // only its incarnation; nothing else reads a dead node (`due`, `choices`,
-                // `believes` and `answer` look at `alive` first, and the crash turned every
-                // request of it into an orphan).
+                // A crashed process: `Restart` replaces the node by a fresh one in every
+                // cell (`reset_node`) and keeps only its incarnation; nothing else reads a
+                // dead node (`due`, `due_in_cell`, `choices`, `choices_in_cell`,
+                // `believes_in` and `answer` look at `alive` first, and the crash turned
+                // every request of it into an orphan).
                 let incarnation = w.nodes[n].incarnation;
                 self.reset_node(w, n, incarnation, false);
                 continue;
@@ -96,7 +97,7 @@ fn canonical_node(node: &mut Node) {
 
 /// The node's part of the cell in place.
 fn canonical_node_cell(node: &mut Node, time: u64, keep_last_written: bool) {
-    // `retry_at` is read only as `time >= retry_at` (in `due`); time never goes back, so
+    // `retry_at` is read only as `time >= retry_at` (in `due_in_cell`); time never goes back, so
     // once it has passed it reads as 0 does.
     if node.retry_at <= time {
         node.retry_at = 0;
@@ -109,7 +110,8 @@ fn canonical_node_cell(node: &mut Node, time: u64, keep_last_written: bool) {
 fn canonical_req(r: &mut Req, may_turn_slow: bool) {
     match r.state {
         ReqState::Orphan => {
-            // An orphan is only ever landed (`land` reads its sender and operation) or
+            // An orphan is only ever landed (`land` reads its sender, its cell and its
+            // operation: those stay) or
             // dropped: its sender gave up, so no answer reaches anyone (`give_up` answered
             // the sender when it made the orphan), and `tick` and `quiet` skip orphans.
             r.incarnation = 0;
