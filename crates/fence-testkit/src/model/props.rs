@@ -55,14 +55,14 @@ pub const LOG_SETTLED_LATER: &str = "an ambiguous append is settled by a later e
 /// The records the cell's log commits, in order (`None`: the head is not a log head, or a
 /// committed record object is missing).
 pub(crate) fn committed_log(v: &CellView<'_>) -> Option<Vec<u8>> {
-    let Some((h, _)) = v.head else {
+    let Some((h, _)) = &v.store.head else {
         return Some(Vec::new());
     };
     let head = log_head(h)?;
     (0..head.next)
         .map(|seq| {
             let name = head.name_of(seq)?;
-            let found = v.records.iter().find(|(x, _)| *x == name);
+            let found = v.store.records.iter().find(|(x, _)| *x == name);
             found.map(|(_, id)| *id)
         })
         .collect()
@@ -92,7 +92,7 @@ fn holds(v: &CellView<'_>, p: PropertyName) -> bool {
 
 /// The head's data is at least as recent as every acknowledged write.
 fn nothing_rolled_back(v: &CellView<'_>) -> bool {
-    let head = v.head.as_ref().map(|(h, _)| &h.payload);
+    let head = v.store.head.as_ref().map(|(h, _)| &h.payload);
     let order = head.and_then(id_of).and_then(|id| v.hist.order_of(id));
     v.hist.acked_order == 0 || order.is_some_and(|o| o >= v.hist.acked_order)
 }
@@ -134,8 +134,8 @@ pub(crate) fn all() -> Vec<Property<FenceModel>> {
         }),
         Property::always(NO_DANGLING_HEAD, |m, w| {
             every_cell(m, w, |v| {
-                let blob = v.head.as_ref().and_then(|(h, _)| h.payload.blob());
-                blob.is_none_or(|b| v.blobs.contains(&b.name))
+                let blob = v.store.head.as_ref().and_then(|(h, _)| h.payload.blob());
+                blob.is_none_or(|b| v.store.blobs.contains(&b.name))
             })
         }),
         Property::always(LOG, |m, w| {

@@ -125,7 +125,7 @@ fn describe(model: &FenceModel, w: &World, action: &Action) -> String {
         Action::Append(n) => format!("n{n}: appends its next record to the log"),
         Action::Settle(n) => format!(
             "n{n}: settles its ambiguous append (landed? {:?})",
-            w.nodes[*n as usize].pending
+            w.nodes[*n as usize].cell.pending
         ),
         Action::Pause(n, true) => format!("n{n}: SUSPENDED (monotonic clock stops)"),
         Action::Pause(n, false) => format!("n{n}: STALLED"),
@@ -161,7 +161,7 @@ fn store_state(model: &FenceModel, w: &World) -> String {
 
 /// The store and each node's belief of the cell in place.
 fn cell_state(model: &FenceModel, w: &World) -> String {
-    let head = match &w.store.head {
+    let head = match &w.store.cell.head {
         Some((h, v)) => format!(
             "head {{{} @{} {:?} {v}}}",
             h.node.as_deref().unwrap_or("-"),
@@ -175,6 +175,7 @@ fn cell_state(model: &FenceModel, w: &World) -> String {
     } else {
         let records: Vec<String> = w
             .store
+            .cell
             .records
             .iter()
             .map(|(name, id)| format!("{name}=r{id}"))
@@ -189,7 +190,7 @@ fn cell_state(model: &FenceModel, w: &World) -> String {
     let beliefs: Vec<String> = (0..w.nodes.len())
         .map(|n| {
             let node = &w.nodes[n];
-            let claim = node.claim.as_ref().map_or("no claim".to_owned(), |c| {
+            let claim = node.cell.claim.as_ref().map_or("no claim".to_owned(), |c| {
                 format!(
                     "claim @{}{}",
                     c.epoch,
@@ -197,6 +198,7 @@ fn cell_state(model: &FenceModel, w: &World) -> String {
                 )
             });
             let adopted = node
+                .cell
                 .side
                 .claim
                 .as_ref()

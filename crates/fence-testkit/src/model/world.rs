@@ -7,7 +7,7 @@ use fence_core::decide::claimed::{
 };
 use fence_core::decide::log::{
     self as logrules, Append, AppendEnd, AppendStep, Created, HeadWritten, LogHead, RecordRead,
-    Seal, SealStep, SeenHead,
+    Seal, SealStep,
 };
 use fence_core::decide::register::Register;
 use fence_core::decide::write::{HeadWrite, PutAnswer, ReadAnswer, Settled, Unsettled, WriteStep};
@@ -28,8 +28,8 @@ use super::{Exception, ModelConfig};
 mod canon;
 mod cells;
 
-pub use self::cells::Parked;
 pub(crate) use self::cells::{cell_name, CellView};
+pub use self::cells::{CellStore, NodeCell, Parked};
 
 /// The wall clock at model time 0.
 const BASE_WALL: u64 = 1_700_000_000_000;
@@ -51,13 +51,9 @@ pub struct LeaseObj {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Store {
     pub(crate) leases: Vec<Option<(LeaseObj, Version)>>,
-    pub(crate) head: Option<(CellHead, Version)>,
-    /// The cell's payload objects, by name (sorted).
-    pub(crate) blobs: Vec<String>,
-    /// The cell's log record objects: name and the record (sorted by name).
-    pub(crate) records: Vec<(String, u8)>,
     lease_versions: Vec<u16>,
-    head_versions: u16,
+    /// The part of the cell in place (see [`Parked`]).
+    pub(crate) cell: CellStore,
 }
 
 impl Store {
@@ -67,8 +63,8 @@ impl Store {
     }
 
     fn head_version(&mut self) -> Version {
-        self.head_versions += 1;
-        version(&format!("h{}", self.head_versions))
+        self.cell.head_versions += 1;
+        version(&format!("h{}", self.cell.head_versions))
     }
 }
 
@@ -288,30 +284,16 @@ pub struct Node {
     pub(crate) lease: Option<LeaseCore>,
     wake: Option<u64>,
     lease_busy: bool,
-    pub(crate) task: Option<Task>,
-    pub(crate) claim: Option<Claim>,
+    /// Its part of the cell in place (see [`Parked`]).
+    pub(crate) cell: NodeCell,
     seen: Vec<Option<Observation>>,
     pub(crate) paused_until: Option<u64>,
     suspended: bool,
     paused_at: u64,
     lag: u64,
     nonces: u16,
-    writes_left: u8,
-    retry_at: u64,
-    last_written: Option<CellPayload>,
-    /// A payload collection under way: `None` until its listing came back.
-    collecting: Option<Option<Vec<String>>>,
-    /// Appends left to start.
-    appends_left: u8,
-    /// The append log's cache: the head as it last wrote or read it, and its tag.
-    log_cache: Option<SeenHead>,
-    log_tag: Option<String>,
-    /// An ambiguous append the application settles before it appends again.
-    pub(crate) pending: Option<Pending>,
     /// The lease's register of claims (the core's), one per lease.
     pub(crate) register: Register,
-    /// The second task (an adoption), swapped in while it runs.
-    pub(crate) side: Side,
     /// The second task's slots are swapped in.
     on_side: bool,
     /// A lapsed lease of ours this lease succeeded: its heads are resumed at their epochs.
@@ -419,7 +401,7 @@ pub struct World {
     /// The cells not in place (cells 1.. of a scope of more than one cell).
     pub(crate) parked: Vec<Parked>,
     /// The cell in place (0 in every state at rest).
-    pub(crate) cell: u8,
+    pub(crate) in_place: u8,
 }
 
 /// A faulty answer.
@@ -563,7 +545,7 @@ impl FenceModel {
 
     /// Whether node `n` believes it holds the cell in place now.
     pub(crate) fn believes(&self, w: &World, n: usize) -> bool {
-        self.believes_in(w, &w.cell_view(w.cell), n)
+        self.believes_in(w, &w.cell_view(w.in_place), n)
     }
 
     /// Whether node `n` believes it holds cell `v` now.
@@ -576,8 +558,7 @@ impl FenceModel {
         node.alive && held && v.acting(n)
     }
 
-    fn fresh_node(&self, n: usize, incarnation: u8) -> Node {
-        let cell = self.fresh_cell();
+    fn fresh_node(&self, incarnation: u8) -> Node {
         Node {
             alive: true,
             incarnation,
@@ -585,36 +566,21 @@ impl FenceModel {
             lease: None,
             wake: None,
             lease_busy: false,
-            task: cell.task,
-            claim: cell.claim,
+            cell: self.fresh_cell(),
             seen: vec![None; self.cfg.nodes],
             paused_until: None,
             suspended: false,
             paused_at: 0,
             lag: 0,
             nonces: 0,
-            writes_left: cell.writes_left,
-            retry_at: cell.retry_at,
-            last_written: cell.last_written,
-            collecting: cell.collecting,
-            appends_left: cell.appends_left,
-            log_cache: cell.log_cache,
-            log_tag: cell.log_tag,
-            pending: cell.pending,
             register: Register::default(),
-            side: cell.side,
             on_side: false,
             vouched: None,
         }
-        .with_lag_of(n)
     }
 }
 
 impl Node {
-    fn with_lag_of(self, _n: usize) -> Self {
-        self
-    }
-
     fn paused(&self) -> bool {
         self.paused_until.is_some()
     }
@@ -709,7 +675,11 @@ impl FenceModel {
         w.net.push(Req {
             from: n as u8,
             // A lease keeper's requests are no cell's.
-            cell: if thread == Thread::Lease { 0 } else { w.cell },
+            cell: if thread == Thread::Lease {
+                0
+            } else {
+                w.in_place
+            },
             incarnation,
             thread,
             op,
@@ -772,12 +742,12 @@ impl FenceModel {
             return;
         }
         self.each_cell(w, |w| {
-            if w.nodes[n].task.is_none() {
+            if w.nodes[n].cell.task.is_none() {
                 self.end_claim(w, n);
             }
             let node = &mut w.nodes[n];
-            if node.side.task.is_none() {
-                node.side.claim = None;
+            if node.cell.side.task.is_none() {
+                node.cell.side.claim = None;
             }
         });
     }
@@ -786,7 +756,7 @@ impl FenceModel {
     fn end_claim(&self, w: &mut World, n: usize) {
         let cell = w.cell_name();
         let node = &mut w.nodes[n];
-        if let Some(c) = node.claim.take() {
+        if let Some(c) = node.cell.claim.take() {
             if c.registered {
                 node.register.leave(cell, c.epoch);
             }
@@ -796,8 +766,8 @@ impl FenceModel {
     /// Runs `f` on node `n`'s second task and its claim, swapped in for the first.
     fn on_side(&self, w: &mut World, n: usize, f: impl FnOnce(&mut World)) {
         let swap = |node: &mut Node| {
-            std::mem::swap(&mut node.task, &mut node.side.task);
-            std::mem::swap(&mut node.claim, &mut node.side.claim);
+            std::mem::swap(&mut node.cell.task, &mut node.cell.side.task);
+            std::mem::swap(&mut node.cell.claim, &mut node.cell.side.claim);
             node.on_side = !node.on_side;
         };
         swap(&mut w.nodes[n]);
@@ -813,8 +783,8 @@ impl FenceModel {
     fn acquire_as(&self, w: &mut World, n: usize, predecessor: Option<String>) {
         // A new lease has no claims, in any cell.
         self.each_cell(w, |w| {
-            w.nodes[n].claim = None;
-            w.nodes[n].side = Side::default();
+            w.nodes[n].cell.claim = None;
+            w.nodes[n].cell.side = Side::default();
         });
         let node = &mut w.nodes[n];
         node.acquisitions += 1;
@@ -856,15 +826,15 @@ impl FenceModel {
             .collect();
         let flow = ClaimFlow::new(&format!("n{n}"), &generation, nonce)
             .resuming(&vouched)
-            .with_flaws(self.flaws, self.cfg.ttl(n), node.last_written.clone());
+            .with_flaws(self.flaws, self.cfg.ttl(n), node.cell.last_written.clone());
         let flow = if adopt { flow.adopting() } else { flow };
-        node.task = Some(Task {
+        node.cell.task = Some(Task {
             machine: Machine::Claim(flow),
             seal: None,
             wait: Wait::Head,
             unheld: false,
         });
-        let step = match &mut w.nodes[n].task {
+        let step = match &mut w.nodes[n].cell.task {
             Some(Task {
                 machine: Machine::Claim(f),
                 ..
@@ -877,7 +847,7 @@ impl FenceModel {
     fn start_change(&self, w: &mut World, n: usize, kind: ChangeKind) {
         let now = self.now(w, n);
         let held = w.nodes[n].lease.as_ref().is_some_and(|l| l.is_held(now));
-        let Some(claim) = w.nodes[n].claim.clone() else {
+        let Some(claim) = w.nodes[n].cell.claim.clone() else {
             return;
         };
         if admit(held, claim.ended, self.flaws).is_err() {
@@ -897,7 +867,7 @@ impl FenceModel {
                 let cell = w.cell_name();
                 let node = &mut w.nodes[n];
                 let left = node.register.hand_off_begins(cell, claim.epoch, self.flaws);
-                if let Some(c) = node.claim.as_mut() {
+                if let Some(c) = node.cell.claim.as_mut() {
                     c.ended = true;
                     c.registered &= !left;
                 }
@@ -910,7 +880,7 @@ impl FenceModel {
         let node = &mut w.nodes[n];
         let generation = node.generation().unwrap_or_default();
         let nonce = node.nonce(n);
-        let known = node.claim.as_mut().and_then(|c| c.known.take());
+        let known = node.cell.claim.as_mut().and_then(|c| c.known.take());
         let mut cw = CellWrite::new(
             &format!("n{n}"),
             claim.epoch,
@@ -921,7 +891,7 @@ impl FenceModel {
         )
         .with_flaws(self.flaws);
         let step = cw.start();
-        node.task = Some(Task {
+        node.cell.task = Some(Task {
             machine: Machine::Change(cw, kind),
             seal: None,
             wait: Wait::Base,
@@ -935,7 +905,7 @@ impl FenceModel {
         loop {
             let bound = self.bound(w, n);
             let mono = self.now(w, n).mono_ms;
-            let Some(task) = w.nodes[n].task.as_mut() else {
+            let Some(task) = w.nodes[n].cell.task.as_mut() else {
                 return;
             };
             next = match next {
@@ -1009,7 +979,7 @@ impl FenceModel {
                     if write.uncertain() && matches!(settled, Settled::Landed(_)) {
                         w.hist.settled_ambiguity = true;
                     }
-                    let Some(task) = w.nodes[n].task.as_mut() else {
+                    let Some(task) = w.nodes[n].cell.task.as_mut() else {
                         return;
                     };
                     match &mut task.machine {
@@ -1031,7 +1001,7 @@ impl FenceModel {
                     }
                 }
                 Next::Write(WriteStep::Failed(_)) => {
-                    let task = w.nodes[n].task.take();
+                    let task = w.nodes[n].cell.task.take();
                     return self.task_failed(w, n, task);
                 }
                 Next::Cell(CellStep::Done(end)) if matches!(task.machine, Machine::Log(_)) => {
@@ -1041,11 +1011,11 @@ impl FenceModel {
                     }
                 }
                 Next::Claim(ClaimStep::Done(end)) => {
-                    w.nodes[n].task = None;
+                    w.nodes[n].cell.task = None;
                     return self.claim_ended(w, n, end);
                 }
                 Next::Cell(CellStep::Done(end)) => {
-                    let task = w.nodes[n].task.take();
+                    let task = w.nodes[n].cell.task.take();
                     return self.change_ended(w, n, task, end);
                 }
             };
@@ -1053,7 +1023,7 @@ impl FenceModel {
     }
 
     fn retry_later(&self, w: &mut World, n: usize) {
-        w.nodes[n].retry_at = w.time + self.cfg.tick_ms;
+        w.nodes[n].cell.retry_at = w.time + self.cfg.tick_ms;
     }
 
     fn task_failed(&self, w: &mut World, n: usize, task: Option<Task>) {
@@ -1103,15 +1073,15 @@ impl FenceModel {
         hist.max_claimed = hist.max_claimed.max(epoch);
         hist.takeover |= takeover_from.is_some();
         let node = &mut w.nodes[n];
-        node.claim = Some(Claim {
+        node.cell.claim = Some(Claim {
             epoch,
             known: Some(Base::of(body, version)),
             ended: false,
             registered: true,
         });
         // A new claim, a new `AppendLog`.
-        node.log_cache = None;
-        node.log_tag = None;
+        node.cell.log_cache = None;
+        node.cell.log_tag = None;
     }
 
     fn change_ended(&self, w: &mut World, n: usize, task: Option<Task>, end: CellEnd) {
@@ -1130,11 +1100,11 @@ impl FenceModel {
                 }
                 if let ChangeKind::Write(id) = kind {
                     self.acknowledged(w, id);
-                    w.nodes[n].last_written = Some(payload(id));
+                    w.nodes[n].cell.last_written = Some(payload(id));
                 }
                 match kind {
                     ChangeKind::Write(_) => {
-                        if let Some(c) = w.nodes[n].claim.as_mut() {
+                        if let Some(c) = w.nodes[n].cell.claim.as_mut() {
                             c.known = Some(base);
                         }
                     }
@@ -1142,7 +1112,7 @@ impl FenceModel {
                 }
             }
             CellEnd::Conflict { base } => {
-                if let Some(c) = w.nodes[n].claim.as_mut() {
+                if let Some(c) = w.nodes[n].cell.claim.as_mut() {
                     c.known = Some(base);
                 }
             }
@@ -1162,7 +1132,7 @@ impl FenceModel {
     /// Feeds an answer (or a failure: `None`) to node `n`'s task.
     fn task_answer(&self, w: &mut World, n: usize, outcome: Option<Outcome>, refused: bool) {
         let now = self.now(w, n);
-        let Some(task) = w.nodes[n].task.as_mut() else {
+        let Some(task) = w.nodes[n].cell.task.as_mut() else {
             return;
         };
         let next = match (&task.wait, outcome) {
@@ -1217,7 +1187,7 @@ impl FenceModel {
                 let seen = Observation::update_with(prior, lease, sent, now.mono_ms, self.flaws);
                 let verdict = seen.judge(now, &self.lease_cfg[n]);
                 node.seen[peer] = Some(seen);
-                match &mut node.task {
+                match &mut node.cell.task {
                     Some(Task {
                         machine: Machine::Claim(f),
                         ..
@@ -1249,7 +1219,7 @@ impl FenceModel {
             },
             // A failed read ends a claim or a change: not committed.
             _ => {
-                let task = w.nodes[n].task.take();
+                let task = w.nodes[n].cell.task.take();
                 return self.task_failed(w, n, task);
             }
         };
@@ -1299,7 +1269,7 @@ impl FenceModel {
     /// object the core's rule ([`collectable`] of its [`blob_epoch`]) lets the claim's epoch
     /// delete.
     fn start_collect(&self, w: &mut World, n: usize) {
-        w.nodes[n].collecting = Some(None);
+        w.nodes[n].cell.collecting = Some(None);
         let bound = self.bound(w, n);
         self.send(w, n, Thread::Gc, Op::ListBlobs, bound);
     }
@@ -1307,13 +1277,13 @@ impl FenceModel {
     fn gc_answer(&self, w: &mut World, n: usize, outcome: Option<Outcome>) {
         let bound = self.bound(w, n);
         let node = &mut w.nodes[n];
-        match (node.collecting.take(), outcome) {
+        match (node.cell.collecting.take(), outcome) {
             (Some(None), Some(Outcome::Names(names))) => {
-                node.collecting = Some(Some(names));
+                node.cell.collecting = Some(Some(names));
                 self.send(w, n, Thread::Gc, Op::GetHead, bound);
             }
             (Some(Some(names)), Some(Outcome::Head(head))) => {
-                let Some(epoch) = node.claim.as_ref().map(|c| c.epoch) else {
+                let Some(epoch) = node.cell.claim.as_ref().map(|c| c.epoch) else {
                     return;
                 };
                 let current = head.as_ref().and_then(|(h, _)| h.payload.blob().cloned());
@@ -1470,7 +1440,7 @@ impl FenceModel {
     fn land_here(&self, w: &mut World, req: Req) -> Outcome {
         match req.op {
             Op::GetLease { node } => Outcome::Lease(w.store.leases[node as usize].clone()),
-            Op::GetHead => Outcome::Head(w.store.head.clone()),
+            Op::GetHead => Outcome::Head(w.store.cell.head.clone()),
             Op::PutLease { guard, obj } => {
                 let n = req.from as usize;
                 let current = w.store.leases[n].as_ref().map(|(_, v)| v.clone());
@@ -1482,37 +1452,37 @@ impl FenceModel {
                 Outcome::Put(Some(v))
             }
             Op::PutHead { guard, head, data } => {
-                let current = w.store.head.as_ref().map(|(_, v)| v.clone());
+                let current = w.store.cell.head.as_ref().map(|(_, v)| v.clone());
                 if !guard_holds(&guard, current.as_ref()) {
                     return Outcome::Put(None);
                 }
                 self.head_lands(w, &head, data);
                 let v = w.store.head_version();
-                w.store.head = Some((head, v.clone()));
+                w.store.cell.head = Some((head, v.clone()));
                 Outcome::Put(Some(v))
             }
             Op::PutBlob { name } => {
-                if let Err(at) = w.store.blobs.binary_search(&name) {
-                    w.store.blobs.insert(at, name);
+                if let Err(at) = w.store.cell.blobs.binary_search(&name) {
+                    w.store.cell.blobs.insert(at, name);
                 }
                 Outcome::Done
             }
-            Op::ListBlobs => Outcome::Names(w.store.blobs.clone()),
+            Op::ListBlobs => Outcome::Names(w.store.cell.blobs.clone()),
             Op::DeleteBlob { name } => {
-                w.store.blobs.retain(|b| *b != name);
+                w.store.cell.blobs.retain(|b| *b != name);
                 Outcome::Done
             }
             Op::PutRecord { name, id } => {
-                match w.store.records.binary_search_by(|(x, _)| x.cmp(&name)) {
+                match w.store.cell.records.binary_search_by(|(x, _)| x.cmp(&name)) {
                     Ok(_) => Outcome::Created(false),
                     Err(at) => {
-                        w.store.records.insert(at, (name, id));
+                        w.store.cell.records.insert(at, (name, id));
                         Outcome::Created(true)
                     }
                 }
             }
             Op::GetRecord { name } => {
-                let found = w.store.records.iter().find(|(x, _)| *x == name);
+                let found = w.store.cell.records.iter().find(|(x, _)| *x == name);
                 Outcome::Record(found.map(|(_, id)| *id))
             }
         }
@@ -1520,7 +1490,7 @@ impl FenceModel {
 
     /// Checks a head write as it lands.
     fn head_lands(&self, w: &mut World, head: &CellHead, data: Option<u8>) {
-        let old = w.store.head.as_ref().map_or(0, |(h, _)| h.epoch);
+        let old = w.store.cell.head.as_ref().map_or(0, |(h, _)| h.epoch);
         if head.epoch < old {
             w.hist.breach(PropertyName::EpochsNeverGoBack);
         }
@@ -1608,7 +1578,7 @@ impl FenceModel {
         if let Some(Task {
             wait: Wait::Until(t),
             ..
-        }) = &node.task
+        }) = &node.cell.task
         {
             if *t <= now.mono_ms {
                 out.push(Action::Resume(n as u8));
@@ -1617,19 +1587,20 @@ impl FenceModel {
         if let Some(Task {
             wait: Wait::Until(t),
             ..
-        }) = &node.side.task
+        }) = &node.cell.side.task
         {
             if *t <= now.mono_ms {
                 out.push(Action::ResumeSide(n as u8));
             }
         }
         let held = node.lease.as_ref().is_some_and(|l| l.is_held(now));
-        let unclaimed = node.claim.is_none() && node.register.epoch_of(w.cell_name()).is_none();
-        if held && unclaimed && node.task.is_none() && w.time >= node.retry_at {
+        let unclaimed =
+            node.cell.claim.is_none() && node.register.epoch_of(w.cell_name()).is_none();
+        if held && unclaimed && node.cell.task.is_none() && w.time >= node.cell.retry_at {
             out.push(Action::Claim(n as u8));
         }
         // The application settles an ambiguous append before anything else it does.
-        if node.pending.is_some() && node.task.is_none() && w.time >= node.retry_at {
+        if node.cell.pending.is_some() && node.cell.task.is_none() && w.time >= node.cell.retry_at {
             out.push(Action::Settle(n as u8));
         }
     }
@@ -1660,11 +1631,11 @@ impl FenceModel {
         if !node.alive || node.paused() {
             return;
         }
-        let idle_claim = node.task.is_none()
-            && node.collecting.is_none()
-            && node.claim.as_ref().is_some_and(|c| !c.ended);
+        let idle_claim = node.cell.task.is_none()
+            && node.cell.collecting.is_none()
+            && node.cell.claim.as_ref().is_some_and(|c| !c.ended);
         if idle_claim {
-            if node.writes_left > 0 {
+            if node.cell.writes_left > 0 {
                 out.push(Action::Write(n as u8));
             }
             if b.releases > 0 {
@@ -1676,7 +1647,7 @@ impl FenceModel {
             if b.collections > 0 {
                 out.push(Action::Collect(n as u8));
             }
-            if node.appends_left > 0 && node.pending.is_none() {
+            if node.cell.appends_left > 0 && node.cell.pending.is_none() {
                 out.push(Action::Append(n as u8));
             }
         }
@@ -1686,7 +1657,7 @@ impl FenceModel {
             .as_ref()
             .is_some_and(|l| l.is_held(self.now(w, n)));
         let free = node.register.epoch_of(w.cell_name()).is_none();
-        if b.adopts > 0 && held && free && node.side == Side::default() {
+        if b.adopts > 0 && held && free && node.cell.side == Side::default() {
             out.push(Action::Adopt(n as u8));
         }
     }
@@ -1754,17 +1725,14 @@ impl Model for FenceModel {
     type Action = Action;
 
     fn init_states(&self) -> Vec<World> {
-        let nodes = (0..self.cfg.nodes).map(|n| self.fresh_node(n, 1)).collect();
+        let nodes = (0..self.cfg.nodes).map(|_| self.fresh_node(1)).collect();
         let mut w = World {
             time: 0,
             nodes,
             store: Store {
                 leases: vec![None; self.cfg.nodes],
-                head: None,
-                blobs: Vec::new(),
-                records: Vec::new(),
                 lease_versions: vec![0; self.cfg.nodes],
-                head_versions: 0,
+                cell: CellStore::default(),
             },
             net: Vec::new(),
             co: self.fresh_co(),
@@ -1780,7 +1748,7 @@ impl Model for FenceModel {
             },
             hist: History::default(),
             parked: self.fresh_parked(),
-            cell: 0,
+            in_place: 0,
         };
         for n in 0..self.cfg.nodes {
             self.acquire(&mut w, n);
@@ -1814,7 +1782,12 @@ impl Model for FenceModel {
                 for n in 0..self.cfg.actors.min(v.nodes.len()) {
                     self.choices_in_cell(v, n, &mut ch);
                 }
-                let owned = v.store.head.as_ref().is_some_and(|(h, _)| h.node.is_some());
+                let owned = v
+                    .store
+                    .cell
+                    .head
+                    .as_ref()
+                    .is_some_and(|(h, _)| h.node.is_some());
                 if v.co.left > 0 && v.co.write.is_none() && !v.co.reading && owned {
                     ch.push(Action::CoWrite);
                 }
@@ -1906,7 +1879,7 @@ impl Model for FenceModel {
 impl FenceModel {
     /// Node `n`'s task resumes after a wait; `false` if it waited for nothing.
     fn resume_task(&self, w: &mut World, n: usize) -> bool {
-        let next = match &mut w.nodes[n].task {
+        let next = match &mut w.nodes[n].cell.task {
             Some(Task {
                 seal: Some((write, _)),
                 ..
@@ -1984,8 +1957,8 @@ impl FenceModel {
             Action::Claim(n) => self.start_claim(w, n as usize),
             Action::Write(n) => {
                 let n = n as usize;
-                let k = self.cfg.writes - w.nodes[n].writes_left + 1;
-                w.nodes[n].writes_left -= 1;
+                let k = self.cfg.writes - w.nodes[n].cell.writes_left + 1;
+                w.nodes[n].cell.writes_left -= 1;
                 self.start_change(w, n, ChangeKind::Write(data_id(n, k)));
             }
             Action::Release(n) => {
@@ -2034,10 +2007,10 @@ impl FenceModel {
     fn crash(&self, w: &mut World, n: usize) {
         self.each_cell(w, |w| {
             let node = &mut w.nodes[n];
-            node.task = None;
-            node.claim = None;
-            node.side = Side::default();
-            node.collecting = None;
+            node.cell.task = None;
+            node.cell.claim = None;
+            node.cell.side = Side::default();
+            node.cell.collecting = None;
         });
         let node = &mut w.nodes[n];
         node.alive = false;

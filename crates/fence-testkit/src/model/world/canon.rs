@@ -67,8 +67,8 @@ impl FenceModel {
         self.each_cell(w, |w| {
             w.co.left = 0;
             for node in &mut w.nodes {
-                node.writes_left = 0;
-                node.appends_left = 0;
+                node.cell.writes_left = 0;
+                node.cell.appends_left = 0;
             }
         });
     }
@@ -99,11 +99,11 @@ fn canonical_node(node: &mut Node) {
 fn canonical_node_cell(node: &mut Node, time: u64, keep_last_written: bool) {
     // `retry_at` is read only as `time >= retry_at` (in `due_in_cell`); time never goes back, so
     // once it has passed it reads as 0 does.
-    if node.retry_at <= time {
-        node.retry_at = 0;
+    if node.cell.retry_at <= time {
+        node.cell.retry_at = 0;
     }
     if !keep_last_written {
-        node.last_written = None;
+        node.cell.last_written = None;
     }
 }
 

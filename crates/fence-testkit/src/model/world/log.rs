@@ -51,7 +51,7 @@ impl LogTask {
 
 impl FenceModel {
     fn log_task(w: &mut World, n: usize) -> Option<&mut LogTask> {
-        match &mut w.nodes[n].task {
+        match &mut w.nodes[n].cell.task {
             Some(Task {
                 machine: Machine::Log(t),
                 ..
@@ -61,7 +61,7 @@ impl FenceModel {
     }
 
     fn set_wait(w: &mut World, n: usize, wait: Wait) {
-        if let Some(t) = w.nodes[n].task.as_mut() {
+        if let Some(t) = w.nodes[n].cell.task.as_mut() {
             t.wait = wait;
         }
     }
@@ -88,28 +88,32 @@ impl FenceModel {
     /// `AppendLog::append` of node `n`'s next record.
     pub(super) fn start_append(&self, w: &mut World, n: usize) {
         let node = &mut w.nodes[n];
-        node.appends_left = node.appends_left.saturating_sub(1);
-        let Some(epoch) = node.claim.as_ref().map(|c| c.epoch) else {
+        node.cell.appends_left = node.cell.appends_left.saturating_sub(1);
+        let Some(epoch) = node.cell.claim.as_ref().map(|c| c.epoch) else {
             return;
         };
-        let id = record_id(n, node.incarnation, self.cfg.appends - node.appends_left);
+        let id = record_id(
+            n,
+            node.incarnation,
+            self.cfg.appends - node.cell.appends_left,
+        );
         // As `AppendLog::append_with`: the cache is taken, the tag cloned.
-        let mut append =
-            Append::new(epoch, node.log_cache.take(), node.log_tag.clone()).with_flaws(self.flaws);
+        let mut append = Append::new(epoch, node.cell.log_cache.take(), node.cell.log_tag.clone())
+            .with_flaws(self.flaws);
         let step = append.start();
-        node.task = Some(LogTask::start(LogOp::Append { append, id }));
+        node.cell.task = Some(LogTask::start(LogOp::Append { append, id }));
         self.run(w, n, Next::Append(step));
     }
 
     /// `AppendLog::landed` of node `n`'s ambiguous append.
     pub(super) fn start_settle(&self, w: &mut World, n: usize) {
         let node = &mut w.nodes[n];
-        let Some(pending) = node.pending else {
+        let Some(pending) = node.cell.pending else {
             return;
         };
         let mut seal = Seal::new();
         let step = seal.start();
-        node.task = Some(LogTask::start(LogOp::Settle { seal, pending }));
+        node.cell.task = Some(LogTask::start(LogOp::Settle { seal, pending }));
         self.run(w, n, Next::Seal(step));
     }
 
@@ -126,6 +130,7 @@ impl FenceModel {
                 let node = &w.nodes[n];
                 let held = node.lease.as_ref().is_some_and(|l| l.is_held(now))
                     && node
+                        .cell
                         .claim
                         .as_ref()
                         .is_some_and(|c| !c.ended && c.epoch == epoch);
@@ -175,7 +180,7 @@ impl FenceModel {
 
     /// Node `n`'s append ended, with what the application was told.
     fn append_over(&self, w: &mut World, n: usize, told: Told) -> Option<Next> {
-        let task = w.nodes[n].task.take();
+        let task = w.nodes[n].cell.task.take();
         let Some(Task {
             machine:
                 Machine::Log(LogTask {
@@ -188,13 +193,13 @@ impl FenceModel {
             return None;
         };
         let node = &mut w.nodes[n];
-        node.log_cache = append.cache();
-        node.log_tag = append.tag();
+        node.cell.log_cache = append.cache();
+        node.cell.log_tag = append.tag();
         match told {
             Told::Acked => w.hist.log_told(id, true),
             Told::Denied => w.hist.log_told(id, false),
             Told::Ambiguous => {
-                node.pending = Some(Pending {
+                node.cell.pending = Some(Pending {
                     seq: append.seq(),
                     id,
                     epoch: append.epoch(),
@@ -209,7 +214,7 @@ impl FenceModel {
             SealStep::ReadHead => self.log_request(w, n, Wait::LogRead, Op::GetHead),
             SealStep::WriteHead { head, expected } => self.start_log_write(w, n, &head, expected),
             SealStep::Sealed(head, version) => {
-                w.nodes[n].log_cache = Some((head.clone(), Some(version)));
+                w.nodes[n].cell.log_cache = Some((head.clone(), Some(version)));
                 self.verdict(w, n, &head)
             }
             SealStep::Failed { .. } => self.moved_past(w, n),
@@ -246,12 +251,12 @@ impl FenceModel {
     /// Node `n`'s settlement ended: landed or not, or (`None`) nothing settled (asked again
     /// a tick later).
     fn settled(&self, w: &mut World, n: usize, landed: Option<bool>) -> Option<Next> {
-        w.nodes[n].task = None;
+        w.nodes[n].cell.task = None;
         let Some(landed) = landed else {
             self.retry_later(w, n);
             return None;
         };
-        let pending = w.nodes[n].pending.take()?;
+        let pending = w.nodes[n].cell.pending.take()?;
         w.hist.log_settled = true;
         w.hist.log_told(pending.id, landed);
         None
@@ -274,7 +279,7 @@ impl FenceModel {
         let now = self.now(w, n);
         let node = &mut w.nodes[n];
         let held = node.lease.as_ref().is_some_and(|l| l.is_held(now));
-        let ours = node.claim.as_ref().filter(|c| c.epoch == epoch);
+        let ours = node.cell.claim.as_ref().filter(|c| c.epoch == epoch);
         let ended = ours.is_none_or(|c| c.ended);
         if admit(held, ended, self.flaws).is_err() {
             let refused = HeadWritten::of_error(ErrorKind::Fenced, false);
@@ -282,7 +287,7 @@ impl FenceModel {
         }
         let generation = node.generation().unwrap_or_default();
         let nonce = node.nonce(n);
-        let known = node.claim.as_mut().and_then(|c| c.known.take());
+        let known = node.cell.claim.as_mut().and_then(|c| c.known.take());
         let change = Change::Data {
             payload: CellPayload::Inline(head.encode()),
             exact: Some(expected),
@@ -290,7 +295,7 @@ impl FenceModel {
         let mut cw = CellWrite::new(&format!("n{n}"), epoch, &generation, nonce, change, known)
             .with_flaws(self.flaws);
         let step = cw.start();
-        let task = node.task.as_mut()?;
+        let task = node.cell.task.as_mut()?;
         task.unheld = !held;
         if let Machine::Log(t) = &mut task.machine {
             t.write = Some(cw);
@@ -302,7 +307,7 @@ impl FenceModel {
     /// The head write's end, as the runtime's `write_on` turns it into the claim's state and
     /// an answer.
     pub(super) fn log_cell_end(&self, w: &mut World, n: usize, end: CellEnd) -> Option<Next> {
-        let unheld = w.nodes[n].task.as_ref().is_some_and(|t| t.unheld);
+        let unheld = w.nodes[n].cell.task.as_ref().is_some_and(|t| t.unheld);
         let node = &mut w.nodes[n];
         let (answer, ambiguous) = match end {
             CellEnd::Written { base, .. } => {
@@ -310,13 +315,13 @@ impl FenceModel {
                     w.hist.breach(PropertyName::NoWriteWithoutLease);
                 }
                 let v = base.version.clone();
-                if let Some(c) = node.claim.as_mut() {
+                if let Some(c) = node.cell.claim.as_mut() {
                     c.known = Some(base);
                 }
                 (HeadWritten::Landed(v), false)
             }
             CellEnd::Conflict { base } => {
-                if let Some(c) = node.claim.as_mut() {
+                if let Some(c) = node.cell.claim.as_mut() {
                     c.known = Some(base);
                 }
                 (HeadWritten::of_error(ErrorKind::Conflict, false), false)
@@ -438,8 +443,8 @@ impl FenceModel {
         match t.op {
             LogOp::Append { append, id } => {
                 let node = &mut w.nodes[n];
-                node.log_cache = append.cache();
-                node.log_tag = append.tag();
+                node.cell.log_cache = append.cache();
+                node.cell.log_tag = append.tag();
                 w.hist.log_told(id, false);
             }
             _ => self.retry_later(w, n),
