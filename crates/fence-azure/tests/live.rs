@@ -15,6 +15,7 @@ use fence_azure::AzureStore;
 use fence_core::{
     CasGuard, Commit, ConditionalStore, DeleteOutcome, Entropy, ErrorKind, Key, PutOutcome, Version,
 };
+use fence_testkit::scenarios::runtime::SERVER_TTL;
 use fence_testkit::{probe, run_all, ProbeConfig, SuiteConfig, Verdict};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -374,6 +375,7 @@ async fn conformance_suite_passes_on_azurite() {
         // lanes and the servers on two cores) once took Azurite's linearizability run past
         // 60 s.
         scenario_timeout: Duration::from_secs(180),
+        runtime_ttl: SERVER_TTL,
         ..SuiteConfig::default()
     };
     let report = run_all(store, &cfg).await;

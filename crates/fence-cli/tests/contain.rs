@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     children_of, fence, fence_bin, lines_between, run_args, run_marked, wait_bounded,
-    wait_for_count, wait_for_line, Mark, Store,
+    wait_for_count, wait_for_line, Mark, Store, PAST_TTL, PAUSED_TTL,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -317,7 +317,7 @@ fn a_stopped_supervisor_does_not_keep_a_lost_lease_command_running(mode: &str) {
         &store,
         "stuck",
         mode,
-        &["--ttl", "1s", "--grace", "300ms"],
+        &["--ttl", PAUSED_TTL, "--grace", "300ms"],
         &mark,
         &script,
     )
@@ -329,7 +329,7 @@ fn a_stopped_supervisor_does_not_keep_a_lost_lease_command_running(mode: &str) {
     let run_pid = Pid::from_raw(run.id() as i32);
     kill(supervisor, Signal::SIGSTOP).expect("SIGSTOP the supervising process");
     kill(run_pid, Signal::SIGSTOP).expect("SIGSTOP fence run");
-    std::thread::sleep(Duration::from_millis(1_500));
+    std::thread::sleep(PAST_TTL);
     kill(run_pid, Signal::SIGCONT).expect("SIGCONT fence run");
     let status = wait_bounded(&mut run, Duration::from_secs(30), "the woken holder");
     let _ = kill(supervisor, Signal::SIGCONT);

@@ -6,7 +6,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{fence, fence_bin, output, wait_bounded, wait_for_file, Mark, Store};
+use common::{
+    fence, fence_bin, output, wait_bounded, wait_for_file, wait_for_file_of, Mark, Store, PAST_TTL,
+    PAUSED_TTL,
+};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -72,17 +75,17 @@ fn a_paused_holder_is_fenced_when_it_wakes_and_its_stale_put_is_refused() {
     let a_mark = Mark::new();
     let a_script = format!("echo $FENCE_EPOCH > {}; exec sleep 30", a_epoch.display());
     let mut a_args = vec![
-        "run", "--store", &store.url, "--lease", "job", "--ttl", "1s", "--grace", "1s", "--",
+        "run", "--store", &store.url, "--lease", "job", "--ttl", PAUSED_TTL, "--grace", "1s", "--",
     ];
     let a_command = a_mark.sh(&a_script);
     a_args.extend(a_command.iter().map(String::as_str));
     let mut a = fence(&a_args).spawn().expect("spawn holder");
-    let a_epoch: u64 = wait_for_file(&a_epoch, Duration::from_secs(10))
+    let a_epoch: u64 = wait_for_file_of(&mut a, &a_epoch, Duration::from_secs(10))
         .parse()
         .unwrap();
     let a_fence = Pid::from_raw(a.id() as i32);
     kill(a_fence, Signal::SIGSTOP).expect("SIGSTOP");
-    std::thread::sleep(Duration::from_millis(1_500));
+    std::thread::sleep(PAST_TTL);
 
     let (b_epoch, b_put) = (store.path("b.epoch"), store.path("b.put"));
     let b_script = format!(
@@ -170,7 +173,7 @@ fn a_busy_lease_fails_at_once_without_wait_and_after_the_timeout_with_it() {
     ])
     .spawn()
     .expect("spawn holder");
-    wait_for_file(&ready, Duration::from_secs(10));
+    wait_for_file_of(&mut holder, &ready, Duration::from_secs(10));
     let now = output(&[
         "run", "--store", &store.url, "--lease", "busy", "--", "true",
     ]);
@@ -215,7 +218,7 @@ fn signals_sent_to_fence_reach_the_command() {
     ])
     .spawn()
     .expect("spawn");
-    wait_for_file(&pid_file, Duration::from_secs(10));
+    wait_for_file_of(&mut run, &pid_file, Duration::from_secs(10));
     kill(Pid::from_raw(run.id() as i32), Signal::SIGTERM).expect("SIGTERM");
     let status = wait_bounded(&mut run, Duration::from_secs(10), "fence run");
     assert_eq!(
@@ -242,18 +245,18 @@ fn a_command_that_ignores_sigterm_is_killed_after_the_grace_period() {
         ready.display()
     );
     let mut args = vec![
-        "run", "--store", &store.url, "--lease", "stubborn", "--ttl", "1s", "--grace", "500ms",
-        "--",
+        "run", "--store", &store.url, "--lease", "stubborn", "--ttl", PAUSED_TTL, "--grace",
+        "500ms", "--",
     ];
     let command = mark.sh(&script);
     args.extend(command.iter().map(String::as_str));
     let mut holder = fence(&args).spawn().expect("spawn holder");
-    wait_for_file(&ready, Duration::from_secs(10));
+    wait_for_file_of(&mut holder, &ready, Duration::from_secs(10));
     // Pause the holder past its TTL: when it wakes it must fence itself, SIGTERM the command
     // (ignored), and SIGKILL it after the grace period.
     let fence_pid = Pid::from_raw(holder.id() as i32);
     kill(fence_pid, Signal::SIGSTOP).expect("SIGSTOP");
-    std::thread::sleep(Duration::from_millis(1_500));
+    std::thread::sleep(PAST_TTL);
     kill(fence_pid, Signal::SIGCONT).expect("SIGCONT");
     let status = wait_bounded(&mut holder, Duration::from_secs(10), "the fenced holder");
     assert_eq!(status.code(), Some(76), "a fenced holder exits 76");

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{
     fence, lines_between, output, run_args, run_marked, state_of, wait_bounded, wait_for_count,
-    wait_for_file, wait_for_line, wait_until, Mark, Store,
+    wait_for_file_of, wait_for_line, wait_until, Mark, Store, PAST_TTL, PAUSED_TTL,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -121,17 +121,17 @@ fn a_lost_lease_ends_grandchildren_too() {
     let mut holder = run_marked(
         &store,
         "lost",
-        &["--ttl", "1s", "--grace", "300ms"],
+        &["--ttl", PAUSED_TTL, "--grace", "300ms"],
         &mark,
         &script,
     )
     .stderr(Stdio::piped())
     .spawn()
     .expect("spawn holder");
-    wait_for_file(&ready, Duration::from_secs(10));
+    wait_for_file_of(&mut holder, &ready, Duration::from_secs(10));
     let fence_pid = Pid::from_raw(holder.id() as i32);
     kill(fence_pid, Signal::SIGSTOP).expect("SIGSTOP");
-    std::thread::sleep(Duration::from_millis(1_500));
+    std::thread::sleep(PAST_TTL);
     kill(fence_pid, Signal::SIGCONT).expect("SIGCONT");
     let status = wait_bounded(&mut holder, Duration::from_secs(10), "the fenced holder");
     assert_eq!(status.code(), Some(76));

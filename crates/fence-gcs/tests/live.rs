@@ -17,6 +17,7 @@ use fence_core::{
     Key, PutOutcome, Stored, Version,
 };
 use fence_gcs::{GcsStore, StaticToken};
+use fence_testkit::scenarios::runtime::SERVER_TTL;
 use fence_testkit::{probe, run_all, ProbeConfig, SuiteConfig, Verdict};
 
 #[path = "../../fence-wire/tests/support/canned.rs"]
@@ -84,11 +85,12 @@ async fn conformance_suite_passes_on_fake_gcs() {
     let Some(s) = server() else { return };
     let cfg = SuiteConfig {
         key_prefix: fresh_prefix(),
+        runtime_ttl: SERVER_TTL,
         ..SuiteConfig::default()
     };
     let report = run_all(Arc::new(store(&s)), &cfg).await;
     println!("{report}");
-    assert!(report.is_success(), "failed: {:?}", report.failures());
+    assert!(report.is_success(), "{report}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

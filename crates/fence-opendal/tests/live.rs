@@ -13,6 +13,7 @@ use fence_core::{
 };
 use fence_opendal::emulator::{self, S3Server};
 use fence_opendal::OpendalStore;
+use fence_testkit::scenarios::runtime::SERVER_TTL;
 use fence_testkit::{probe, run_all, ProbeConfig, SuiteConfig, Verdict};
 use opendal::Operator;
 
@@ -284,12 +285,13 @@ fn suite_config(test: &str) -> SuiteConfig {
         // lanes and the servers on two cores) once took Azurite's linearizability run past
         // 60 s.
         scenario_timeout: Duration::from_secs(180),
+        runtime_ttl: SERVER_TTL,
         ..SuiteConfig::light()
     }
 }
 
-/// One suite at a time: its runtime scenarios hold leases of 800 ms, which three suites at
-/// once on two loaded cores can starve.
+/// One suite at a time: its runtime scenarios hold leases of 1.5 s ([`SERVER_TTL`]), which
+/// three suites at once on two loaded cores can starve.
 static ONE_SUITE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn suite_passes(name: &str) {

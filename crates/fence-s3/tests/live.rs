@@ -16,6 +16,7 @@ use fence_core::{
     PutOutcome, Version,
 };
 use fence_s3::S3Store;
+use fence_testkit::scenarios::runtime::SERVER_TTL;
 use fence_testkit::{probe, run_scenarios, scenarios, ProbeConfig, SuiteConfig, Verdict};
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path;
@@ -387,6 +388,7 @@ fn suite_config(test: &str) -> SuiteConfig {
         // lanes and the servers on two cores) once took Azurite's linearizability run past
         // 60 s.
         scenario_timeout: Duration::from_secs(180),
+        runtime_ttl: SERVER_TTL,
         ..SuiteConfig::light()
     }
 }

@@ -49,6 +49,12 @@ pub struct SuiteConfig {
     pub large_body_bytes: usize,
     /// Each scenario fails after this long.
     pub scenario_timeout: Duration,
+    /// The node lease TTL of the runtime scenarios, which run in real time (default
+    /// [`runtime::TTL`](crate::scenarios::runtime::TTL), 800 ms: a local store answers a
+    /// renewal in time). Give a server on a loaded machine or across a network a longer one:
+    /// a lease whose renewals are not answered within it is lost, and the scenario fails. The
+    /// runtime scenarios take about 6.5 TTLs in all.
+    pub runtime_ttl: Duration,
     /// The contract probe run first (its `key_prefix` is replaced by the run's prefix).
     pub probe: ProbeConfig,
     /// Stop before the scenarios when the probe's verdict is not [`Verdict::Honest`](crate::Verdict::Honest): a
@@ -76,6 +82,7 @@ impl Default for SuiteConfig {
             lease_rounds: 5,
             large_body_bytes: 1 << 20,
             scenario_timeout: Duration::from_secs(120),
+            runtime_ttl: crate::scenarios::runtime::TTL,
             probe: ProbeConfig::default(),
             stop_unless_honest: true,
             cleanup: true,
@@ -192,8 +199,10 @@ impl fmt::Display for ScenarioResult {
     }
 }
 
-/// The suite's report. Its `Display` lists every scenario (PASS/FAIL and reason) and ends
-/// with the line `N passed, M failed`.
+/// The suite's report. Its `Display` names what failed first (each failed scenario with its
+/// reason, and why the run stopped early), so that the head of a long report, which is what
+/// a test harness or a CI log shows first, says what went wrong; then it lists every scenario
+/// (PASS/FAIL and reason) in the order run, and ends with the line `N passed, M failed`.
 #[derive(Clone, Debug)]
 pub struct Report {
     /// The run's key prefix.
@@ -239,6 +248,22 @@ impl Report {
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "fence-testkit run under {}", self.prefix)?;
+        let failed: Vec<_> = self.results.iter().filter(|r| !r.passed).collect();
+        if !failed.is_empty() || self.stopped_early.is_some() {
+            writeln!(
+                f,
+                "what failed ({} of {}):",
+                failed.len(),
+                self.results.len()
+            )?;
+            for r in &failed {
+                writeln!(f, "  {r}")?;
+            }
+            if let Some(why) = &self.stopped_early {
+                writeln!(f, "  STOPPED EARLY: {why}")?;
+            }
+            writeln!(f, "every scenario, in the order run:")?;
+        }
         for r in &self.results {
             writeln!(f, "{r}")?;
         }
@@ -425,4 +450,63 @@ async fn cleanup(store: &dyn ConditionalStore, prefix: &str, conditional_delete:
         keys.len() - left,
         keys.len()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(name: &str, passed: bool, detail: &str) -> ScenarioResult {
+        ScenarioResult {
+            name: name.into(),
+            passed,
+            detail: detail.into(),
+            elapsed_ms: 1,
+        }
+    }
+
+    fn report(results: Vec<ScenarioResult>, stopped_early: Option<String>) -> Report {
+        Report {
+            prefix: "p/run-1".into(),
+            results,
+            probe: None,
+            stopped_early,
+            notes: vec!["cleanup: deleted 3 of 3 keys".into()],
+        }
+    }
+
+    /// A CI log shows the first lines of a failed assertion's message: they must name the
+    /// failed scenario and its reason, however many passed before it.
+    #[test]
+    fn a_failed_report_names_its_failures_in_its_first_lines() {
+        let mut results: Vec<_> = (0..20)
+            .map(|i| result(&format!("ok_{i}"), true, ""))
+            .collect();
+        results.push(result("lease_renew", false, "lease lost after 600 ms"));
+        let shown = report(results, Some("the store stopped answering".into())).to_string();
+        let head: Vec<&str> = shown.lines().take(4).collect();
+        assert_eq!(
+            head,
+            [
+                "fence-testkit run under p/run-1",
+                "what failed (1 of 21):",
+                "  FAIL lease_renew (1 ms): lease lost after 600 ms",
+                "  STOPPED EARLY: the store stopped answering",
+            ]
+        );
+        // The full list follows, in the order run, and the verdict ends it.
+        assert_eq!(shown.matches("FAIL lease_renew").count(), 2);
+        assert!(shown.contains("every scenario, in the order run:\nPASS ok_0 (1 ms)\n"));
+        assert!(shown.ends_with("20 passed, 1 failed"), "{shown}");
+    }
+
+    #[test]
+    fn a_passing_report_lists_its_scenarios_only() {
+        let shown = report(vec![result("a", true, "note")], None).to_string();
+        assert_eq!(
+            shown,
+            "fence-testkit run under p/run-1\nPASS a (1 ms): note\n\
+             note: cleanup: deleted 3 of 3 keys\n1 passed, 0 failed"
+        );
+    }
 }

@@ -16,6 +16,15 @@ pub fn fence_bin() -> &'static str {
     })
 }
 
+/// The `--ttl` of a holder that a test pauses (SIGSTOP) to make it lose its lease. Not
+/// shorter: the holder must keep its lease until the pause on a loaded two-core CI machine,
+/// and a 1 s lease once lapsed there before its command had started.
+pub const PAUSED_TTL: &str = "2s";
+
+/// A pause past [`PAUSED_TTL`]: when the holder continues, its lease is over by its own
+/// monotonic clock.
+pub const PAST_TTL: Duration = Duration::from_millis(2_500);
+
 /// A fresh store directory and its URL.
 pub struct Store {
     pub dir: tempfile::TempDir,
@@ -94,6 +103,34 @@ pub fn wait_for_file(path: &Path, limit: Duration) -> String {
         assert!(
             start.elapsed() < limit,
             "{} did not appear within {limit:?}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until `path` exists and is non-empty, as [`wait_for_file`], while `child` (the
+/// `fence` that runs the command writing it) lives: if `child` exits first, panics at once
+/// with its exit status instead of waiting out `limit` (a lease lost before the command got
+/// to write, say, is then told apart from a slow start).
+pub fn wait_for_file_of(child: &mut Child, path: &Path, limit: Duration) -> String {
+    let start = Instant::now();
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path) {
+            if !s.trim().is_empty() {
+                return s.trim().to_owned();
+            }
+        }
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            panic!(
+                "fence exited ({status}) before {} appeared, after {:?}",
+                path.display(),
+                start.elapsed()
+            );
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{} did not appear within {limit:?} (fence still running)",
             path.display()
         );
         std::thread::sleep(Duration::from_millis(20));

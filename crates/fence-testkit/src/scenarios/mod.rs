@@ -141,28 +141,34 @@ pub fn ownership_level() -> Vec<Scenario> {
     ]
 }
 
-/// The runtime-level scenarios (over [`fence_core::Fence`], real time, TTL
-/// [`runtime::TTL`]).
+/// The runtime-level scenarios (over [`fence_core::Fence`], in real time, with the TTL
+/// [`SuiteConfig::runtime_ttl`](crate::SuiteConfig)).
 pub fn runtime_level() -> Vec<Scenario> {
     vec![
         Scenario::new("runtime_lease_renew", |cx: ScenarioCtx| async move {
-            runtime::lease_renew(cx.store.clone(), &cx.prefix).await
+            runtime::lease_renew(cx.store.clone(), &cx.prefix, cx.config.runtime_ttl).await
         }),
         Scenario::new("runtime_release", |cx: ScenarioCtx| async move {
-            runtime::release(cx.store.clone(), &cx.prefix).await
+            runtime::release(cx.store.clone(), &cx.prefix, cx.config.runtime_ttl).await
         }),
         Scenario::new("runtime_expire_takeover", |cx: ScenarioCtx| async move {
-            runtime::expire_takeover(cx.store.clone(), &cx.prefix).await
+            runtime::expire_takeover(cx.store.clone(), &cx.prefix, cx.config.runtime_ttl).await
         }),
         Scenario::new(
             "runtime_stale_writer_fenced",
             |cx: ScenarioCtx| async move {
-                runtime::stale_writer_fenced_by_store(cx.store.clone(), &cx.prefix).await
+                runtime::stale_writer_fenced_by_store(
+                    cx.store.clone(),
+                    &cx.prefix,
+                    cx.config.runtime_ttl,
+                )
+                .await
             },
         ),
         Scenario::new("runtime_ambiguous_renewal", |cx: ScenarioCtx| async move {
             let seed = cx.config.seed;
-            runtime::ambiguous_renewal(cx.store.clone(), &cx.prefix, seed).await
+            runtime::ambiguous_renewal(cx.store.clone(), &cx.prefix, seed, cx.config.runtime_ttl)
+                .await
         }),
     ]
 }
