@@ -16,7 +16,9 @@ section() { echo "== [test.sh $((SECONDS / 60))m$((SECONDS % 60))s] $*"; }
 # build only (inactive unless a test switches it on; no other build contains it). Its
 # simulation and model check must then catch every switch, and its clean suites run on the
 # same build with every switch off.
-tests=(--workspace --exclude fence-testkit --lib --bins --tests --examples)
+# fence-py (the Python extension module) has no Rust tests: maturin builds it below, and
+# building it here too compiled pyo3 twice more (maturin's Python settings differ).
+tests=(--workspace --exclude fence-testkit --exclude fence-py --lib --bins --tests --examples)
 kit=(-p fence-testkit --features sabotage --lib --tests --examples)
 started=()
 stop_all() {
@@ -69,18 +71,19 @@ export FENCE_REQUIRE_SERVERS=1
 section "cargo test: fence-testkit (in the background) and every other crate"
 status=0
 kit_log="$CARGO_TARGET_DIR/fence-testkit-tests.log"
-# The doc tests follow fence-testkit's in the background lane (that lane ends first).
-# The model check's two largest scopes (`ci()` and `ci_two_faults()`: two threads for 25 and
-# 72 s in a measured run) run after both lanes, alone: beside them they starved the
-# timing-sensitive process tests of CPU.
-model_ci=every_state_of_the_ci_scope_holds_every_property
-model_two=every_state_of_the_two_fault_scope_holds_every_property
+# The doc tests follow fence-testkit's in the background lane, and then the model check's
+# two largest scopes (`ci()` and `ci_two_faults()`: two threads for
+# 25 and 72 s alone), one after the other so that only one holds its states in memory.
 # In that lane, what only computes (the model check, the simulation, the sabotage runs and
 # the doc tests, which compile a program each) runs at a lower CPU priority (nice), after
 # fence-testkit's suites that run in real time: the other lane's process and server tests
 # judge leases of 1 s or less in real time, and on two cores a busy neighbour at the same
 # priority once stalled one past its TTL (CI, stop 33). Every other test file of
 # fence-testkit runs first, at normal priority, so that a new one is never left out.
+model_ci=every_state_of_the_ci_scope_holds_every_property
+model_two=every_state_of_the_two_fault_scope_holds_every_property
+model_log="$CARGO_TARGET_DIR/model-tests.log"
+rm -f "$model_log"
 cpu_bound=(model sabotage sim)
 kit_first=(-p fence-testkit --features sabotage --lib --examples)
 for t in crates/fence-testkit/tests/*.rs; do
@@ -95,7 +98,10 @@ for t in "${cpu_bound[@]}"; do kit_later+=(--test "$t"); done
   nice -n 15 cargo test "${kit_later[@]}" --no-fail-fast -- --show-output --exact \
     --skip "$model_ci" --skip "$model_two" || kit_status=$?
   echo "== doc tests"
-  nice -n 15 cargo test --workspace --doc || kit_status=$?
+  nice -n 15 cargo test --workspace --exclude fence-py --doc || kit_status=$?
+  echo "== the model check's two largest CI scopes, one after the other"
+  nice -n 15 cargo test -p fence-testkit --features sabotage --test model -- --show-output \
+    --test-threads=1 --exact "$model_ci" "$model_two" 2>&1 | tee "$model_log" || kit_status=$?
   exit "$kit_status"
 ) >"$kit_log" 2>&1 &
 kit_lane=$!
@@ -103,13 +109,9 @@ main_log="$CARGO_TARGET_DIR/workspace-tests.log"
 cargo test "${tests[@]}" --no-fail-fast -- --show-output 2>&1 | tee "$main_log" || status=$?
 kit_status=0
 wait "$kit_lane" || kit_status=$?
-section "fence-testkit's tests, then the doc tests (ran beside the above; exit $kit_status): the clean simulation and model check print their scopes, and every sabotage switch must be caught by both"
+section "fence-testkit's tests, the doc tests, then the model check's two largest CI scopes (ran beside the above; exit $kit_status): the clean simulation and model check print their scopes, and every sabotage switch must be caught by both"
 cat "$kit_log"
 [ "$kit_status" -eq 0 ] || status=$kit_status
-section "the model check's two largest CI scopes, alone"
-model_log="$CARGO_TARGET_DIR/model-tests.log"
-cargo test -p fence-testkit --features sabotage --test model -- --show-output --test-threads=1 --exact \
-  "$model_ci" "$model_two" 2>&1 | tee "$model_log" || status=$?
 # A renamed test would match no filter, and libtest passes a run of no tests.
 if ! grep -q '^test result: ok. 2 passed' "$model_log"; then
   echo "the model check's two CI scopes did not both run and pass" >&2
@@ -128,7 +130,7 @@ if [ "$status" -ne 0 ]; then
   # cargo said of binaries that died without a verdict (a signal, an abort), and the
   # Python tests' failures.
   section "failures, repeated from the logs above"
-  for log in "$main_log" "$kit_log" "$model_log"; do
+  for log in "$main_log" "$kit_log"; do
     [ -f "$log" ] || continue
     awk '/^     Running |^   Doc-tests / { bin = $0; part = 0 }
          /^failures:$/ { part++; if (part == 1) { print bin; n = 0 } }
