@@ -86,8 +86,12 @@ model_log="$CARGO_TARGET_DIR/model-tests.log"
 rm -f "$model_log"
 cpu_bound=(model sabotage sim)
 kit_first=(-p fence-testkit --features sabotage --lib --examples)
-for t in crates/fence-testkit/tests/*.rs; do
-  t=$(basename "$t" .rs)
+for f in crates/fence-testkit/tests/*.rs crates/fence-testkit/tests/*/main.rs; do
+  [ -e "$f" ] || continue
+  case $f in
+    */main.rs) t=$(basename "$(dirname "$f")") ;;
+    *) t=$(basename "$f" .rs) ;;
+  esac
   [[ " ${cpu_bound[*]} " == *" $t "* ]] || kit_first+=(--test "$t")
 done
 kit_later=(-p fence-testkit --features sabotage)

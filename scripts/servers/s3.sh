@@ -9,7 +9,7 @@ set -euo pipefail
 SEAWEED_VERSION="4.48"
 MOTO_VERSION="5.2.5"
 S3RVER_VERSION="3.7.1"
-READY_TIMEOUT_S="${FENCE_S3_READY_TIMEOUT_S:-60}"
+READY_TIMEOUT_S="${FENCE_S3_READY_TIMEOUT_S:-${FENCE_SERVER_READY_TIMEOUT_S:-60}}"
 # Fixed dummy credentials: SeaweedFS verifies signatures against the ones it starts with.
 ACCESS_KEY="fence-test-access"
 SECRET_KEY="fence-test-secret-0123456789"

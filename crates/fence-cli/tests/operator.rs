@@ -9,7 +9,10 @@ use std::path::PathBuf;
 use std::process::{Child, Output, Stdio};
 use std::time::Duration;
 
-use common::{fence, output, run_args, wait_bounded, wait_for_file, Store};
+use common::{
+    fence, output, run_args, wait_bounded, wait_for_file, wait_for_file_of, Store, PAST_TTL,
+    PAUSED_TTL,
+};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
@@ -364,7 +367,7 @@ fn busy_and_lost_exit_codes_can_be_chosen_so_a_commands_own_75_stands_out() {
         "c",
         &[
             "--ttl",
-            "1s",
+            PAUSED_TTL,
             "--grace",
             "200ms",
             "--fenced-exit-code",
@@ -377,10 +380,10 @@ fn busy_and_lost_exit_codes_can_be_chosen_so_a_commands_own_75_stands_out() {
     ))
     .spawn()
     .unwrap();
-    wait_for_file(&pid_file, Duration::from_secs(10));
+    wait_for_file_of(&mut lost, &pid_file, Duration::from_secs(10));
     let pid = Pid::from_raw(lost.id() as i32);
     kill(pid, Signal::SIGSTOP).unwrap();
-    std::thread::sleep(Duration::from_millis(1_300));
+    std::thread::sleep(PAST_TTL);
     kill(pid, Signal::SIGCONT).unwrap();
     let status = wait_bounded(&mut lost, Duration::from_secs(10), "the fenced holder");
     assert_eq!(status.code(), Some(98));

@@ -171,8 +171,10 @@ async fn core_flows(store: Arc<dyn ConditionalStore>) {
 
 async fn fleet_flows(store: Arc<dyn ConditionalStore>) {
     let fence = |n: &str| {
+        // Not shorter: these flows unwrap every write, and a lease lost to a stalled
+        // scheduler on a loaded machine would fail them for no fault of the records.
         Fence::builder(store.clone(), n)
-            .ttl(Duration::from_millis(500))
+            .ttl(Duration::from_secs(2))
             .build()
             .unwrap()
     };

@@ -101,7 +101,7 @@ fn a_paused_holder_is_fenced_when_it_wakes_and_its_stale_put_is_refused() {
         "--lease",
         "job",
         "--ttl",
-        "1s",
+        PAUSED_TTL,
         "--wait",
         "--timeout",
         "20s",
@@ -112,7 +112,7 @@ fn a_paused_holder_is_fenced_when_it_wakes_and_its_stale_put_is_refused() {
     ])
     .spawn()
     .expect("spawn taker");
-    wait_for_file(&b_put, Duration::from_secs(20));
+    wait_for_file_of(&mut b, &b_put, Duration::from_secs(20));
     let b_epoch: u64 = wait_for_file(&b_epoch, Duration::from_secs(1))
         .parse()
         .unwrap();

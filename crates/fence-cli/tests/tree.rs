@@ -161,7 +161,7 @@ fn a_stopped_fence_stops_its_command_until_it_continues() {
     let mut holder = fence(&run_args(
         &store,
         "frozen",
-        &["--ttl", "3s", "--", "sh", "-c", &script],
+        &["--ttl", "6s", "--", "sh", "-c", &script],
     ))
     .spawn()
     .expect("spawn holder");
@@ -169,8 +169,10 @@ fn a_stopped_fence_stops_its_command_until_it_continues() {
     let fence_pid = Pid::from_raw(holder.id() as i32);
     let count = || std::fs::read_to_string(&ticks).map_or(0, |s| s.lines().count());
     kill(fence_pid, Signal::SIGSTOP).expect("SIGSTOP");
-    // TTL 3 s: the command is stopped once fence has been silent for TTL/3.
-    std::thread::sleep(Duration::from_millis(1_600));
+    // TTL 6 s: the command is stopped once fence has been silent for TTL/3 (2 s). fence is
+    // stopped for 3.2 s in all, and renews every TTL/3, so at least 4 s of its lease are left
+    // when it stops however late a loaded machine started it: the lease outlives the stop.
+    std::thread::sleep(Duration::from_millis(2_600));
     let frozen_at = count();
     std::thread::sleep(Duration::from_millis(600));
     let later = count();

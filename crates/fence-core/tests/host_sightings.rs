@@ -12,7 +12,7 @@ use fence_core::{CasGuard, Clock, ErrorKind, Fence, MemoryStore, NodeLeaseRecord
 /// The TTL of the dead-holder cases; a renewing holder gets a longer one, so that a loaded
 /// machine does not make it miss its renewals (it would then rightly be taken over).
 const TTL: Duration = Duration::from_millis(200);
-const LIVE_TTL: Duration = Duration::from_secs(1);
+const LIVE_TTL: Duration = Duration::from_secs(2);
 
 /// A process of node `n` that starts now, on the host clock.
 fn process(store: &Arc<MemoryStore>, ttl: Duration) -> Fence {

@@ -650,7 +650,7 @@ async fn seed_shaped_records_continue_their_epochs() {
 
     let store: Arc<dyn ConditionalStore> = Arc::new(s.store(&s.seaweed, &prefix));
     let fence = fence_core::Fence::builder(store, "me")
-        .ttl(Duration::from_secs(1))
+        .ttl(SERVER_TTL)
         .build()
         .unwrap();
     let keeper = fence.acquire().await.unwrap();
@@ -708,7 +708,7 @@ async fn a_seed_owner_record_without_a_node_field_is_released() {
     raw.put(&path, r#"{"epoch":41}"#.into()).await.unwrap();
     let store: Arc<dyn ConditionalStore> = Arc::new(s.store(&s.seaweed, &prefix));
     let fence = fence_core::Fence::builder(store, "me")
-        .ttl(Duration::from_secs(1))
+        .ttl(SERVER_TTL)
         .build()
         .unwrap();
     let keeper = fence.acquire().await.unwrap();

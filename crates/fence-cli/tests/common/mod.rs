@@ -122,6 +122,12 @@ pub fn wait_for_file_of(child: &mut Child, path: &Path, limit: Duration) -> Stri
             }
         }
         if let Some(status) = child.try_wait().expect("try_wait") {
+            // The command may have written it just before fence exited.
+            if let Ok(s) = std::fs::read_to_string(path) {
+                if !s.trim().is_empty() {
+                    return s.trim().to_owned();
+                }
+            }
             panic!(
                 "fence exited ({status}) before {} appeared, after {:?}",
                 path.display(),
