@@ -72,13 +72,13 @@ section "cargo test: fence-testkit (in the background) and every other crate"
 status=0
 kit_log="$CARGO_TARGET_DIR/fence-testkit-tests.log"
 # The doc tests follow fence-testkit's in the background lane, and then the model check's
-# two largest scopes (`ci()` and `ci_two_faults()`: two threads for
-# 25 and 72 s alone), one after the other so that only one holds its states in memory.
+# two largest scopes (`ci()` and `ci_two_faults()`: two threads for 25 and 72 s alone), one
+# after the other so that only one holds its states in memory.
 # In that lane, what only computes (the model check, the simulation, the sabotage runs and
 # the doc tests, which compile a program each) runs at a lower CPU priority (nice), after
 # fence-testkit's suites that run in real time: the other lane's process and server tests
 # judge leases of 1 s or less in real time, and on two cores a busy neighbour at the same
-# priority once stalled one past its TTL (CI, stop 33). Every other test file of
+# priority once stalled one past its TTL (a CI run of 2026-12-02). Every other test file of
 # fence-testkit runs first, at normal priority, so that a new one is never left out.
 model_ci=every_state_of_the_ci_scope_holds_every_property
 model_two=every_state_of_the_two_fault_scope_holds_every_property
