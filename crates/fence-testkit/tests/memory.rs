@@ -57,3 +57,28 @@ async fn runs_never_collide() {
         "{first}\n{second}"
     );
 }
+
+/// `SuiteConfig::runtime_ttl` is the TTL the runtime scenarios hold their leases with: a
+/// takeover waits at least that long, and each scenario reports the TTL it used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runtime_scenarios_use_the_configured_ttl() {
+    let cfg = SuiteConfig {
+        runtime_ttl: std::time::Duration::from_millis(1_200),
+        ..SuiteConfig::light()
+    };
+    let list: Vec<_> = fence_testkit::scenarios::runtime_level()
+        .into_iter()
+        .filter(|s| ["runtime_lease_renew", "runtime_expire_takeover"].contains(&s.name()))
+        .collect();
+    let report = fence_testkit::run_scenarios(Arc::new(MemoryStore::new()), &cfg, &list).await;
+    assert!(report.is_success(), "{report}");
+    let renew = &report.result("runtime_lease_renew").unwrap().detail;
+    assert!(renew.contains("(TTL 1200 ms)"), "{renew}");
+    let takeover = report.result("runtime_expire_takeover").unwrap();
+    assert!(
+        takeover.detail.contains("(TTL 1200 ms)"),
+        "{}",
+        takeover.detail
+    );
+    assert!(takeover.elapsed_ms >= 1_200, "{takeover}");
+}
