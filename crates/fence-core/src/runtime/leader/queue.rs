@@ -50,6 +50,8 @@ impl Queue {
             LeaderEvent::SafeTimeLow { epoch, .. } => {
                 let epoch = *epoch;
                 self.events.retain(|e| !is_warning_of(e, epoch));
+                // The warning removed may have stood between two `NewLeader`s.
+                self.merge_leaders();
             }
             LeaderEvent::Stopped { epoch, .. } => {
                 let epoch = *epoch;
@@ -277,8 +279,13 @@ mod tests {
         assert_eq!(q.len(), MOST_UNREAD);
         // One more of any kind does not grow it.
         q.push(seen(6));
-        q.push(warn(&terms[1]));
         assert_eq!(q.len(), MOST_UNREAD);
+        q.push(warn(&terms[1]));
+        assert_eq!(
+            q.len(),
+            MOST_UNREAD - 1,
+            "the newer warning goes last, and the leaders it stood between merge"
+        );
         q.push(LeaderEvent::Stopped {
             epoch: terms[1].epoch(),
             reason: StepDown::Resigned,
@@ -287,6 +294,35 @@ mod tests {
             q.len(),
             5,
             "the unseen term went as a pair, its neighbours merged"
+        );
+    }
+
+    /// proptest's case (its seed is in proptest-regressions/): a warning replaced by a newer
+    /// one of its term left the `NewLeader`s on either side of it as a run of two, and the
+    /// queue grew past its bound one `NewLeader` at a time.
+    #[test]
+    fn a_replaced_warning_merges_the_leaders_around_it() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let terms = rt.block_on(terms(1));
+        let warn = LeaderEvent::SafeTimeLow {
+            epoch: terms[0].epoch(),
+            remaining: std::time::Duration::ZERO,
+            safe_until: rt.block_on(async { terms[0].safe_until() }),
+        };
+        let mut q = Queue::default();
+        q.push(LeaderEvent::Started(terms[0].clone()));
+        for _ in 0..10 {
+            q.push(LeaderEvent::NewLeader(None));
+            q.push(warn.clone());
+        }
+        q.push(LeaderEvent::NewLeader(None));
+        assert_eq!(
+            q.len(),
+            4,
+            "Started, NewLeader, the newest warning, NewLeader"
         );
     }
 
