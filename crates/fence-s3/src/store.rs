@@ -384,7 +384,7 @@ impl ConditionalStore for S3Store {
     }
 
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
-        self.list_paths(prefix).await
+        self.list_paths(prefix).await.map_err(|e| e.listing(prefix))
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -326,3 +326,26 @@ async fn a_legacy_trailer_is_stripped_on_read() {
     let got = store.get(&key("cells/c/own.json")).await.unwrap().unwrap();
     assert_eq!(got.body, Bytes::from("{\"epoch\":3}"));
 }
+
+/// Issue 35, item 3: a listing the store refuses (403, a missing bucket, any error) is an
+/// error naming the listed prefix, never an empty list. (On main the error named no key: a
+/// caller could not say which listing failed.)
+#[tokio::test]
+async fn a_refused_listing_is_an_error_naming_the_prefix() {
+    for (status, code, kind) in [
+        (403, "AccessDenied", ErrorKind::PermissionDenied),
+        (404, "NoSuchBucket", ErrorKind::NotFound),
+        (400, "InvalidArgument", ErrorKind::Other),
+    ] {
+        let server = serve(move |r| match r.target.contains("list-type=2") {
+            true => xml_error(status, code),
+            false => xml_error(404, "NoSuchKey"),
+        })
+        .await;
+        let store = store_at(&server.endpoint(), Duration::from_secs(3));
+        let cells = key("cells");
+        let err = store.list(Some(&cells)).await.unwrap_err();
+        assert_eq!(kind_commit(&err), (kind, Commit::NotCommitted), "{status}");
+        assert_eq!(err.key(), Some(&cells), "{status}: {err}");
+    }
+}
