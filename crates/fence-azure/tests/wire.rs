@@ -607,13 +607,6 @@ async fn a_refused_listing_is_an_error_naming_the_prefix() {
         })
         .await;
         let store = fleet_store(&server);
-        let cells = Key::new("cells").unwrap();
-        let err = store.list(Some(&cells)).await.unwrap_err();
-        assert_eq!(
-            (err.kind(), err.commit()),
-            (kind, Commit::NotCommitted),
-            "{status}"
-        );
-        assert_eq!(err.key(), Some(&cells), "{status}: {err}");
+        shared::assert_listing_refused(&store, status, kind).await;
     }
 }

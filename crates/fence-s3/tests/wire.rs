@@ -350,9 +350,6 @@ async fn a_refused_listing_is_an_error_naming_the_prefix() {
         })
         .await;
         let store = store_at(&server.endpoint(), Duration::from_secs(3));
-        let cells = key("cells");
-        let err = store.list(Some(&cells)).await.unwrap_err();
-        assert_eq!(kind_commit(&err), (kind, Commit::NotCommitted), "{status}");
-        assert_eq!(err.key(), Some(&cells), "{status}: {err}");
+        canned::assert_listing_refused(&store, status, kind).await;
     }
 }
