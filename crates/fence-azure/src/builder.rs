@@ -122,6 +122,32 @@ impl AzureStoreBuilder {
         self
     }
 
+    /// The blob service endpoint, if one is set (`AZURE_ENDPOINT` or
+    /// [`with_endpoint`](Self::with_endpoint)); `None`: the account's own on Azure, or the
+    /// emulator.
+    pub fn endpoint(&self) -> Option<String> {
+        let endpoint = self.azure.get_config_value(&AzureConfigKey::Endpoint);
+        endpoint.filter(|e| !e.is_empty() && self.emulator.is_none())
+    }
+
+    /// The managed identity endpoint the store will ask for a token at its first request,
+    /// if no other credential (and no emulator) is configured: `AZURE_MSI_ENDPOINT`, else
+    /// [`DEFAULT_MSI_ENDPOINT`](crate::credentials::DEFAULT_MSI_ENDPOINT).
+    ///
+    /// ```
+    /// use fence_azure::{credentials::DEFAULT_MSI_ENDPOINT, AzureStore};
+    /// let bare = AzureStore::builder().with_account("acct");
+    /// assert_eq!(bare.managed_identity_endpoint().as_deref(), Some(DEFAULT_MSI_ENDPOINT));
+    /// let keyed = bare.with_access_key("a2V5");
+    /// assert_eq!(keyed.managed_identity_endpoint(), None);
+    /// ```
+    pub fn managed_identity_endpoint(&self) -> Option<String> {
+        match self.emulator {
+            Some(_) => None,
+            None => managed_identity_endpoint(&self.azure),
+        }
+    }
+
     /// Talks to a local emulator (Azurite) at `blob_url`, e.g. `http://127.0.0.1:10000`, as
     /// the development account [`EMULATOR_ACCOUNT`] with its published key, unless an account
     /// and key are set. Plain HTTP is allowed.

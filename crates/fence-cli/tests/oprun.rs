@@ -389,7 +389,7 @@ async fn the_seed_record_on_s3_is_continued_at_epoch_8() {
         return;
     };
     let url = s3.fresh_url();
-    let direct = fence_s3::S3StoreBuilder::new()
+    let direct = fence::s3::S3StoreBuilder::new()
         .with_url(&url)
         .with_endpoint(&s3.endpoint)
         .with_region("us-east-1")

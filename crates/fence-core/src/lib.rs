@@ -44,8 +44,3 @@ pub use store::DEFAULT_RECORD_LIMIT;
 pub use store::{
     Capabilities, CasGuard, ConditionalStore, DeleteOutcome, PutOutcome, Stored, Version,
 };
-
-/// The README's example, compiled as a doctest so it cannot rot.
-#[doc = include_str!("../../../README.md")]
-#[cfg(doctest)]
-pub struct ReadmeDoctests;
