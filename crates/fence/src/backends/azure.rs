@@ -16,7 +16,7 @@ use crate::message::quoted;
 use crate::open::{fence_decides, invalid, unknown_option, OpenOptions, Opened};
 use crate::scheme::Scheme;
 
-use super::truthy;
+use super::{host_of, truthy};
 
 /// Where Azurite listens unless told otherwise (object_store's default too).
 const AZURITE: &str = "http://127.0.0.1:10000";
@@ -107,9 +107,7 @@ fn check_credentials(builder: &AzureStoreBuilder) -> Result<(), Error> {
 
 /// Whether `endpoint`'s host is one of Azure's storage hosts.
 fn is_azure(endpoint: &str) -> bool {
-    let rest = endpoint.split_once("://").map_or(endpoint, |(_, r)| r);
-    let host = rest.split(['/', ':']).next().unwrap_or_default();
-    let host = host.to_ascii_lowercase();
+    let host = host_of(endpoint);
     [
         ".core.windows.net",
         ".core.chinacloudapi.cn",

@@ -63,3 +63,11 @@ fn truthy(value: &str) -> bool {
         "1" | "true" | "on" | "yes" | "y"
     )
 }
+
+/// The host of `endpoint` (`scheme://host[:port]/…` or `host[:port]`), lower-cased.
+#[cfg(any(feature = "s3", feature = "azure"))]
+fn host_of(endpoint: &str) -> String {
+    let rest = endpoint.split_once("://").map_or(endpoint, |(_, r)| r);
+    let host = rest.split(['/', ':']).next().unwrap_or_default();
+    host.to_ascii_lowercase()
+}

@@ -13,7 +13,7 @@ use crate::message::quoted;
 use crate::open::{fence_decides, invalid, unknown_option, OpenOptions, Opened};
 use crate::scheme::Scheme;
 
-use super::truthy;
+use super::{host_of, truthy};
 
 /// The option that turns the instance metadata service off, as `AWS_EC2_METADATA_DISABLED`.
 const METADATA_DISABLED: [&str; 2] = ["aws_ec2_metadata_disabled", "ec2_metadata_disabled"];
@@ -95,9 +95,7 @@ fn check_credentials(builder: &S3StoreBuilder) -> Result<(), Error> {
 
 /// Whether `endpoint`'s host is AWS's.
 fn is_aws(endpoint: &str) -> bool {
-    let rest = endpoint.split_once("://").map_or(endpoint, |(_, r)| r);
-    let host = rest.split(['/', ':']).next().unwrap_or_default();
-    let host = host.to_ascii_lowercase();
+    let host = host_of(endpoint);
     host.ends_with(".amazonaws.com") || host.ends_with(".amazonaws.com.cn")
 }
 
