@@ -60,6 +60,7 @@ mod open;
 mod scheme;
 
 pub use credentials::missing_credentials;
+#[doc(inline)]
 pub use fence_core::*;
 pub use message::describe;
 pub use open::{open, open_with, OpenOptions, Opened};
