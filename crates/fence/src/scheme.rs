@@ -31,15 +31,23 @@ pub enum Scheme {
     Opendal,
 }
 
-/// Every URL form, in the order an error lists them.
-const FORMS: [(&str, Scheme); 7] = [
-    ("file://", Scheme::File),
-    ("memory://", Scheme::Memory),
-    ("s3://", Scheme::S3),
-    ("gs://", Scheme::Gcs),
-    ("az://", Scheme::Azure),
-    ("azure://", Scheme::Azure),
-    ("opendal+", Scheme::Opendal),
+/// What is known of a backend: its URL prefixes, an example URL, the cargo feature that
+/// builds it in, and whether this build has it.
+struct Backend {
+    prefixes: &'static [&'static str],
+    example: &'static str,
+    feature: Option<&'static str>,
+    built_in: bool,
+}
+
+/// Every backend, in the order an error lists them.
+const ALL: [Scheme; 6] = [
+    Scheme::File,
+    Scheme::Memory,
+    Scheme::S3,
+    Scheme::Gcs,
+    Scheme::Azure,
+    Scheme::Opendal,
 ];
 
 impl Scheme {
@@ -47,54 +55,75 @@ impl Scheme {
     /// URL, listing the forms there are. Whether the backend is built in is not checked here
     /// ([`is_built_in`](Self::is_built_in)).
     pub fn of(url: &str) -> Result<Scheme, Error> {
-        FORMS
-            .iter()
-            .find(|(prefix, _)| url.starts_with(prefix))
-            .map(|(_, scheme)| *scheme)
+        ALL.into_iter()
+            .find(|s| s.backend().prefixes.iter().any(|p| url.starts_with(p)))
             .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::InvalidInput,
-                    format!(
-                        "unsupported store URL {}: use file:///abs/path, memory://, \
-                         s3://bucket/prefix, gs://bucket/prefix, az://container/prefix or \
-                         opendal+s3://bucket/prefix",
-                        quoted(url)
-                    ),
-                )
-                .not_committed()
+                let forms: Vec<&str> = ALL.iter().map(|s| s.backend().example).collect();
+                let message = format!(
+                    "unsupported store URL {}: use {}",
+                    quoted(url),
+                    forms.join(", ")
+                );
+                Error::new(ErrorKind::InvalidInput, message).not_committed()
             })
     }
 
     /// The cargo feature of this crate that builds the backend in (`None`: always there).
     pub fn feature(self) -> Option<&'static str> {
-        match self {
-            Scheme::File => Some("fs"),
-            Scheme::Memory => None,
-            Scheme::S3 => Some("s3"),
-            Scheme::Gcs => Some("gcs"),
-            Scheme::Azure => Some("azure"),
-            Scheme::Opendal => Some("opendal"),
-        }
+        self.backend().feature
     }
 
     /// Whether this build of the crate can open the backend's URLs.
     pub fn is_built_in(self) -> bool {
-        match self {
-            Scheme::File => cfg!(feature = "fs"),
-            Scheme::Memory => true,
-            Scheme::S3 => cfg!(feature = "s3"),
-            Scheme::Gcs => cfg!(feature = "gcs"),
-            Scheme::Azure => cfg!(feature = "azure"),
-            Scheme::Opendal => cfg!(feature = "opendal"),
-        }
+        self.backend().built_in
     }
 
     /// How URLs of the backend start (`s3://`, `opendal+`, …): the first of its forms.
     pub fn prefix(self) -> &'static str {
-        FORMS
-            .iter()
-            .find(|(_, scheme)| *scheme == self)
-            .map_or("", |(prefix, _)| prefix)
+        self.backend().prefixes[0]
+    }
+
+    /// The backend's row. A new backend is a variant, its row here, and its place in [`ALL`].
+    fn backend(self) -> Backend {
+        let row = |prefixes, example, feature, built_in| Backend {
+            prefixes,
+            example,
+            feature,
+            built_in,
+        };
+        match self {
+            Scheme::File => row(
+                &["file://"],
+                "file:///abs/path",
+                Some("fs"),
+                cfg!(feature = "fs"),
+            ),
+            Scheme::Memory => row(&["memory://"], "memory://", None, true),
+            Scheme::S3 => row(
+                &["s3://"],
+                "s3://bucket/prefix",
+                Some("s3"),
+                cfg!(feature = "s3"),
+            ),
+            Scheme::Gcs => row(
+                &["gs://"],
+                "gs://bucket/prefix",
+                Some("gcs"),
+                cfg!(feature = "gcs"),
+            ),
+            Scheme::Azure => row(
+                &["az://", "azure://"],
+                "az://container/prefix",
+                Some("azure"),
+                cfg!(feature = "azure"),
+            ),
+            Scheme::Opendal => row(
+                &["opendal+"],
+                "opendal+s3://bucket/prefix",
+                Some("opendal"),
+                cfg!(feature = "opendal"),
+            ),
+        }
     }
 
     /// The error for a URL of this backend in a build without it: [`ErrorKind::Unsupported`],
@@ -110,5 +139,28 @@ impl Scheme {
             ),
         )
         .not_committed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_backend_is_named_by_its_example_and_its_prefixes() {
+        for scheme in ALL {
+            let backend = scheme.backend();
+            assert_eq!(Scheme::of(backend.example).unwrap(), scheme);
+            for prefix in backend.prefixes {
+                assert_eq!(Scheme::of(&format!("{prefix}x/y")).unwrap(), scheme);
+            }
+        }
+    }
+
+    #[test]
+    fn a_backend_not_built_in_is_unsupported_naming_its_feature() {
+        let e = Scheme::Gcs.not_built_in();
+        assert_eq!(e.kind(), ErrorKind::Unsupported);
+        assert!(e.to_string().contains("`gcs` feature"), "{e}");
     }
 }
