@@ -1,6 +1,7 @@
 //! `fence run`'s side of the command's processes: starts the supervising process
 //! ([`crate::reaper`]) in the containment asked for ([`crate::contain`]), passes signals to
-//! it, asks it to end the command, and waits until every process of the command is gone.
+//! it, moves its kill timer on ([`crate::killtimer`]), asks it to end the command, and waits
+//! until every process of the command is gone.
 
 use std::ffi::OsString;
 use std::fs::File;
