@@ -332,6 +332,10 @@ enum Cmd {
         silence_ms: u64,
         #[arg(long)]
         foreground: bool,
+        #[arg(long, requires = "deadline_fd")]
+        kill_at_boot_ms: Option<u64>,
+        #[arg(long, requires = "kill_at_boot_ms")]
+        deadline_fd: Option<i32>,
         #[arg(last = true, num_args = 1.., value_parser = clap::value_parser!(OsString))]
         command: Vec<OsString>,
     },
@@ -447,6 +451,8 @@ fn main() -> ExitCode {
             orphan_grace_ms,
             silence_ms,
             foreground,
+            kill_at_boot_ms,
+            deadline_fd,
             command,
         } => ExitCode::from(reaper::reaper_main(reaper::ReaperArgs {
             role,
@@ -457,6 +463,9 @@ fn main() -> ExitCode {
             orphan_grace: Duration::from_millis(orphan_grace_ms),
             silence: Duration::from_millis(silence_ms),
             foreground,
+            kill: kill_at_boot_ms
+                .zip(deadline_fd)
+                .map(|(at, deadline_fd)| reaper::KillArgs { at, deadline_fd }),
             command,
         })),
         command => serve(command, cli.file_mode),

@@ -278,6 +278,35 @@ fn tree_spec(held: &Held, opts: &RunOptions) -> TreeSpec {
         orphan_grace: opts.orphan_grace(),
         silence: opts.ttl / 3,
         containment: opts.containment,
+        kill_at: kill_at(&held.keeper, opts.ttl),
+    }
+}
+
+/// When the kernel kills the command's processes unless a renewal moves it on
+/// ([`crate::killtimer`]; `CLOCK_BOOTTIME` ms): the authority's end, less
+/// [`kill_margin`]. `None` where the host has no such clock.
+fn kill_at(keeper: &LeaseKeeper, ttl: Duration) -> Option<u64> {
+    crate::killtimer::boot_ms_in(keeper.remaining().saturating_sub(kill_margin(ttl)))
+}
+
+/// How long before the authority's end the kill timer fires: TTL/20, at most 250 ms. The
+/// kernel kills at once, but the processes must be gone before a peer can take over, which
+/// it may from the authority's end on (it waits a TTL from when it first saw the last
+/// renewal, which was sent after the authority's anchor). Twice this before the end, a
+/// `fence run` that can act ends the command itself, with `--grace`, and so first.
+fn kill_margin(ttl: Duration) -> Duration {
+    (ttl / 20).min(Duration::from_millis(250))
+}
+
+/// How long to the next heartbeat: TTL/10, but only 10 ms once a renewal is due (normally
+/// TTL/3 into the lease, when 2/3 are left) and has not landed yet, so that the new end of
+/// the authority reaches the kill timer as soon as it lands.
+fn beat_after(keeper: &LeaseKeeper, ttl: Duration) -> Duration {
+    let beat = (ttl / 10).max(Duration::from_millis(5));
+    if keeper.remaining() < ttl * 2 / 3 {
+        beat.min(Duration::from_millis(10))
+    } else {
+        beat
     }
 }
 
@@ -322,22 +351,34 @@ async fn watch(
     opts: &RunOptions,
 ) -> (std::io::Result<ExitStatus>, Option<String>) {
     let clock = Clock::system();
-    let beat = (opts.ttl / 10).max(Duration::from_millis(5));
     let mut lost: Option<String> = None;
     let mut next_beat = clock.mono_ms();
     loop {
         tokio::select! {
-            status = tree.wait() => return (status, lost),
+            status = tree.wait() => {
+                if lost.is_none() && status.as_ref().is_ok_and(|s| tree.killed_by_timer(s)) {
+                    eprintln!(
+                        "fence run: lease {} lost while the command ran: {AUTHORITY_RAN_OUT}; the kernel killed the command's processes at its end",
+                        opts.lease_shown()
+                    );
+                    lost = Some(AUTHORITY_RAN_OUT.to_owned());
+                }
+                return (status, lost);
+            }
             s = signals.recv() => on_signal(tree, &held.keeper, &mut lost, s, opts),
             status = held.keeper.lost(), if lost.is_none() => {
                 lose(tree, &mut lost, lease_lost(&status), opts);
             }
             () = clock.sleep_until(next_beat), if lost.is_none() => {
-                next_beat = clock.mono_ms() + beat.as_millis() as u64;
-                if held.keeper.is_held() {
+                next_beat = clock.mono_ms() + beat_after(&held.keeper, opts.ttl).as_millis() as u64;
+                if held.keeper.remaining() > 2 * kill_margin(opts.ttl) {
                     tree.heartbeat();
+                    if let Some(at) = kill_at(&held.keeper, opts.ttl) {
+                        tree.kill_at(at);
+                    }
                 } else {
-                    lose(tree, &mut lost, AUTHORITY_RAN_OUT.to_owned(), opts);
+                    // Ended by us, with `--grace`, rather than by the kill timer a moment later.
+                    lose(tree, &mut lost, AUTHORITY_RUNNING_OUT.to_owned(), opts);
                 }
             }
         }
@@ -365,6 +406,7 @@ async fn exit_code(tree: &mut CommandTree, status: std::io::Result<ExitStatus>) 
 }
 
 const AUTHORITY_RAN_OUT: &str = "its authority ran out before a renewal got through";
+const AUTHORITY_RUNNING_OUT: &str = "its authority was running out and no renewal had got through";
 
 /// The lease is lost: says so (the one line of this failure) and asks for the command's end.
 fn lose(tree: &mut CommandTree, lost: &mut Option<String>, why: String, opts: &RunOptions) {
