@@ -389,14 +389,7 @@ async fn the_seed_record_on_s3_is_continued_at_epoch_8() {
         return;
     };
     let url = s3.fresh_url();
-    let direct = fence_s3::S3StoreBuilder::new()
-        .with_url(&url)
-        .with_endpoint(&s3.endpoint)
-        .with_region("us-east-1")
-        .with_credentials(&s3.key_id, &s3.secret)
-        .with_allow_http(true)
-        .build()
-        .unwrap();
+    let direct = s3.direct(&url);
     seed(&direct).await;
     let rt = Runtime::new();
     let args = [
@@ -568,14 +561,7 @@ async fn probe_first_on_seaweedfs_leaves_nothing_under_its_prefix() {
     ];
     let out = s3.fence(&s3.endpoint, &args).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let direct = fence_s3::S3StoreBuilder::new()
-        .with_url(&url)
-        .with_endpoint(&s3.endpoint)
-        .with_region("us-east-1")
-        .with_credentials(&s3.key_id, &s3.secret)
-        .with_allow_http(true)
-        .build()
-        .unwrap();
+    let direct = s3.direct(&url);
     let probe = fence_core::Key::new("fence-probe").unwrap();
     let left = fence_core::ConditionalStore::list(&direct, Some(&probe))
         .await

@@ -506,6 +506,19 @@ impl S3Env {
         c
     }
 
+    /// The store at `url` on this server, opened directly (not through `fence`).
+    #[cfg(feature = "s3")]
+    pub fn direct(&self, url: &str) -> fence_s3::S3Store {
+        fence_s3::S3StoreBuilder::new()
+            .with_url(url)
+            .with_endpoint(&self.endpoint)
+            .with_region("us-east-1")
+            .with_credentials(&self.key_id, &self.secret)
+            .with_allow_http(true)
+            .build()
+            .unwrap()
+    }
+
     /// A fresh `s3://bucket/prefix` URL.
     pub fn fresh_url(&self) -> String {
         let n = std::time::SystemTime::now()
