@@ -80,10 +80,13 @@ create_exception!(
     "Authority is gone: the lease is lost or the epoch was superseded."
 );
 
-/// The Python exception of `e`, with its attributes set.
+/// The Python exception of `e`, with its attributes set. Its message (`str(e)`, `e.message`)
+/// is escaped as the `fence` command escapes what it prints ([`fence_cli::terminal::escape`]):
+/// it carries text from the store and its servers (node names, error bodies), and a traceback
+/// prints it raw to a terminal.
 pub(crate) fn to_py(e: Error) -> PyErr {
     Python::attach(|py| {
-        let message = e.to_string();
+        let message = fence_cli::terminal::escape(&e.to_string()).into_owned();
         let err = match e.kind() {
             ErrorKind::InvalidKey => InvalidKeyError::new_err(message.clone()),
             ErrorKind::InvalidInput => InvalidInputError::new_err(message.clone()),
