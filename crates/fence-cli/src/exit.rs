@@ -4,11 +4,11 @@
 //! |---|---|
 //! | 0 | success (`probe`: the store is honest) |
 //! | 1 | a check failed: `demo` saw a broken invariant, `probe` caught a contract violation |
-//! | 2 | usage: bad arguments, bad store URL (or bucket name), missing store directory, invalid lease name, missing store configuration (no credential source, no account) |
+//! | 2 | usage: bad arguments, bad store URL (or bucket name), missing store directory, invalid lease name, missing store configuration (no credential source, no account); `release` without proof that `FENCE_HOLDER` names this lease's holder (nothing signalled) |
 //! | 3 | `get`: no such key in the cell; `status NAME`, `break`: no such lease |
 //! | 69 | the store failed: unreachable, denied, timed out, no credentials from a metadata endpoint, corrupt record (`status`: some record is bad; `probe`: could not tell) |
 //! | 75 | busy: the lease is held by another process not yet seen dead (`run` or `acquire` without a wait, or its wait ran out; `--conflict-exit-code` changes it); `break`: the holder looks alive |
-//! | 76 | fenced: `put` with an epoch that is no longer current; `run` lost its lease while the command ran (the command was terminated; `--fenced-exit-code` changes it); `release`: the lease was lost before it |
+//! | 76 | fenced: `put` with an epoch that is no longer current; `run` lost its lease while the command ran (the command was terminated; `--fenced-exit-code` changes it); `release`: the lease was lost before it (or its holder was killed) |
 //! | 126, 127 | `run`: the command could not be executed / was not found |
 //!
 //! Otherwise `run` exits with its command's code, or 128 + N if a signal N killed it.

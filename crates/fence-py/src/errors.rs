@@ -82,11 +82,13 @@ create_exception!(
 
 /// The Python exception of `e`, with its attributes set: missing credentials said as the
 /// `fence` command says them ([`fence::missing_credentials`]), the message one plain line
-/// with its causes ([`fence::describe`]).
+/// with its causes ([`fence::describe`]), escaped as the `fence` command escapes what it
+/// prints ([`fence::message::escape`]): it carries text from the store and its servers (node
+/// names, error bodies), and a traceback prints it raw to a terminal.
 pub(crate) fn to_py(e: Error) -> PyErr {
     let e = fence::missing_credentials(&e).unwrap_or(e);
     Python::attach(|py| {
-        let message = fence::describe(&e);
+        let message = fence::message::escape(&fence::describe(&e)).into_owned();
         let err = match e.kind() {
             ErrorKind::InvalidKey => InvalidKeyError::new_err(message.clone()),
             ErrorKind::InvalidInput => InvalidInputError::new_err(message.clone()),

@@ -1,6 +1,19 @@
 //! One plain line for an error, as an operator reads it: what failed, then each underlying
-//! cause that adds something, never Rust debug text or HTTP-client internals. The `fence`
-//! command prints these lines, and the Python package raises them.
+//! cause that adds something, never Rust debug text or HTTP-client internals; and text from a
+//! store or a server made safe for a terminal ([`escape`]). The `fence` command prints these
+//! lines, and the Python package raises them.
+//!
+//! [`escape`] writes every control character (C0 including tab and newline, DEL, C1 including
+//! the one-byte CSI U+009B), the bidirectional controls (U+061C, U+200E/F, U+202A–U+202E,
+//! U+2066–U+2069), the other invisible format characters (U+00AD, U+180E, U+200B–U+200D,
+//! U+2060–U+2065, U+FEFF, U+FFF9–U+FFFB, the tag characters U+E0000–U+E007F) and the line and
+//! paragraph separators U+2028/U+2029 as `\uXXXX` (a UTF-16 pair for the tags): readable in
+//! an error line, and a valid JSON escape of the same character. A record written by anyone
+//! who can write to the store then cannot retitle, clear or rewrite the terminal, write to its
+//! clipboard (OSC 52), or reorder what is shown.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
 
 use fence_core::Error;
 
@@ -136,6 +149,56 @@ fn xml_text(body: &str, name: &str) -> Option<String> {
     (!text.is_empty()).then_some(text)
 }
 
+/// Whether `c` must not reach a terminal raw.
+///
+/// ```
+/// use fence::message::is_unsafe;
+/// assert!(is_unsafe('\u{1b}') && is_unsafe('\u{9b}') && is_unsafe('\u{202e}'));
+/// assert!(!is_unsafe('é') && !is_unsafe('日') && !is_unsafe('\\'));
+/// ```
+pub fn is_unsafe(c: char) -> bool {
+    matches!(
+        c,
+        '\u{0}'..='\u{1f}'
+            | '\u{7f}'..='\u{9f}'
+            | '\u{ad}'
+            | '\u{61c}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{2069}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+            | '\u{e0000}'..='\u{e007f}'
+    )
+}
+
+/// `text` with every [unsafe](is_unsafe) character written as `\uXXXX`; borrowed when there
+/// is none.
+///
+/// ```
+/// use fence::message::escape;
+/// assert_eq!(escape("run.jobs"), "run.jobs");
+/// assert_eq!(escape("\u{1b}]0;x\u{7}"), r"\u001b]0;x\u0007");
+/// assert_eq!(escape("a\u{9b}2Jb"), r"a\u009b2Jb");
+/// ```
+pub fn escape(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_unsafe) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if is_unsafe(c) {
+            for unit in c.encode_utf16(&mut [0; 2]) {
+                let _ = write!(out, "\\u{unit:04x}");
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// `s` with every run of white space (new lines too) made one space.
 pub fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
@@ -153,6 +216,12 @@ mod tests {
         let shown = quoted(&long);
         assert!(shown.ends_with("… (300 bytes)"), "{shown}");
         assert_eq!(shown.matches('é').count(), QUOTED_CHARS);
+    }
+
+    #[test]
+    fn tags_are_escaped_as_utf16_pairs() {
+        assert_eq!(escape("a\u{e0041}"), r"a\udb40\udc41");
+        assert_eq!(escape("é日\\"), "é日\\");
     }
 
     #[test]
