@@ -635,8 +635,10 @@ pub fn log_problems(payload: &[u8], exists: impl Fn(&str) -> bool) -> Vec<String
     if payload.is_empty() {
         return Vec::new();
     }
-    let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(payload) else {
-        return vec!["the cell has log records but its data is not a log head".into()];
+    let map = match rules::parse_object(payload) {
+        Ok(map) => map,
+        Err(b) if b.rule == Rule::DuplicateMember => return vec![format!("a log head with {b}")],
+        Err(_) => return vec!["the cell has log records but its data is not a log head".into()],
     };
     let next = map.get("next").and_then(Value::as_u64);
     let runs = map.get("runs").and_then(Value::as_array);
