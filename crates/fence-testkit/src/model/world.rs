@@ -193,6 +193,11 @@ impl FenceModel {
                 mono /= 2;
                 wall_t /= 2;
             }
+            Some(Exception::SlowClock { ppm }) if n == 0 => {
+                let slow = |t: u64| t - t * u64::from(ppm) / 1_000_000;
+                mono = slow(mono);
+                wall_t = slow(wall_t);
+            }
             Some(Exception::WallBehind) if n == 0 => {
                 let stale = self.lease_cfg.iter().map(|c| c.stale_after_ms).max();
                 skew = -((stale.unwrap_or(0) + 10 * self.cfg.ttl(0)) as i64);
@@ -236,9 +241,10 @@ impl FenceModel {
             paused_at: 0,
             lag: 0,
             nonces: 0,
-            register: Register::default(),
+            register: Register::default().with_flaws(self.flaws),
             on_side: false,
             vouched: None,
+            authority_sent: None,
         }
     }
 }

@@ -11,6 +11,9 @@ pub struct History {
     pub(crate) max_claimed: u64,
     /// Data writes landed: (id, order of landing).
     pub(super) landed: Vec<(u8, u8)>,
+    /// Data writes whose writer was told they were not committed, as a sorted set: none of
+    /// them may ever land.
+    pub(super) refused: Vec<u8>,
     pub(crate) acked_order: u8,
     pub(crate) broken: Option<PropertyName>,
     /// The `sometimes` events, as pulses: true only in the state right after the step that
@@ -37,6 +40,17 @@ pub struct History {
 impl History {
     pub(crate) fn order_of(&self, id: u8) -> Option<u8> {
         self.landed.iter().find(|(i, _)| *i == id).map(|(_, o)| *o)
+    }
+
+    /// Data write `id`'s writer was told it was not committed: it must not have landed, and
+    /// never may.
+    pub(super) fn refused(&mut self, id: u8) {
+        if self.order_of(id).is_some() {
+            self.breach(PropertyName::RefusedNotWritten);
+        }
+        if let Err(at) = self.refused.binary_search(&id) {
+            self.refused.insert(at, id);
+        }
     }
 
     pub(super) fn breach(&mut self, p: PropertyName) {
@@ -80,6 +94,9 @@ impl FenceModel {
         if let Some(id) = data {
             if w.hist.order_of(id).is_some() {
                 w.hist.breach(PropertyName::NoWriteAppliedTwice);
+            }
+            if w.hist.refused.binary_search(&id).is_ok() {
+                w.hist.breach(PropertyName::RefusedNotWritten);
             }
             let order = w.hist.landed.len() as u8 + 1;
             w.hist.landed.push((id, order));

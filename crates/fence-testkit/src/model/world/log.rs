@@ -271,7 +271,7 @@ impl FenceModel {
             LogOp::Settle { pending, .. } | LogOp::MovedPast { pending } => *pending,
             _ => return None,
         };
-        match logrules::landed(head, pending.seq, pending.epoch) {
+        match logrules::landed_with(head, pending.seq, pending.epoch, self.flaws) {
             logrules::Landed::No => self.settled(w, n, Some(false)),
             logrules::Landed::Compare { name } => {
                 t.op = LogOp::Compare { pending };

@@ -23,7 +23,13 @@ pub enum Thread {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
     /// Write a lease record.
-    PutLease { guard: CasGuard, obj: LeaseObj },
+    PutLease {
+        guard: CasGuard,
+        obj: LeaseObj,
+        /// The sender's monotonic time when it sent the write (the core anchors its
+        /// authority no later).
+        sent_mono: u64,
+    },
     /// Read a node's lease record.
     GetLease { node: u8 },
     /// Write the cell head; `data` names the fenced data write it carries, if any.

@@ -44,6 +44,10 @@ pub struct Node {
     pub(super) on_side: bool,
     /// A lapsed lease of ours this lease succeeded: its heads are resumed at their epochs.
     pub(super) vouched: Option<String>,
+    /// When the latest lease write of its current lease that the store applied was sent,
+    /// by its own monotonic clock: its authority must end a TTL after (the authority
+    /// property).
+    pub(crate) authority_sent: Option<u64>,
 }
 
 impl Node {
@@ -82,7 +86,13 @@ impl FenceModel {
                         ttl_ms: self.cfg.ttl(n),
                     };
                     w.nodes[n].lease_busy = true;
-                    self.send(w, n, Thread::Lease, Op::PutLease { guard, obj }, timeout_ms);
+                    let sent_mono = now.mono_ms;
+                    let op = Op::PutLease {
+                        guard,
+                        obj,
+                        sent_mono,
+                    };
+                    self.send(w, n, Thread::Lease, op, timeout_ms);
                 }
                 LeaseEffect::Read { timeout_ms } => {
                     w.nodes[n].lease_busy = true;
@@ -149,8 +159,9 @@ impl FenceModel {
         });
         let node = &mut w.nodes[n];
         node.acquisitions += 1;
-        node.register = Register::default();
+        node.register = Register::default().with_flaws(self.flaws);
         node.vouched.clone_from(&predecessor);
+        node.authority_sent = None;
         let holder = Holder {
             node: format!("n{n}"),
             addr: String::new(),

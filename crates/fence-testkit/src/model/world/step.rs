@@ -72,6 +72,19 @@ impl FenceModel {
         if node.cell.pending.is_some() && node.cell.task.is_none() && w.time >= node.cell.retry_at {
             out.push(Action::Settle(n as u8));
         }
+        // A node that appends but makes no choices appends as soon as it holds the cell,
+        // during the chaos or after it.
+        if n >= self.cfg.actors && n < self.cfg.appenders && self.may_append(node) {
+            out.push(Action::Append(n as u8));
+        }
+    }
+
+    /// Whether node `n`'s task may start an append of the cell in place now.
+    fn may_append(&self, node: &Node) -> bool {
+        let idle_claim = node.cell.task.is_none()
+            && node.cell.collecting.is_none()
+            && node.cell.claim.as_ref().is_some_and(|c| !c.ended);
+        idle_claim && node.cell.appends_left > 0 && node.cell.pending.is_none()
     }
 
     pub(super) fn choices(&self, w: &World, n: usize, out: &mut Vec<Action>) {
@@ -116,17 +129,17 @@ impl FenceModel {
             if b.collections > 0 {
                 out.push(Action::Collect(n as u8));
             }
-            if node.cell.appends_left > 0 && node.cell.pending.is_none() {
+            if self.may_append(node) {
                 out.push(Action::Append(n as u8));
             }
         }
-        // An adoption in a second task, whenever the lease's register lets it start.
+        // An adoption in a second task, whenever the lease is held: its register of claims
+        // refuses it while another claim of the cell stands.
         let held = node
             .lease
             .as_ref()
             .is_some_and(|l| l.is_held(self.now(w, n)));
-        let free = node.register.epoch_of(w.cell_name()).is_none();
-        if b.adopts > 0 && held && free && node.cell.side == Side::default() {
+        if b.adopts > 0 && held && node.cell.side == Side::default() {
             out.push(Action::Adopt(n as u8));
         }
     }
@@ -371,9 +384,10 @@ impl FenceModel {
             }
             Action::Adopt(n) => {
                 w.budget.adopts -= 1;
-                w.hist.adopted = true;
                 let n = n as usize;
                 self.on_side(w, n, |w| self.start_flow(w, n, true));
+                // Refused by the register, or under way.
+                w.hist.adopted = w.nodes[n].cell.side.task.is_some();
             }
             Action::ResumeSide(n) => {
                 let n = n as usize;

@@ -50,11 +50,20 @@ impl FenceModel {
         match req.op {
             Op::GetLease { node } => Outcome::Lease(w.store.leases[node as usize].clone()),
             Op::GetHead => Outcome::Head(w.store.cell.head.clone()),
-            Op::PutLease { guard, obj } => {
+            Op::PutLease {
+                guard,
+                obj,
+                sent_mono,
+            } => {
                 let n = req.from as usize;
                 let current = w.store.leases[n].as_ref().map(|(_, v)| v.clone());
                 if !guard_holds(&guard, current.as_ref()) {
                     return Outcome::Put(None);
+                }
+                let node = &mut w.nodes[n];
+                if node.generation().as_ref() == Some(&obj.record.generation) {
+                    let latest = node.authority_sent.map_or(sent_mono, |s| s.max(sent_mono));
+                    node.authority_sent = Some(latest);
                 }
                 let v = w.store.lease_version(n);
                 w.store.leases[n] = Some((obj, v.clone()));

@@ -112,6 +112,10 @@ impl FenceModel {
             return;
         };
         if admit(held, claim.ended, self.flaws).is_err() {
+            // Refused locally: not committed.
+            if let ChangeKind::Write(id) = kind {
+                w.hist.refused(id);
+            }
             return;
         }
         let unheld = !held;
@@ -261,9 +265,10 @@ impl FenceModel {
                         None => return,
                     }
                 }
-                Next::Write(WriteStep::Failed(_)) => {
+                Next::Write(WriteStep::Failed(why)) => {
                     let task = w.nodes[n].cell.task.take();
-                    return self.task_failed(w, n, task);
+                    let (_, ambiguous) = unsettled_error(why);
+                    return self.task_failed(w, n, task, ambiguous);
                 }
                 Next::Cell(CellStep::Done(end)) if matches!(task.machine, Machine::Log(_)) => {
                     match self.log_cell_end(w, n, end) {
@@ -287,7 +292,8 @@ impl FenceModel {
         w.nodes[n].cell.retry_at = w.time + self.cfg.tick_ms;
     }
 
-    fn task_failed(&self, w: &mut World, n: usize, task: Option<Task>) {
+    /// Node `n`'s task ended in an error (`ambiguous`: its write may have landed).
+    fn task_failed(&self, w: &mut World, n: usize, task: Option<Task>, ambiguous: bool) {
         match task.map(|t| t.machine) {
             Some(Machine::Claim(_)) | None => {
                 let cell = w.cell_name();
@@ -299,6 +305,9 @@ impl FenceModel {
                 // No verdict: the next write reads the head first; a hand-off stays closed.
                 if kind == ChangeKind::HandOff {
                     self.end_claim(w, n);
+                }
+                if let (ChangeKind::Write(id), false) = (kind, ambiguous) {
+                    w.hist.refused(id);
                 }
             }
         }
@@ -376,10 +385,49 @@ impl FenceModel {
                 if let Some(c) = w.nodes[n].cell.claim.as_mut() {
                     c.known = Some(base);
                 }
+                self.refused(w, kind);
             }
-            CellEnd::Superseded { .. } => self.end_claim(w, n),
+            CellEnd::Superseded { maybe_landed, .. } => {
+                self.end_claim(w, n);
+                if !maybe_landed {
+                    self.refused(w, kind);
+                }
+            }
             CellEnd::KeptMoving if kind == ChangeKind::HandOff => self.end_claim(w, n),
-            CellEnd::KeptMoving => {}
+            CellEnd::KeptMoving => self.refused(w, kind),
+        }
+    }
+
+    /// The application was told a change of kind `kind` was not committed.
+    fn refused(&self, w: &mut World, kind: ChangeKind) {
+        if let ChangeKind::Write(id) = kind {
+            w.hist.refused(id);
+        }
+    }
+
+    /// A claim (not an adoption, which resumes any head of its node by design) resumes a
+    /// head at its epoch only when the caller vouched for the generation that wrote it: its
+    /// own lease's (a hand-off to it, its own closed claim) or a lapsed lease it succeeded.
+    /// `step` is what the claim machine made of the head `read`.
+    fn judge_resume(&self, w: &mut World, n: usize, read: Option<&CellHead>, step: &ClaimStep) {
+        let Some(read) = read else {
+            return;
+        };
+        let resumes = match step {
+            ClaimStep::Seal { body, .. } => body.epoch == read.epoch,
+            ClaimStep::Done(ClaimEnd::Claimed { resumed, .. }) => *resumed,
+            _ => false,
+        };
+        let node = &w.nodes[n];
+        if !resumes || node.on_side {
+            return;
+        }
+        let writer = read.generation.as_ref();
+        let vouched = writer.is_some_and(|g| {
+            node.generation().as_ref() == Some(g) || node.vouched.as_ref() == Some(g)
+        });
+        if !vouched {
+            w.hist.breach(PropertyName::ResumeVouched);
         }
     }
 
@@ -397,7 +445,11 @@ impl FenceModel {
         };
         let next = match (&task.wait, outcome) {
             (Wait::Head, Some(Outcome::Head(h))) => match &mut task.machine {
-                Machine::Claim(f) => Next::Claim(f.on_head(h)),
+                Machine::Claim(f) => {
+                    let step = f.on_head(h.clone());
+                    self.judge_resume(w, n, h.as_ref().map(|(h, _)| h), &step);
+                    Next::Claim(step)
+                }
                 _ => return,
             },
             (Wait::Base, Some(Outcome::Head(h))) => match &mut task.machine {
@@ -480,7 +532,7 @@ impl FenceModel {
             // A failed read ends a claim or a change: not committed.
             _ => {
                 let task = w.nodes[n].cell.task.take();
-                return self.task_failed(w, n, task);
+                return self.task_failed(w, n, task, false);
             }
         };
         self.run(w, n, next);

@@ -56,7 +56,8 @@ impl FenceModel {
             let step = match w.co.write.as_mut() {
                 Some((write, _, _)) if stored => write.start(),
                 _ => {
-                    w.co.write = None;
+                    // No head write was sent: not committed.
+                    self.co_refused(w);
                     return;
                 }
             };
@@ -158,11 +159,25 @@ impl FenceModel {
                     self.acknowledged(w, id);
                 }
             }
+            // Proven not landed: rebuilt on the head found, as new data.
             WriteStep::Done(Settled::Moved { head, version }) if w.co.tries < 3 => {
-                w.co.write = None;
+                self.co_refused(w);
                 self.co_build(w, head, version);
             }
+            WriteStep::Done(Settled::Moved { .. })
+            | WriteStep::Done(Settled::Fenced {
+                maybe_landed: false,
+                ..
+            }) => self.co_refused(w),
+            WriteStep::Failed(why) if !unsettled_error(why).1 => self.co_refused(w),
             WriteStep::Done(_) | WriteStep::Failed(_) => w.co.write = None,
+        }
+    }
+
+    /// The co-writer's write ends not committed (proven not landed).
+    fn co_refused(&self, w: &mut World) {
+        if let Some((_, _, id)) = w.co.write.take().filter(|(_, _, id)| *id != 0) {
+            w.hist.refused(id);
         }
     }
 }
