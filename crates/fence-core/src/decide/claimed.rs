@@ -293,8 +293,9 @@ impl CellWrite {
             format: HeadFormat::V2,
         };
         let guard = CasGuard::Match(base.version.clone());
-        let write =
-            HeadWrite::new(body.nonce.clone(), guard, &self.me, self.epoch).with_flaws(self.flaws);
+        let write = HeadWrite::new(body.nonce.clone(), guard, &self.me, self.epoch)
+            .writing_as(&self.generation)
+            .with_flaws(self.flaws);
         self.base = Some(base);
         CellStep::Seal { body, write }
     }

@@ -28,7 +28,9 @@ pub mod register;
 pub mod write;
 
 pub use crate::flaws::Flaws;
-pub use cell::{decide_claim, next_epoch, readback, ClaimDecision, Evidence, HeadView};
+pub use cell::{
+    decide_claim, next_epoch, readback, readback_as, ClaimDecision, Evidence, HeadView,
+};
 pub use lease::{
     FenceReason, Holder, LeaseCore, LeaseEffect, LeaseEvent, LeaseStatus, ReadResult, WriteResult,
 };

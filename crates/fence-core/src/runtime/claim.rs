@@ -185,25 +185,29 @@ async fn run_flow(
     let bound = || shared.request_bound_ms();
     let mut step = flow.start();
     loop {
-        step = match step {
+        let next = match step {
             ClaimStep::ReadHead => {
                 let read = bounded(&fence.clock, bound(), own.read_head(cell));
-                flow.on_head(read.await.map_err(Error::not_committed)?)
+                read.await
+                    .map_err(Error::not_committed)
+                    .map(|h| flow.on_head(h))
             }
             ClaimStep::Sleep(ms) => {
                 fence.clock.sleep(Duration::from_millis(ms)).await;
-                flow.resume()
+                Ok(flow.resume())
             }
             ClaimStep::JudgeOwner { node, writer } => {
                 let seen = fence
                     .observer
                     .liveness(fence, &node, writer.as_deref(), bound());
-                flow.on_liveness(seen.await.map_err(Error::not_committed)?)
+                seen.await
+                    .map_err(Error::not_committed)
+                    .map(|l| flow.on_liveness(l))
             }
-            ClaimStep::Carry { head, epoch } => {
-                let (payload, extra) = carried(shared, cell, epoch, head).await?;
-                flow.on_carried(payload, extra)
-            }
+            ClaimStep::Carry { head, epoch } => carried(shared, cell, epoch, head)
+                .await
+                .map_err(Error::not_committed)
+                .map(|(payload, extra)| flow.on_carried(payload, extra)),
             ClaimStep::Seal { body, write } => {
                 let shell = HeadWrite {
                     own,
@@ -215,9 +219,15 @@ async fn run_flow(
                     flaws: fence.flaws,
                     clock: &fence.clock,
                 };
-                flow.on_sealed(shell.drive(write, bound).await?)
+                shell.drive(write, bound).await.map(|s| flow.on_sealed(s))
             }
             ClaimStep::Done(end) => return claim_ended(shared, slot, cell, end),
+        };
+        step = match next {
+            Ok(next) => next,
+            Err(e) => flow
+                .on_failed(shared.is_held(), e.is_ambiguous())
+                .ok_or(e)?,
         };
     }
 }
@@ -281,6 +291,25 @@ fn claim_ended(
         ClaimEnd::NotAdoptable { found: None } => {
             Err(Error::fenced(format!("cell {cell} has no head to adopt")))
         }
+        ClaimEnd::LeaseLost { maybe_landed } => Err(lease_lost(cell, maybe_landed)),
+    }
+}
+
+/// The error of a claim whose lease was lost while it ran.
+fn lease_lost(cell: &str, maybe_landed: bool) -> Error {
+    let what = if maybe_landed {
+        "its seal may have landed: the cell then names this node until it is taken over"
+    } else {
+        "nothing written"
+    };
+    let e = Error::new(
+        ErrorKind::Fenced,
+        format!("cell {cell}: the lease was lost while the cell was being claimed; {what}"),
+    );
+    if maybe_landed {
+        e
+    } else {
+        e.not_committed()
     }
 }
 
