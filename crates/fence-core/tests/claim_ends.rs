@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,15 +13,24 @@ use fence_core::*;
 use support::{clock, TTL};
 use tokio::sync::Notify;
 
-/// One process's path to the store whose first write of a cell head is held: the process
-/// stops (its clock's timers with it) as the request leaves, and when the test lets it go
-/// the request is lost in flight (an ambiguous timeout; nothing lands) — a process stopped
-/// while its write was on the wire, whose deadline fired as it continued.
+/// How the next write of a cell head is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hold {
+    /// The process stops as the request leaves, and the request is lost in flight when the
+    /// test lets it go (an ambiguous timeout; nothing lands): a process stopped while its
+    /// write was on the wire, whose deadline fired as it continued.
+    LostInFlight,
+    /// The write lands, and its answer waits until the test lets it go: a process suspended
+    /// right after sending it.
+    AnswerHeld,
+}
+
+/// One process's path to the store whose next write of a cell head is held ([`Hold`]).
 #[derive(Debug)]
 struct HeldHeadWrite {
     inner: Arc<MemoryStore>,
     stop: Arc<Stop>,
-    armed: AtomicBool,
+    armed: std::sync::Mutex<Option<Hold>>,
     held: Notify,
     go: Notify,
 }
@@ -32,10 +40,23 @@ impl HeldHeadWrite {
         Arc::new(HeldHeadWrite {
             inner,
             stop,
-            armed: AtomicBool::new(true),
+            armed: std::sync::Mutex::new(None),
             held: Notify::new(),
             go: Notify::new(),
         })
+    }
+
+    /// Holds the next write of a cell head.
+    fn arm(&self, hold: Hold) {
+        *self.armed.lock().unwrap() = Some(hold);
+    }
+
+    /// Stops the process and waits for the test's go.
+    async fn hold(&self) {
+        let go = self.go.notified();
+        self.stop.stop();
+        self.held.notify_one();
+        go.await;
     }
 }
 
@@ -45,14 +66,22 @@ impl ConditionalStore for HeldHeadWrite {
         self.inner.get(key).await
     }
     async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
-        if key.as_str().ends_with("own.json") && self.armed.swap(false, Ordering::SeqCst) {
-            let go = self.go.notified();
-            self.stop.stop();
-            self.held.notify_one();
-            go.await;
-            return Err(Error::new(ErrorKind::Timeout, "request lost in flight"));
+        let hold = match key.as_str().ends_with("own.json") {
+            true => self.armed.lock().unwrap().take(),
+            false => None,
+        };
+        match hold {
+            None => self.inner.put(key, body, guard).await,
+            Some(Hold::LostInFlight) => {
+                self.hold().await;
+                Err(Error::new(ErrorKind::Timeout, "request lost in flight"))
+            }
+            Some(Hold::AnswerHeld) => {
+                let answer = self.inner.put(key, body, guard).await;
+                self.hold().await;
+                answer
+            }
         }
-        self.inner.put(key, body, guard).await
     }
     async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
         self.inner.delete(key, version).await
@@ -76,6 +105,7 @@ async fn a_claim_stopped_in_its_seal_learns_that_a_waiter_took_the_cell() {
     let store = Arc::new(MemoryStore::new());
     let stop = Arc::new(Stop::default());
     let path = HeldHeadWrite::new(store.clone(), stop.clone());
+    path.arm(Hold::LostInFlight);
     let stopped = Fence::builder(path.clone(), "run.x")
         .ttl(TTL)
         .clock(clock().with_stop(stop.clone()))
@@ -110,4 +140,50 @@ async fn a_claim_stopped_in_its_seal_learns_that_a_waiter_took_the_cell() {
     );
     assert!(theirs.is_held());
     theirs.write("the waiter's").await.unwrap();
+}
+
+/// Issue 40. `release_shared` did not stop acting before it sent, unlike a hand-off: its
+/// release landed while the process was suspended, another node claimed the cell at the next
+/// epoch, and the released claim still said `is_held()`, `status()` Held and `lost()`
+/// pending — two owners, for anything that acts on that belief outside the store. From the
+/// moment the release is sent it believes nothing. Takes about 10 ms (virtual time).
+#[tokio::test(start_paused = true)]
+async fn a_released_claim_holds_nothing_from_the_moment_its_release_is_sent() {
+    let store = Arc::new(MemoryStore::new());
+    let stop = Arc::new(Stop::default());
+    let path = HeldHeadWrite::new(store.clone(), stop.clone());
+    let a = Fence::builder(path.clone(), "a")
+        .ttl(TTL)
+        .clock(clock().with_stop(stop.clone()))
+        .build()
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let claim = Arc::new(a.claim("c").await.unwrap());
+    path.arm(Hold::AnswerHeld);
+    let held = path.held.notified();
+    let release = tokio::spawn({
+        let claim = claim.clone();
+        async move { claim.release_shared().await }
+    });
+    held.await; // sent and landed; the process is suspended before it hears so
+    assert!(
+        !claim.is_held(),
+        "a claim whose release is on its way holds nothing"
+    );
+    assert_eq!(claim.status(), ClaimStatus::Closed);
+    let b = support::fence(store.clone(), "b").acquire().await.unwrap();
+    let theirs = b.claim("c").await.unwrap();
+    assert_eq!(theirs.epoch(), 2);
+    assert!(theirs.is_held() && !claim.is_held(), "one owner");
+    let lost = tokio::time::timeout(Duration::from_millis(1), claim.lost()).await;
+    assert_eq!(lost.ok(), Some(ClaimStatus::Closed));
+    let refused = claim.write("after the release").await.unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::Fenced);
+    assert_eq!(refused.commit(), Commit::NotCommitted);
+    stop.resume();
+    path.go.notify_one();
+    release.await.unwrap().unwrap();
+    assert_eq!(claim.status(), ClaimStatus::Released);
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::decide::claim::{ClaimEnd, ClaimFlow, ClaimStep};
 use crate::decide::claimed::{
-    admit, blob_epoch, collectable, Base, CellEnd, CellStep, CellWrite, Change, Refusal,
+    blob_epoch, collectable, Base, CellEnd, CellStep, CellWrite, Change, Refusal, Standing,
 };
 use crate::error::{Commit, Error, ErrorKind};
 use crate::flaws::sabotaged;
@@ -73,30 +73,7 @@ impl From<Base> for Known {
     }
 }
 
-/// How a claim ended, as far as this process knows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClaimStatus {
-    /// The lease is held and no write has found the claim superseded.
-    Held,
-    /// A write found the cell at a later epoch or with another owner.
-    Superseded {
-        /// The epoch found (0 when the head was gone).
-        epoch: u64,
-    },
-    /// The claim was released.
-    Released,
-    /// The claim was handed to another node, which holds the cell at `epoch` from now on
-    /// ([`CellClaim::hand_off`]).
-    HandedOff {
-        /// The epoch the receiver holds.
-        epoch: u64,
-    },
-    /// This process ended the claim ([`CellClaim::close`], or a hand-off that did not land):
-    /// no write of it is sent any more, though the store may still name this node.
-    Closed,
-    /// The node lease is no longer held.
-    LeaseLost,
-}
+pub use crate::decide::claimed::ClaimStatus;
 
 /// A claimed cell: its epoch, and fenced writes of its head.
 ///
@@ -111,8 +88,9 @@ pub struct CellClaim {
     epoch: u64,
     /// `None` after a write that got no verdict: the next write reads the head first.
     known: tokio::sync::Mutex<Option<Known>>,
-    /// Set once a write found the claim superseded (or it was released).
-    ended: std::sync::Mutex<Option<ClaimStatus>>,
+    /// Whether (and how) the claim ended: set once a write found it superseded, it was
+    /// closed, or a release or hand-off was about to be sent.
+    standing: std::sync::Mutex<Standing>,
     /// Whether this claim still stands in the lease's register of claimed cells (an ended
     /// claim leaves it at once, so the cell can be claimed or adopted again).
     registered: std::sync::atomic::AtomicBool,
@@ -403,7 +381,7 @@ impl CellClaim {
             cell: cell.into(),
             epoch,
             known: tokio::sync::Mutex::new(known),
-            ended: std::sync::Mutex::new(None),
+            standing: std::sync::Mutex::new(Standing::default()),
             registered: std::sync::atomic::AtomicBool::new(true),
         }
     }
@@ -415,32 +393,26 @@ impl CellClaim {
         }
     }
 
-    /// Ends the claim as `how`; a claim this process closed may still learn how it really
-    /// ended (a hand-off that landed, a supersession).
+    fn standing(&self) -> std::sync::MutexGuard<'_, Standing> {
+        self.standing.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Ends the claim as `how` ([`Standing::end`]) and takes it out of the lease's register.
     fn end(&self, how: ClaimStatus) {
-        let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
-        match *ended {
-            None | Some(ClaimStatus::Closed) => *ended = Some(how),
-            Some(_) => {}
-        }
-        drop(ended);
+        self.standing().end(how);
         self.leave_register();
         self.shared.claim_ended();
     }
 
-    /// Marks the claim closed without leaving the lease's register (a hand-off about to be
-    /// sent).
+    /// Stops the claim acting without leaving the lease's register: a release or a hand-off
+    /// is about to be sent ([`Standing::stop_acting`]).
     fn stop_acting(&self) {
-        let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
-        if ended.is_none() {
-            *ended = Some(ClaimStatus::Closed);
-        }
-        drop(ended);
+        self.standing().stop_acting();
         self.shared.claim_ended();
     }
 
     fn ended(&self) -> Option<ClaimStatus> {
-        *self.ended.lock().unwrap_or_else(|p| p.into_inner())
+        self.standing().ended()
     }
 
     /// The cell.
@@ -471,11 +443,8 @@ impl CellClaim {
 
     /// This claim's state, as far as this process knows.
     pub fn status(&self) -> ClaimStatus {
-        match self.ended() {
-            Some(s) => s,
-            None if self.shared.is_held() => ClaimStatus::Held,
-            None => ClaimStatus::LeaseLost,
-        }
+        let standing = *self.standing();
+        standing.status(self.shared.is_held())
     }
 
     /// Waits until the claim is over as far as this process can tell — the lease is lost
@@ -705,8 +674,8 @@ impl CellClaim {
     /// once the claim's write lock is taken, so a request queued behind a slow one is never
     /// sent after the lease's authority ran out meanwhile.
     fn refuse_unless_acting(&self, what: &str) -> Result<(), Error> {
-        let ended = self.ended().is_some();
-        match admit(self.shared.is_held(), ended, self.shared.fence.flaws) {
+        let standing = *self.standing();
+        match standing.admit(self.shared.is_held(), self.shared.fence.flaws) {
             Ok(()) => Ok(()),
             Err(Refusal::LeaseNotHeld) => Err(Error::fenced(format!(
                 "cell {}: lease not held; {what} refused locally, nothing written",
@@ -883,8 +852,16 @@ impl CellClaim {
         self.release_shared().await
     }
 
-    /// [`release`](Self::release) through a shared reference, for a claim kept in an `Arc`:
-    /// the claim ends (later writes are refused locally) once the release lands.
+    /// [`release`](Self::release) through a shared reference, for a claim kept in an `Arc`.
+    ///
+    /// Like a hand-off, the claim stops acting before the release is sent: it waits for any
+    /// write of it in flight, then reads as [`ClaimStatus::Closed`] — `is_held()` is false,
+    /// `lost()` returns, later writes are refused locally — from the instant the release may
+    /// land (another node may own the cell from then on, also while this process is
+    /// suspended with the release in flight), and as [`ClaimStatus::Released`] once it
+    /// landed. A release that fails leaves the claim closed; the store still names this node
+    /// at this epoch unless the error is ambiguous: [adopt](super::LeaseKeeper::adopt) it to
+    /// act again.
     pub async fn release_shared(&self) -> Result<(), Error> {
         if !self.shared.is_held() {
             return Err(Error::fenced(format!(
@@ -895,10 +872,19 @@ impl CellClaim {
         self.refuse_if_over()?;
         let mut slot = self.known.lock().await;
         self.refuse_unless_acting("release")?;
-        self.rewrite(&mut slot, Change::Release).await?;
-        info!(node = self.shared.node(), cell = %self.cell, epoch = self.epoch, "cell released");
-        self.end(ClaimStatus::Released);
-        Ok(())
+        self.stop_acting();
+        let _leave = LeaveRegister(self);
+        match self.rewrite(&mut slot, Change::Release).await {
+            Ok(()) => {
+                info!(node = self.shared.node(), cell = %self.cell, epoch = self.epoch, "cell released");
+                self.end(ClaimStatus::Released);
+                Ok(())
+            }
+            Err(e) => {
+                self.end(ClaimStatus::Closed);
+                Err(e)
+            }
+        }
     }
 
     /// Rewrites the head from what this claim knows of it (a release or a hand-off),
