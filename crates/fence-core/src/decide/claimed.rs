@@ -14,6 +14,7 @@
 //! assert_eq!(w.start(), CellStep::ReadBase);
 //! ```
 
+pub use super::collect::{blob_epoch, collectable};
 use super::write::{HeadWrite, Settled};
 use crate::flaws::{sabotaged, Flaws};
 use crate::record::{CellHead, CellPayload, Extra, HeadFormat};
@@ -226,27 +227,6 @@ pub fn admit(lease_held: bool, ended: bool, flaws: Flaws) -> Result<(), Refusal>
         return Err(Refusal::ClaimEnded);
     }
     Ok(())
-}
-
-/// Whether a payload object written under `epoch` (`None`: a name fence did not write) may
-/// be deleted by a claim at `claim_epoch` (`current`: the head points at it now). Only
-/// objects of *earlier* epochs: no writer of an earlier epoch can land a head after this
-/// claim's seal, while a write of this epoch (an ambiguous one landing late, a co-writer's)
-/// may still point a head at its object.
-pub fn collectable(epoch: Option<u64>, claim_epoch: u64, current: bool, flaws: Flaws) -> bool {
-    let older = if sabotaged!(flaws, GcCurrentEpoch) {
-        epoch.is_some_and(|e| e <= claim_epoch)
-    } else {
-        epoch.is_some_and(|e| e < claim_epoch)
-    };
-    older && !current
-}
-
-/// The epoch a payload object's name states (`<epoch>-<nonce>`, as fence names them), or
-/// `None` for a name fence did not write. With [`collectable`], the rule that decides which
-/// objects of a listing a claim may delete.
-pub fn blob_epoch(name: &str) -> Option<u64> {
-    name.split('-').next().and_then(|e| e.parse::<u64>().ok())
 }
 
 /// Whether an object found at a log record's name is the record this append wrote (an
@@ -466,17 +446,8 @@ mod tests {
     }
 
     #[test]
-    fn only_earlier_epochs_are_collected_and_only_our_bytes_are_our_record() {
+    fn only_our_bytes_are_our_record() {
         let f = Flaws::default();
-        assert!(collectable(Some(2), 3, false, f));
-        assert!(
-            !collectable(Some(3), 3, false, f),
-            "a write of this epoch may still land"
-        );
-        assert!(!collectable(Some(2), 3, true, f), "the head points at it");
-        assert!(!collectable(None, 3, false, f), "not a name fence wrote");
-        assert_eq!(blob_epoch("12-ab3f"), Some(12));
-        assert_eq!(blob_epoch("notes.txt"), None);
         assert!(record_is_ours(b"rec", b"rec", f));
         assert!(!record_is_ours(b"orphan", b"rec", f));
     }

@@ -2,7 +2,7 @@
 //! back and waits as told, and feeds each answer in; the machine says what the answers prove.
 //!
 //! The same body (one nonce) is sent on every attempt under the same guard, so at most one
-//! attempt can land and a read-back recognises whichever did ([`readback`]). After an
+//! attempt can land and a read-back recognises whichever did ([`readback_as`]). After an
 //! ambiguous answer the write is only ever re-sent unchanged; it is never rebuilt on a newer
 //! head, because a head that moved on does not prove ours never landed underneath it.
 //!

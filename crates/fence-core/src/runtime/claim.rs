@@ -11,12 +11,12 @@ use super::{bounded, cell, CellData};
 use std::time::Duration;
 
 use crate::decide::claim::{ClaimEnd, ClaimFlow, ClaimStep};
-use crate::decide::claimed::{
-    blob_epoch, collectable, Base, CellEnd, CellStep, CellWrite, Change, Refusal, Standing,
-};
+use crate::decide::claimed::{Base, CellEnd, CellStep, CellWrite, Change, Refusal, Standing};
+use crate::decide::collect::{unused_payload, victims, Fate};
+use crate::decide::Flaws;
 use crate::error::{Commit, Error, ErrorKind};
 use crate::flaws::sabotaged;
-use crate::ownership::check_name;
+use crate::ownership::{check_name, Ownership};
 use crate::record::{CellHead, CellPayload, Extra, HeadFormat};
 use crate::stats;
 use crate::store::Version;
@@ -236,6 +236,11 @@ fn claim_ended(
                     (None, _) => stats::ClaimKind::Reclaim,
                 });
             }
+            if !resumed {
+                // The seal ended every earlier epoch: what their writers left is nobody's.
+                let keep = body.payload.blob().map(|b| b.name.clone());
+                collect_after_seal(shared, cell, epoch, keep);
+            }
             let known = Some(Known::of(body, version));
             Ok((CellClaim::new(shared, slot, cell, epoch, known), resumed))
         }
@@ -288,6 +293,118 @@ fn lease_lost(cell: &str, maybe_landed: bool) -> Error {
         e
     } else {
         e.not_committed()
+    }
+}
+
+/// Deletes of payload objects one collection keeps in flight.
+const DELETES_IN_FLIGHT: usize = 8;
+
+/// A collection's deadline, in longest attempt timeouts: it stops there (the next claim goes
+/// on), and a lease's release waits for it no longer.
+pub(crate) const COLLECTION_BUDGET_ATTEMPTS: u64 = 4;
+
+/// The deadline of one payload collection under `cfg`.
+pub(crate) fn collection_budget_ms(cfg: &crate::decide::LeaseConfig) -> u64 {
+    cfg.attempt_max_ms
+        .saturating_mul(COLLECTION_BUDGET_ATTEMPTS)
+}
+
+/// After a claim sealed `epoch` (a new one: a resume seals nothing new): collects, in the
+/// background, the payload objects of earlier epochs other than `keep` (the one its head
+/// names) — the objects of writers killed before their head write, or before deleting what
+/// they replaced ([`victims`]). The claim does not wait for it; its lease's release does.
+fn collect_after_seal(shared: &Arc<Shared>, cell: &str, epoch: u64, keep: Option<String>) {
+    let running = shared.collection_begins();
+    let fence = &shared.fence;
+    let (own, clock, flaws) = (fence.ownership.clone(), fence.clock.clone(), fence.flaws);
+    let (bound, budget) = (fence.cfg.attempt_max_ms, collection_budget_ms(&fence.cfg));
+    let cell = cell.to_owned();
+    tokio::spawn(async move {
+        let _turn = running.turn().await;
+        let collector = Collector {
+            own: &own,
+            clock: &clock,
+            cell: &cell,
+            bound,
+        };
+        let work = collector.collect(epoch, keep.as_deref(), flaws);
+        match bounded(&clock, budget, work).await {
+            Ok(0) => {}
+            Ok(n) => info!(
+                cell,
+                epoch,
+                deleted = n,
+                "payload objects of earlier epochs collected"
+            ),
+            Err(e) => {
+                tracing::debug!(cell, epoch, error = %e, "payload collection stopped; a later claim goes on")
+            }
+        }
+        drop(running);
+    });
+}
+
+/// The requests of one payload collection of `cell`, each bounded by `bound` ms.
+struct Collector<'a> {
+    own: &'a Ownership,
+    clock: &'a crate::Clock,
+    cell: &'a str,
+    bound: u64,
+}
+
+impl Collector<'_> {
+    /// One collection by a claim at `epoch` whose head names `keep`: one listing, then the
+    /// deletes [`victims`] chooses.
+    async fn collect(&self, epoch: u64, keep: Option<&str>, flaws: Flaws) -> Result<usize, Error> {
+        let listed = self.list().await?;
+        self.delete(&listed, epoch, keep, flaws).await
+    }
+
+    /// The names of the cell's payload objects (only objects right under `blobs/`).
+    async fn list(&self) -> Result<Vec<String>, Error> {
+        let prefix = self.own.blobs_prefix(self.cell)?;
+        let list = self.own.store().list(Some(&prefix));
+        let listed = bounded(self.clock, self.bound, list).await?;
+        let folder = format!("{}/", prefix.as_str());
+        let names = listed
+            .iter()
+            .filter_map(|k| k.as_str().strip_prefix(folder.as_str()))
+            .filter(|name| !name.contains('/'));
+        Ok(names.map(str::to_owned).collect())
+    }
+
+    /// Deletes the objects of `listed` that [`victims`] chooses for a claim at `epoch` whose
+    /// head names `keep`, a few in flight at a time. Counts the deletes; the first failure,
+    /// if any, is the answer.
+    async fn delete(
+        &self,
+        listed: &[String],
+        epoch: u64,
+        keep: Option<&str>,
+        flaws: Flaws,
+    ) -> Result<usize, Error> {
+        let chosen = victims(listed.iter().map(String::as_str), epoch, keep, flaws);
+        let (mut deleted, mut failed) = (0, None);
+        for batch in chosen.chunks(DELETES_IN_FLIGHT) {
+            let deletes = batch.iter().map(|name| self.delete_one(name));
+            for result in futures::future::join_all(deletes).await {
+                match result {
+                    Ok(()) => deleted += 1,
+                    Err(e) => failed = failed.or(Some(e)),
+                }
+            }
+        }
+        failed.map_or(Ok(deleted), Err)
+    }
+
+    async fn delete_one(&self, name: &str) -> Result<(), Error> {
+        let key = self.own.blob_key(self.cell, name)?;
+        bounded(
+            self.clock,
+            self.bound,
+            self.own.store().delete_immutable(&key),
+        )
+        .await
     }
 }
 
@@ -541,7 +658,7 @@ impl CellClaim {
         // The claim may have ended (closed, handed off, released), or the lease run out,
         // while this write waited for the one before it.
         if let Err(e) = self.refuse_unless_acting("write") {
-            self.collect_unused(&stored);
+            self.collect_freed(Fate::NotLanded, &stored, &CellPayload::Empty);
             return Err(e);
         }
         self.write_on(&mut known, stored, exact).await
@@ -560,16 +677,19 @@ impl CellClaim {
         let end = match self.change(slot, change).await {
             Ok(end) => end,
             Err(e) => {
-                if !e.is_ambiguous() {
-                    self.collect_unused(&payload);
-                }
+                let fate = Fate::of_failure(e.is_ambiguous());
+                self.collect_freed(fate, &payload, &CellPayload::Empty);
                 return Err(e);
             }
         };
+        let replaced = match &end {
+            CellEnd::Written { replaced, .. } => replaced.clone(),
+            _ => CellPayload::Empty,
+        };
+        self.collect_freed(Fate::of_end(&end), &payload, &replaced);
         match end {
-            CellEnd::Written { base, replaced } => {
+            CellEnd::Written { base, .. } => {
                 stats::write_acknowledged();
-                self.collect_replaced(&replaced, &payload);
                 #[cfg(feature = "sabotage")]
                 if sabotaged!(self.shared.fence.flaws, RollbackAcknowledged) {
                     self.shared.fence.wrote(&self.cell, &payload);
@@ -582,8 +702,6 @@ impl CellClaim {
                 })
             }
             CellEnd::Conflict { base } => {
-                // The head is another write's: this one never lands.
-                self.collect_unused(&payload);
                 *slot = Some(Known::from(base));
                 Err(moved_on(&self.cell))
             }
@@ -591,18 +709,12 @@ impl CellClaim {
                 epoch,
                 maybe_landed,
             } => {
-                if !maybe_landed {
-                    self.collect_unused(&payload);
-                }
                 warn!(node = self.shared.node(), cell = %self.cell, epoch = self.epoch, found = epoch,
                       "write refused: the epoch was superseded");
                 stats::write_fenced();
                 Err(self.superseded_by(epoch, maybe_landed))
             }
-            CellEnd::KeptMoving => {
-                self.collect_unused(&payload);
-                Err(kept_moving(&self.cell))
-            }
+            CellEnd::KeptMoving => Err(kept_moving(&self.cell)),
         }
     }
 
@@ -776,17 +888,12 @@ impl CellClaim {
         }
     }
 
-    /// Deletes the payload object a landed write replaced (nothing refers to it any more).
-    fn collect_replaced(&self, old: &CellPayload, new: &CellPayload) {
-        if old.blob().is_some() && old.blob() != new.blob() {
-            self.collect_unused(old);
-        }
-    }
-
-    /// Deletes a payload object that no head refers to, in the background, bounded like
-    /// every request of a claim (a store that never answers leaves no task behind).
-    fn collect_unused(&self, payload: &CellPayload) {
-        let Some(blob) = payload.blob().cloned() else {
+    /// Deletes, in the background, the payload object a finished write of `written` (which
+    /// replaced `replaced`, if it landed) leaves to nobody ([`unused_payload`]: never the
+    /// object of a write whose fate is unknown). Bounded like every request of a claim (a
+    /// store that never answers leaves no task behind).
+    fn collect_freed(&self, fate: Fate, written: &CellPayload, replaced: &CellPayload) {
+        let Some(blob) = unused_payload(fate, written, replaced).cloned() else {
             return;
         };
         let fence = &self.shared.fence;
@@ -804,10 +911,13 @@ impl CellClaim {
 
     /// Deletes payload objects of this cell that no head can refer to any more: those of
     /// earlier epochs (no writer of an earlier epoch can land a head after this claim's
-    /// seal) other than the one the head points at now. Objects a crash or an unsettled write
-    /// left behind go this way; a replaced object is deleted when its write lands. Returns how
-    /// many were deleted. Uses one listing (for inspection, as the store contract allows: what
-    /// is deleted is decided by epochs and the head, never by the listing alone).
+    /// seal) other than the one the head points at now, at most
+    /// [`MAX_VICTIMS`](crate::decide::collect::MAX_VICTIMS). Every claim at a new epoch
+    /// runs the same collection in the background once it is sealed; this one is for a claim
+    /// held long after objects were left (a resumed claim, a claim whose own collection was
+    /// cut short). Returns how many were deleted. Uses one listing (for inspection, as the
+    /// store contract allows: what is deleted is decided by epochs and the head, never by the
+    /// listing alone).
     pub async fn collect_garbage(&self) -> Result<usize, Error> {
         let fence = &self.shared.fence;
         let own = &fence.ownership;
@@ -815,26 +925,21 @@ impl CellClaim {
         // request is bounded, so `close()` and later writes never wait behind a hung one.
         let _writes = self.known.lock().await;
         self.refuse_unless_acting("collection")?;
-        let bound = || self.shared.request_bound_ms();
-        let prefix = own.blobs_prefix(&self.cell)?;
-        let names = bounded(&fence.clock, bound(), own.store().list(Some(&prefix))).await?;
-        let Some((head, _)) = bounded(&fence.clock, bound(), own.read_head(&self.cell)).await?
-        else {
+        let collector = Collector {
+            own,
+            clock: &fence.clock,
+            cell: &self.cell,
+            bound: self.shared.request_bound_ms(),
+        };
+        let listed = collector.list().await?;
+        let read = bounded(&fence.clock, collector.bound, own.read_head(&self.cell));
+        let Some((head, _)) = read.await? else {
             return Ok(0);
         };
-        let current = head.payload.blob().map(|b| b.name.clone());
-        let mut deleted = 0;
-        for key in names {
-            let Some(name) = key.as_str().rsplit('/').next() else {
-                continue;
-            };
-            let current = current.as_deref() == Some(name);
-            if collectable(blob_epoch(name), self.epoch, current, fence.flaws) {
-                bounded(&fence.clock, bound(), own.store().delete_immutable(&key)).await?;
-                deleted += 1;
-            }
-        }
-        Ok(deleted)
+        let keep = head.payload.blob().map(|b| b.name.as_str());
+        collector
+            .delete(&listed, self.epoch, keep, fence.flaws)
+            .await
     }
 
     /// Reads the cell's data, bounded by the fence's longest attempt timeout (default
