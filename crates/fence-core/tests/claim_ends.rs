@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use fence_core::*;
-use support::{clock, TTL};
+use support::{clock, fence_on};
 use tokio::sync::Notify;
 
 /// How the next write of a cell head is held.
@@ -106,11 +106,7 @@ async fn a_claim_stopped_in_its_seal_learns_that_a_waiter_took_the_cell() {
     let stop = Arc::new(Stop::default());
     let path = HeldHeadWrite::new(store.clone(), stop.clone());
     path.arm(Hold::LostInFlight);
-    let stopped = Fence::builder(path.clone(), "run.x")
-        .ttl(TTL)
-        .clock(clock().with_stop(stop.clone()))
-        .build()
-        .unwrap()
+    let stopped = fence_on(path.clone(), "run.x", clock().with_stop(stop.clone()))
         .acquire()
         .await
         .unwrap();
@@ -120,11 +116,7 @@ async fn a_claim_stopped_in_its_seal_learns_that_a_waiter_took_the_cell() {
         (r, stopped)
     });
     held.await;
-    let waiter = Fence::builder(store.clone(), "run.x")
-        .ttl(TTL)
-        .clock(clock())
-        .build()
-        .unwrap()
+    let waiter = support::fence(store.clone(), "run.x")
         .acquire_wait(Duration::from_secs(30))
         .await
         .expect("the waiter takes the lease of the stopped run");
@@ -152,11 +144,7 @@ async fn a_released_claim_holds_nothing_from_the_moment_its_release_is_sent() {
     let store = Arc::new(MemoryStore::new());
     let stop = Arc::new(Stop::default());
     let path = HeldHeadWrite::new(store.clone(), stop.clone());
-    let a = Fence::builder(path.clone(), "a")
-        .ttl(TTL)
-        .clock(clock().with_stop(stop.clone()))
-        .build()
-        .unwrap()
+    let a = fence_on(path.clone(), "a", clock().with_stop(stop.clone()))
         .acquire()
         .await
         .unwrap();

@@ -79,13 +79,19 @@ fn read_backs_fail() -> impl Iterator<Item = Step> {
     std::iter::repeat_n(Step::LoseAnswer, decide::write::MAX_SENDS.into())
 }
 
+/// A claim of cell `c` whose data is in a payload object.
+async fn claimed_with_an_object(store: &Arc<Steered>) -> (LeaseKeeper, CellClaim) {
+    let lease = fence(store.clone(), "a").acquire().await.unwrap();
+    let cell = lease.claim("c").await.unwrap();
+    cell.write(big(b'o')).await.unwrap();
+    (lease, cell)
+}
+
 /// A claim's write ([`CellClaim::write`]). Takes about 100 ms (virtual time).
 #[tokio::test(start_paused = true)]
 async fn a_claims_write_of_unknown_fate_keeps_its_payload_object() {
     let store = Steered::new();
-    let lease = fence(store.clone(), "a").acquire().await.unwrap();
-    let cell = lease.claim("c").await.unwrap();
-    cell.write(big(b'o')).await.unwrap();
+    let (_lease, cell) = claimed_with_an_object(&store).await;
     // Lands, answer lost; then every read-back fails and every re-send is rejected (its
     // first attempt moved the head past its guard).
     store.puts("own.json", [Step::LoseAnswer]);
@@ -97,9 +103,7 @@ async fn a_claims_write_of_unknown_fate_keeps_its_payload_object() {
 #[tokio::test(start_paused = true)]
 async fn an_update_of_unknown_fate_keeps_its_payload_object() {
     let store = Steered::new();
-    let lease = fence(store.clone(), "a").acquire().await.unwrap();
-    let cell = lease.claim("c").await.unwrap();
-    cell.write(big(b'o')).await.unwrap();
+    let (_lease, cell) = claimed_with_an_object(&store).await;
     let own = Ownership::new(store.clone(), "put");
     store.gets("own.json", [Step::Pass]); // the update's first read of the head
     store.gets("own.json", read_backs_fail());

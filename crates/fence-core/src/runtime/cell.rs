@@ -181,32 +181,14 @@ pub async fn update_cell(
             flaws: Flaws::default(),
             clock: &clock,
         };
-        let settled = match write.settle(|| bound).await {
-            Ok(settled) => settled,
-            Err(e) => {
-                let fate = Fate::of_failure(e.is_ambiguous());
-                drop_unused(
-                    ownership,
-                    cell,
-                    fate,
-                    &body.payload,
-                    &head.payload,
-                    (&clock, bound),
-                )
-                .await;
-                return Err(e);
-            }
+        let settled = write.settle(|| bound).await;
+        let fate = match &settled {
+            Ok(settled) => Fate::of_settled(settled),
+            Err(e) => Fate::of_failure(e.is_ambiguous()),
         };
-        let fate = Fate::of_settled(&settled);
-        drop_unused(
-            ownership,
-            cell,
-            fate,
-            &body.payload,
-            &head.payload,
-            (&clock, bound),
-        )
-        .await;
+        let freed = (fate, &body.payload, &head.payload);
+        drop_unused(ownership, cell, freed, (&clock, bound)).await;
+        let settled = settled?;
         match settled {
             Settled::Landed(version) => return Ok(WriteAck { epoch, version }),
             Settled::Moved { head, version } => current = Some((head, version)),
@@ -288,9 +270,7 @@ impl<'a> Contention<'a> {
 async fn drop_unused(
     ownership: &Ownership,
     cell: &str,
-    fate: Fate,
-    written: &CellPayload,
-    replaced: &CellPayload,
+    (fate, written, replaced): (Fate, &CellPayload, &CellPayload),
     (clock, bound): (&Clock, u64),
 ) {
     let Some(blob) = unused_payload(fate, written, replaced) else {

@@ -285,15 +285,16 @@ fn lease_lost(cell: &str, maybe_landed: bool) -> Error {
     } else {
         "nothing written"
     };
-    let e = Error::new(
+    let commit = if maybe_landed {
+        Commit::Ambiguous
+    } else {
+        Commit::NotCommitted
+    };
+    Error::new(
         ErrorKind::Fenced,
         format!("cell {cell}: the lease was lost while the cell was being claimed; {what}"),
-    );
-    if maybe_landed {
-        e
-    } else {
-        e.not_committed()
-    }
+    )
+    .with_commit(commit)
 }
 
 /// Deletes of payload objects one collection keeps in flight.
