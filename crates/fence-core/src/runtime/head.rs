@@ -92,6 +92,12 @@ impl HeadWrite<'_> {
                             answer
                         }
                     };
+                    tracing::debug!(
+                        cell = self.cell,
+                        epoch = self.epoch,
+                        ?answer,
+                        "head write answered"
+                    );
                     core.on_put(answer)
                 }
                 WriteStep::Pause(ms) => {
@@ -107,6 +113,7 @@ impl HeadWrite<'_> {
                             ReadAnswer::Failed
                         }
                     };
+                    tracing::debug!(cell = self.cell, epoch = self.epoch, read = ?answer, "head read back");
                     core.on_read(answer)
                 }
                 WriteStep::Done(settled) => return Ok(settled),
