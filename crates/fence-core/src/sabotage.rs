@@ -28,6 +28,8 @@
 //! | `log-run-ignores-tag` | an append after a retag extends the log's last run of its epoch instead of starting a tagged one |
 //! | `log-settles-on-own-orphan` | an ambiguous append is settled by comparing the record object of its own epoch whatever epoch the settling head committed at its number |
 //! | `observer-ignores-stated-ttl` | a peer judges a lease by its own TTL, ignoring the longer one the record states |
+//! | `release-acts-until-landed` | a release does not stop the claim acting before it is sent: the claim believes it holds the cell until the release's answer comes |
+//! | `collect-current-object` | payload collection deletes an object of an earlier epoch even when the head names it (the data a claim carried forward) |
 
 use std::fmt;
 
@@ -76,11 +78,15 @@ pub enum Sabotage {
     LogSettlesOnOwnOrphan,
     /// See the module table.
     ObserverIgnoresStatedTtl,
+    /// See the module table.
+    ReleaseActsUntilLanded,
+    /// See the module table.
+    CollectCurrentObject,
 }
 
 impl Sabotage {
     /// Every switch.
-    pub const ALL: [Sabotage; 21] = [
+    pub const ALL: [Sabotage; 23] = [
         Sabotage::SkipSeal,
         Sabotage::EarlySealRead,
         Sabotage::NoLandedAfterExpiry,
@@ -102,6 +108,8 @@ impl Sabotage {
         Sabotage::LogRunIgnoresTag,
         Sabotage::LogSettlesOnOwnOrphan,
         Sabotage::ObserverIgnoresStatedTtl,
+        Sabotage::ReleaseActsUntilLanded,
+        Sabotage::CollectCurrentObject,
     ];
 
     /// The switches a test runs: all of them, or only the one `only` names (a developer's
@@ -144,6 +152,8 @@ impl Sabotage {
             Sabotage::LogRunIgnoresTag => "log-run-ignores-tag",
             Sabotage::LogSettlesOnOwnOrphan => "log-settles-on-own-orphan",
             Sabotage::ObserverIgnoresStatedTtl => "observer-ignores-stated-ttl",
+            Sabotage::ReleaseActsUntilLanded => "release-acts-until-landed",
+            Sabotage::CollectCurrentObject => "collect-current-object",
         }
     }
 }

@@ -6,7 +6,7 @@
 //! writes);
 //! `FENCE_MODEL_PRESET=faults|ci-two-faults|three-nodes|hand-off|faulty|quick|mixed-ttls|resume|succession|adoption|collection|collection-across-epochs|release|log|log-takeover|log-handover|log-faults|two-cells|two-by-two`
 //! runs one of them in place of the CI scope (`faults`, 2 faulty answers with a write, has not
-//! been seen to finish; `release` fails on this tree, docs/testkit.md says why);
+//! been seen to finish);
 //! `FENCE_MODEL_SCOPE=<chaos>,<settle>,<faults>,<pauses>,<crashes>` overrides the CI scope's
 //! ticks and budgets for experiments (`FENCE_MODEL_WRITES=<n>` its data writes per node,
 //! `FENCE_MODEL_CELLS=<n>` its cells, 1 to 4, `FENCE_MODEL_TTL=<ms>[,<ms>…]` its nodes'
@@ -119,6 +119,13 @@ fn every_state_of_the_two_fault_scope_holds_every_property() {
 #[test]
 fn every_state_of_the_quick_scope_holds_every_property() {
     assert_clean(&ModelConfig::quick());
+}
+
+/// A release, and a pause that may suspend node 0 with its release in flight: every state
+/// of `ModelConfig::release()`.
+#[test]
+fn every_state_of_the_release_scope_holds_every_property() {
+    assert_clean(&ModelConfig::release());
 }
 
 /// Payload collection racing a co-writer at the claim's epoch, and collection meeting the

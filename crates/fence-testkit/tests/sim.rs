@@ -104,9 +104,12 @@ fn same_seed_same_trace() {
 /// the model check drives with the switch, and the runtime's registers carry none;
 /// `observer-ignores-stated-ttl` needs nodes with different TTLs, and every node of the
 /// simulation has the same one; `superseded-forgets-ambiguity` needs a write whose answer
-/// was lost to be superseded before its read-back comes back (caught in 0 of 200 seeds).
+/// was lost to be superseded before its read-back comes back (caught in 0 of 200 seeds);
+/// `release-acts-until-landed` needs a process suspended with its release in flight while a
+/// peer claims the released cell (caught in 0 of 200 seeds).
 #[cfg(feature = "sabotage")]
-const MODEL_ONLY: [fence_testkit::sim::Sabotage; 6] = [
+const MODEL_ONLY: [fence_testkit::sim::Sabotage; 7] = [
+    fence_testkit::sim::Sabotage::ReleaseActsUntilLanded,
     fence_testkit::sim::Sabotage::SupersededForgetsAmbiguity,
     fence_testkit::sim::Sabotage::LogAcceptsForeignRecord,
     fence_testkit::sim::Sabotage::LogRunIgnoresTag,

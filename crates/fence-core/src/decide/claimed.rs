@@ -45,6 +45,26 @@ pub enum Change {
     },
 }
 
+impl Change {
+    /// Whether the claim stops acting before this change is sent ([`Standing::stop_acting`]):
+    /// a release or a hand-off gives the cell away the instant it lands, so from the instant
+    /// it may land — also while its process is suspended with it in flight — the claim
+    /// believes nothing; a data write keeps the claim acting.
+    ///
+    /// ```
+    /// use fence_core::decide::claimed::Change;
+    /// use fence_core::decide::Flaws;
+    /// assert!(Change::Release.stops_acting(Flaws::default()));
+    /// ```
+    pub fn stops_acting(&self, flaws: Flaws) -> bool {
+        match self {
+            Change::Data { .. } => false,
+            Change::Release => !sabotaged!(flaws, ReleaseActsUntilLanded),
+            Change::HandOff { .. } => true,
+        }
+    }
+}
+
 /// The head a claim builds its next write on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Base {

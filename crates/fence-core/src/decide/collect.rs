@@ -128,7 +128,7 @@ pub fn collectable(epoch: Option<u64>, claim_epoch: u64, current: bool, flaws: F
     } else {
         epoch.is_some_and(|e| e < claim_epoch)
     };
-    older && !current
+    older && (!current || sabotaged!(flaws, CollectCurrentObject))
 }
 
 /// The epoch a payload object's name states (`<epoch>-<nonce>`, as fence names them), or

@@ -978,7 +978,9 @@ impl CellClaim {
         self.refuse_if_over()?;
         let mut slot = self.known.lock().await;
         self.refuse_unless_acting("release")?;
-        self.stop_acting();
+        if Change::Release.stops_acting(self.shared.fence.flaws) {
+            self.stop_acting();
+        }
         let _leave = LeaveRegister(self);
         match self.rewrite(&mut slot, Change::Release).await {
             Ok(()) => {

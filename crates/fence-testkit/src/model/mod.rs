@@ -236,14 +236,15 @@ impl ModelConfig {
         }
     }
 
-    /// [`quick`](Self::quick) with a release of the cell by node 0 (on demand,
-    /// `FENCE_MODEL_PRESET=release`, until a release stops acting before it is sent: on
-    /// this tree node 0 still believes it holds the cell after its release landed, while
-    /// node 1 claims it).
+    /// Two nodes claiming one cell; node 0 releases it once and stalls or is suspended
+    /// once, also with its release in flight: the release stops the claim acting before it
+    /// is sent, so node 0 believes nothing from then on while node 1, judging the released
+    /// record dead at once, claims the cell. Checked in every CI run.
     pub fn release() -> Self {
         ModelConfig {
             releases: 1,
-            ..ModelConfig::quick()
+            pauses: 1,
+            ..ModelConfig::bare()
         }
     }
 
@@ -525,6 +526,12 @@ impl ModelConfig {
             Sabotage::RegisterAdmitsTwice => ModelConfig::adoption(),
             Sabotage::LogRunIgnoresTag => ModelConfig::log(),
             Sabotage::LogSettlesOnOwnOrphan => ModelConfig::log_handover(),
+            // Node 0 releases and is suspended while its release travels; the release
+            // lands and node 1 claims the cell.
+            Sabotage::ReleaseActsUntilLanded => ModelConfig::release(),
+            // Node 0 carries the co-writer's object of epoch 1 forward into epoch 2, then
+            // collects.
+            Sabotage::CollectCurrentObject => ModelConfig::collection_across_epochs(),
             // Node 0 (TTL 1,796 ms) stalls; node 1 (898 ms) judges it by its own TTL.
             Sabotage::ObserverIgnoresStatedTtl => ModelConfig {
                 pauses: 1,

@@ -127,13 +127,12 @@ impl FenceModel {
             ChangeKind::Release => Change::Release,
             ChangeKind::HandOff => {
                 let to = (n + 1) % self.cfg.nodes;
-                // The sender stops acting before the hand-off is sent; it stays in the
-                // lease's register unless the core's rule says otherwise.
+                // The sender stays in the lease's register unless the core's rule says
+                // otherwise.
                 let cell = w.cell_name();
                 let node = &mut w.nodes[n];
                 let left = node.register.hand_off_begins(cell, claim.epoch, self.flaws);
                 if let Some(c) = node.cell.claim.as_mut() {
-                    c.ended = true;
                     c.registered &= !left;
                 }
                 Change::HandOff {
@@ -143,6 +142,12 @@ impl FenceModel {
             }
         };
         let node = &mut w.nodes[n];
+        // A release or a hand-off stops the claim acting before it is sent (the core's rule).
+        if change.stops_acting(self.flaws) {
+            if let Some(c) = node.cell.claim.as_mut() {
+                c.ended = true;
+            }
+        }
         let generation = node.generation().unwrap_or_default();
         let nonce = node.nonce(n);
         let known = node.cell.claim.as_mut().and_then(|c| c.known.take());
