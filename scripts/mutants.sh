@@ -7,13 +7,14 @@
 #
 #   scripts/mutants.sh                 # every mutation
 #   scripts/mutants.sh ID...           # only these
-#   MUTANTS_ALL=1 scripts/mutants.sh   # also run the simulation for mutations the model caught
+#   MUTANTS_ALL=1 scripts/mutants.sh   # also run the simulation for mutations caught already
 #
 # It mutates the working tree in place (each file restored after its run, also on Ctrl-C),
 # so it refuses to start unless crates/fence-core is unchanged from HEAD. CPU-heavy: every
 # mutation rebuilds fence-core and the test binaries; runs at low priority (nice). The model
 # check's two largest scopes (`ci()`, `ci_two_faults()`) run only for a mutation the smaller
-# CI scopes missed; the simulation only for one the model check missed (or with MUTANTS_ALL).
+# CI scopes missed; the simulation only for one the unit tests and the model check both missed
+# (or with MUTANTS_ALL).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -40,7 +41,8 @@ cleanup() {
         git checkout -q HEAD -- "$restore"
     fi
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 # Applies mutation $2 -> $3 (literal, "\n" a line break) to $1, exactly once.
 apply() {
@@ -69,13 +71,16 @@ failed_tests() {
     local bin=$1
     shift
     local log="$OUT/run.log"
-    timeout "${MUTANTS_TIMEOUT:-1200}" $NICE "$bin" "$@" >"$log" 2>&1
+    timeout --foreground "${MUTANTS_TIMEOUT:-1200}" $NICE "$bin" "$@" >"$log" 2>&1
     local rc=$?
     if ((rc == 124)); then
         echo "timeout"
     elif ((rc != 0)); then
-        grep -E '^test .* \.\.\. FAILED' "$log" | sed -E 's/^test (.*) \.\.\. FAILED/\1/' | tr '\n' ' '
-        grep -qE '^test .* \.\.\. FAILED' "$log" || echo "exit $rc"
+        # Test names shortened: `every_state_of_the_quick_scope_holds_every_property` -> `quick_scope`.
+        grep -aE '^test .* \.\.\. FAILED' "$log" |
+            sed -E 's/^test (.*) \.\.\. FAILED/\1/; s/^every_state_(of_the_|with_a_)//; s/_holds_every_property$//; s/.*:://' |
+            tr '\n' ' '
+        grep -qaE '^test .* \.\.\. FAILED' "$log" || echo "exit $rc"
     fi
 }
 
@@ -111,7 +116,7 @@ while IFS= read -r line; do
             done
         fi
         model=${mf:-missed}
-        if [[ $model == missed || -n ${MUTANTS_ALL:-} ]]; then
+        if [[ ($unit == missed && $model == missed) || -n ${MUTANTS_ALL:-} ]]; then
             sf=$(failed_tests "$s" every_property_holds safety_and_exclusion)
             sim=${sf:-missed}
         fi
