@@ -1,6 +1,6 @@
 //! `fence put` / `fence get`: named values in a cell's data head, written under an epoch.
 //!
-//! The format and its reads and writes are fence-core's [`keymap`](fence_core::keymap) (the
+//! The format and its reads and writes are fence-core's [`fence_core::keymap`] (the
 //! Python package uses the same code): here they get the command's exit codes.
 
 use std::sync::Arc;

@@ -118,14 +118,15 @@ fn invalid_input_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
         .map(|t| t.bind(py))
 }
 
-/// The Python exception of `e`, with its attributes set. Its message (`str(e)`, `e.message`)
-/// is escaped as the `fence` command escapes what it prints ([`fence_cli::terminal::escape`]):
-/// it carries text from the store and its servers (node names, error bodies), and a traceback
-/// prints it raw to a terminal.
+/// The Python exception of `e`, with its attributes set: missing credentials said as the
+/// `fence` command says them ([`fence::missing_credentials`]), the message one plain line
+/// with its causes ([`fence::describe`]), escaped as the `fence` command escapes what it
+/// prints ([`fence::message::escape`]): it carries text from the store and its servers (node
+/// names, error bodies), and a traceback prints it raw to a terminal.
 pub(crate) fn to_py(e: Error) -> PyErr {
-    let e = missing_credentials(&e).unwrap_or(e);
+    let e = fence::missing_credentials(&e).unwrap_or(e);
     Python::attach(|py| {
-        let message = fence_cli::terminal::escape(&e.to_string()).into_owned();
+        let message = fence::message::escape(&fence::describe(&e)).into_owned();
         let ty = match e.kind() {
             ErrorKind::InvalidKey => py.get_type::<InvalidKeyError>(),
             ErrorKind::InvalidInput => match invalid_input_type(py) {
@@ -188,7 +189,7 @@ pub(crate) fn forked(message: String) -> PyErr {
 /// `AlreadyHeldError` (kind `"already_held"`, not committed).
 pub(crate) fn already_held(message: String) -> PyErr {
     Python::attach(|py| {
-        let message = fence_cli::terminal::escape(&message).into_owned();
+        let message = fence::message::escape(&message).into_owned();
         raise(
             py,
             &py.get_type::<AlreadyHeldError>(),
@@ -203,18 +204,6 @@ pub(crate) fn already_held(message: String) -> PyErr {
 /// `InvalidInputError` (kind `"invalid_input"`, not committed): a bad argument.
 pub(crate) fn invalid_input(message: impl Into<String>) -> PyErr {
     to_py(Error::new(ErrorKind::InvalidInput, message).not_committed())
-}
-
-/// The error to raise in place of `e` when `e` came from missing credentials: the `fence`
-/// command's words, naming every source tried and what to set (`InvalidInputError` when no
-/// source could be tried, `PermissionDeniedError` when a metadata service gave none).
-fn missing_credentials(e: &Error) -> Option<Error> {
-    let f = fence_cli::stores::credential_failure(e)?;
-    let kind = match f.code {
-        fence_cli::exit::USAGE => ErrorKind::InvalidInput,
-        _ => ErrorKind::PermissionDenied,
-    };
-    Some(Error::new(kind, f.message).not_committed())
 }
 
 /// The `kind` attribute: the ErrorKind's name in snake case.
@@ -233,16 +222,6 @@ fn kind_name(kind: ErrorKind) -> &'static str {
         ErrorKind::Fenced => "fenced",
         _ => "other",
     }
-}
-
-/// A failure of the CLI's store opener (exit 2: bad URL or configuration; otherwise the
-/// store could not be opened), as a fence error.
-pub(crate) fn from_failure(f: fence_cli::exit::Failure) -> Error {
-    let kind = match f.code {
-        fence_cli::exit::USAGE => ErrorKind::InvalidInput,
-        _ => ErrorKind::Unavailable,
-    };
-    Error::new(kind, f.message).not_committed()
 }
 
 /// Registers the exception classes on the module.

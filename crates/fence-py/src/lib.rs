@@ -34,7 +34,7 @@ fn _fence(m: &Bound<'_, PyModule>) -> PyResult<()> {
     fleet::register(m)?;
     election::register(m)?;
     m.add_function(wrap_pyfunction!(process::release_all, m)?)?;
-    m.add_function(wrap_pyfunction!(names::check_name, m)?)?;
+    m.add_function(wrap_pyfunction!(names::run_lease_node, m)?)?;
     m.add_function(wrap_pyfunction!(lease::check_wait, m)?)?;
     Ok(())
 }

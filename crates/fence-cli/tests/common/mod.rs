@@ -508,8 +508,8 @@ impl S3Env {
 
     /// The store at `url` on this server, opened directly (not through `fence`).
     #[cfg(feature = "s3")]
-    pub fn direct(&self, url: &str) -> fence_s3::S3Store {
-        fence_s3::S3StoreBuilder::new()
+    pub fn direct(&self, url: &str) -> fence::s3::S3Store {
+        fence::s3::S3StoreBuilder::new()
             .with_url(url)
             .with_endpoint(&self.endpoint)
             .with_region("us-east-1")

@@ -44,8 +44,9 @@ class AlreadyHeldError(FenceError):
 def release_all() -> None:
     """Releases what this process still holds (run at interpreter exit)."""
 
-def check_name(name: str) -> None:
-    """Checks a lease or cell name as the ``fence`` command does (``InvalidKeyError``)."""
+def run_lease_node(name: str) -> str:
+    """The node id of run lease ``name`` (``run.NAME``), after checking ``name`` as the
+    ``fence`` command does (``InvalidKeyError``)."""
 
 def check_wait(blocking: bool = True, timeout: Optional[float] = None) -> None:
     """Checks the arguments of a lock-style wait (``InvalidInputError``)."""

@@ -27,8 +27,8 @@ def run_lease(store, name: str, *, ttl: float = 10.0) -> Fence:
     >>> fence.run_lease("file://" + tempfile.mkdtemp(), "nightly").node
     'run.nightly'
     """
-    _fence.check_name(name)
-    return Fence(store, "run." + name, ttl=ttl, addr=f"python:{os.getpid()}")
+    node = _fence.run_lease_node(name)
+    return Fence(store, node, ttl=ttl, addr=f"python:{os.getpid()}")
 
 
 def _error(cls, kind: str, message: str):
@@ -64,7 +64,7 @@ class Lock:
     """
 
     def __init__(self, store: Union[str, Store], name: str, *, ttl: float = 10.0):
-        _fence.check_name(name)
+        _fence.run_lease_node(name)
         _fence.check_wait(True, ttl)
         self._store, self._name, self._ttl = store, name, ttl
         self._pid = os.getpid()
