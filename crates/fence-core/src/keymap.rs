@@ -46,18 +46,23 @@ impl KeyMap {
     /// let again = KeyMap::parse(&map.encode()).unwrap();
     /// assert_eq!(again.value("k"), Some(b"v".to_vec()));
     /// assert!(KeyMap::parse(b"not json").is_err());
+    /// assert!(KeyMap::parse(br#"{"k":"a","k":"b"}"#).is_err(), "which k?");
     /// ```
     pub fn parse(payload: &[u8]) -> Result<KeyMap, Error> {
         if payload.is_empty() {
             return Ok(KeyMap::default());
         }
-        serde_json::from_slice(payload).map(KeyMap).map_err(|_| {
-            Error::new(
-                ErrorKind::Corrupt,
-                "the cell's data is not a fence key map (a JSON object); it was written by another program",
-            )
-            .not_committed()
-        })
+        // Two members of one name are refused: another reader could take the other value.
+        crate::record::rules::parse_json(payload)
+            .and_then(serde_json::from_value)
+            .map(KeyMap)
+            .map_err(|_| {
+                Error::new(
+                    ErrorKind::Corrupt,
+                    "the cell's data is not a fence key map (a JSON object of unique keys); it was written by another program",
+                )
+                .not_committed()
+            })
     }
 
     /// The key map `payload` holds, if it holds one with at least one key in exactly the

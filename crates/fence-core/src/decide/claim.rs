@@ -220,7 +220,8 @@ impl ClaimFlow {
             let vouched = h
                 .generation
                 .as_ref()
-                .is_some_and(|g| self.resumable.contains(g));
+                .is_some_and(|g| self.resumable.contains(g))
+                || sabotaged!(self.flaws, ResumeUnvouched);
             if ours && (vouched || self.adopt) {
                 return self.reseal(h.clone(), v.clone());
             }

@@ -226,7 +226,7 @@ impl HeadWrite {
             Evidence::MovedOn(_) => WriteStep::Failed(Unsettled::MovedAfterAmbiguity),
             Evidence::Superseded { epoch } => WriteStep::Done(Settled::Fenced {
                 epoch,
-                maybe_landed: self.uncertain,
+                maybe_landed: self.uncertain && !sabotaged!(self.flaws, SupersededForgetsAmbiguity),
             }),
         }
     }
