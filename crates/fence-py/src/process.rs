@@ -174,9 +174,15 @@ pub(crate) fn holding(py: Python<'_>, key: &str) -> Option<Arc<KeeperSlot>> {
 /// does nothing in a forked child (it holds nothing).
 #[pyfunction]
 pub(crate) fn release_all(py: Python<'_>) {
-    let held: Vec<Held> = match process(py).as_mut() {
-        Some(p) => std::mem::take(&mut p.held),
-        None => return,
+    let held: Vec<Held> = {
+        let _gil = py;
+        let mut guard = PROCESS.lock().unwrap_or_else(|p| p.into_inner());
+        match guard.as_mut() {
+            // Nothing made in this process (a forked child's state is its parent's): nothing
+            // to release, and no runtime to start for it.
+            Some(p) if is_current(p.pid) => std::mem::take(&mut p.held),
+            _ => return,
+        }
     };
     if held.is_empty() {
         return;
