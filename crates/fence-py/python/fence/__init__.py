@@ -2,7 +2,17 @@
 writes, and a deposed owner's late writes refused by the store.
 
 The Rust core (``fence-core``, ``fence-fleet``), not a re-implementation: the same records,
-the same rules (docs/protocol.md), so Python and Rust processes share one lock domain.
+the same rules (docs/protocol.md), so Python and Rust processes share one lock domain. The
+distribution is ``fence-lock``; the import name is ``fence``.
+
+The common case is one line: the lock ``fence run --lease jobs`` takes, so a Python job and
+``fence run`` exclude each other (blocks until free; ``BusyError`` when ``acquire`` gives up)::
+
+    with fence.lock("file:///var/lock/app", "jobs"):
+        ...
+
+After ``os.fork()`` the child holds nothing (its parent's objects raise ``ForkedError``);
+what a process still holds at interpreter exit is released then.
 
 >>> import fence, tempfile
 >>> f = fence.Fence("file://" + tempfile.mkdtemp(), "worker-1", ttl=5.0)
