@@ -543,6 +543,13 @@ impl CellClaim {
         self.epoch
     }
 
+    /// The fence of the lease this claim belongs to (its store and node): what a fenced
+    /// read-modify-write at this claim's epoch goes through
+    /// ([`keymap::put`](crate::keymap::put), [`update_cell`](super::update_cell)).
+    pub fn fence(&self) -> &super::Fence {
+        &self.shared.fence
+    }
+
     /// The bound of one request made for this claim now: the attempt timeout for the
     /// lease's remaining authority (half of it, within the fence's attempt timeouts), as
     /// every write of the claim is bounded. A request made with less authority left gets
