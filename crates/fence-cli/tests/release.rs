@@ -362,13 +362,29 @@ fn a_holder_never_holds_for_the_process_that_took_its_scripts_pid() {
     let mut victim = Victim::start();
     let taken = format!("{}:{}", victim.pid(), victim.start_time() + 1);
     let held = rt
-        .fence(&["run", "--store", &store.url, "--lease", "p", "--for-pid", &taken])
+        .fence(&[
+            "run",
+            "--store",
+            &store.url,
+            "--lease",
+            "p",
+            "--for-pid",
+            &taken,
+        ])
         .output()
         .unwrap();
     assert_eq!(held.status.code(), Some(0), "{}", stderr(&held));
-    assert!(victim.alive(), "the process with the script's pid was signalled");
+    assert!(
+        victim.alive(),
+        "the process with the script's pid was signalled"
+    );
     let next = output(&["run", "--store", &store.url, "--lease", "p", "--", "true"]);
-    assert_eq!(next.status.code(), Some(0), "the lease was kept: {}", stderr(&next));
+    assert_eq!(
+        next.status.code(),
+        Some(0),
+        "the lease was kept: {}",
+        stderr(&next)
+    );
 }
 
 /// `fence acquire --pid` of a process that does not run is refused before anything is
@@ -380,7 +396,9 @@ fn acquire_refuses_a_script_that_does_not_run() {
     let pid = gone.id().to_string();
     gone.wait().unwrap();
     let out = rt
-        .fence(&["acquire", "--store", &store.url, "--lease", "g", "--pid", &pid])
+        .fence(&[
+            "acquire", "--store", &store.url, "--lease", "g", "--pid", &pid,
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));

@@ -383,7 +383,9 @@ impl Ownership {
             epoch,
         )?;
         let (payload, extra) = match prior {
-            Some(h) if h.format == HeadFormat::V1 => (self.migrate_legacy(cell).await?, h.extra),
+            Some(h) if h.format == HeadFormat::V1 => {
+                (self.migrate_legacy(cell, epoch).await?, h.extra)
+            }
             Some(h) => (h.payload, h.extra),
             None => (CellPayload::Empty, Extra::new()),
         };
@@ -439,13 +441,15 @@ impl Ownership {
         )))
     }
 
-    /// The payload of a version-1 cell, moved into a payload the version-2 head can carry:
-    /// inline when small, else copied once into a payload object.
-    async fn migrate_legacy(&self, cell: &str) -> Result<CellPayload, Error> {
+    /// The payload of a version-1 cell, moved into a payload the version-2 head written at
+    /// `epoch` can carry: inline when small, else copied once into a payload object named with
+    /// that epoch, as payload collection expects of every object (it reads an object's epoch
+    /// from its name; an epoch-0 name under a later head broke that rule).
+    async fn migrate_legacy(&self, cell: &str, epoch: u64) -> Result<CellPayload, Error> {
         match self.read_legacy_data(cell).await? {
             None => Ok(CellPayload::Empty),
             Some((data, _)) => {
-                self.store_payload(cell, 0, data.payload, INLINE_MAX_DEFAULT)
+                self.store_payload(cell, epoch, data.payload, INLINE_MAX_DEFAULT)
                     .await
             }
         }
