@@ -42,7 +42,7 @@ pub use runtime::{
 };
 pub use store::DEFAULT_RECORD_LIMIT;
 pub use store::{
-    Capabilities, CasGuard, ConditionalStore, DeleteOutcome, PutOutcome, Stored, Version,
+    Capabilities, CasGuard, ConditionalStore, Current, DeleteOutcome, PutOutcome, Stored, Version,
 };
 
 /// The README's example, compiled as a doctest so it cannot rot.

@@ -69,14 +69,22 @@ impl HeadWrite<'_> {
         bound: impl Fn() -> u64,
     ) -> Result<Settled, Error> {
         let mut last: Option<Error> = None;
+        // The head a rejection carried (a store with `current_on_reject`): the read it saves.
+        let mut seen = None;
+        core = core.resending_first(self.own.store().capabilities().current_on_reject);
         let mut step = core.start();
         loop {
             step = match step {
                 WriteStep::Send => {
-                    let put = self.own.put_head(self.cell, self.body, self.guard.clone());
+                    let guard = self.guard.clone();
+                    let put = self.own.put_head_with_current(self.cell, self.body, guard);
+                    seen = None;
                     let answer = match bounded(self.clock, bound(), put).await {
-                        Ok(PutOutcome::Applied(v)) => PutAnswer::Applied(v),
-                        Ok(PutOutcome::Rejected) => PutAnswer::Rejected,
+                        Ok((PutOutcome::Applied(v), _)) => PutAnswer::Applied(v),
+                        Ok((PutOutcome::Rejected, current)) => {
+                            seen = current;
+                            PutAnswer::Rejected
+                        }
                         Err(e) => {
                             let answer = match e.commit() {
                                 Commit::NotCommitted => PutAnswer::NotCommitted {
@@ -94,17 +102,20 @@ impl HeadWrite<'_> {
                     self.clock.sleep(Duration::from_millis(ms)).await;
                     core.resume()
                 }
-                WriteStep::Read => {
-                    let read = bounded(self.clock, bound(), self.own.read_head(self.cell)).await;
-                    let answer = match read {
-                        Ok(h) => ReadAnswer::Head(h),
-                        Err(e) => {
-                            last = Some(e);
-                            ReadAnswer::Failed
-                        }
-                    };
-                    core.on_read(answer)
-                }
+                WriteStep::Read => match seen.take() {
+                    Some(head) => core.on_read(ReadAnswer::Head(head)),
+                    None => {
+                        let read = self.own.read_head(self.cell);
+                        let answer = match bounded(self.clock, bound(), read).await {
+                            Ok(h) => ReadAnswer::Head(h),
+                            Err(e) => {
+                                last = Some(e);
+                                ReadAnswer::Failed
+                            }
+                        };
+                        core.on_read(answer)
+                    }
+                },
                 WriteStep::Done(settled) => return Ok(settled),
                 WriteStep::Failed(why) => return Err(self.failed(why, last)),
             };
