@@ -61,3 +61,8 @@ mod wire;
 
 pub use builder::{DynamoDbStoreBuilder, DEFAULT_LEASE_TTL, DEFAULT_REGION, MAX_RECORD};
 pub use store::DynamoDbStore;
+
+/// docs/dynamodb.md, compiled as doctests so its examples cannot rot.
+#[doc = include_str!("../../../docs/dynamodb.md")]
+#[cfg(doctest)]
+pub struct DynamoDbGuideDoctests;
