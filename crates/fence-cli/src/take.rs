@@ -82,7 +82,8 @@ pub async fn take(opts: &RunOptions, signals: &mut Signals) -> Result<Taken, Fai
     };
     if taker.announced || opts.verbose {
         errln!(
-            "fence run: acquired lease {} at epoch {}",
+            "{}: acquired lease {} at epoch {}",
+            opts.said_as(),
             shown(taken.claim.cell()),
             taken.claim.epoch()
         );
@@ -167,7 +168,8 @@ impl Taker<'_> {
             _ => String::new(),
         };
         errln!(
-            "fence run: waiting for lease {}{most}: {whom}",
+            "{}: waiting for lease {}{most}: {whom}",
+            self.opts.said_as(),
             self.opts.lease_shown()
         );
     }
@@ -364,7 +366,8 @@ impl Taker<'_> {
         }
         self.said_retrying = true;
         errln!(
-            "fence run: claiming lease {} failed ({}); retrying while the wait lasts",
+            "{}: claiming lease {} failed ({}); retrying while the wait lasts",
+            self.opts.said_as(),
             shown(&slot.cell),
             describe(e)
         );

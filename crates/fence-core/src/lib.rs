@@ -11,6 +11,9 @@
 //!   the epoch: a stale writer is rejected by the store even if its clock or its lease check
 //!   is wrong (protects the data).
 //!
+//! Applications add the `fence` crate instead (crates/fence): it re-exports this API
+//! (`fence::Fence`, `fence::ErrorKind`, …) and opens stores by URL.
+//!
 //! Layers: [`store`] (the [`ConditionalStore`] contract) → [`record`] and [`ownership`]
 //! (records and keys) → [`decide`] (the pure decision core) → [`runtime`] (the tokio driver).
 #![deny(missing_docs)]
@@ -44,8 +47,3 @@ pub use store::DEFAULT_RECORD_LIMIT;
 pub use store::{
     Capabilities, CasGuard, ConditionalStore, Current, DeleteOutcome, PutOutcome, Stored, Version,
 };
-
-/// The README's example, compiled as a doctest so it cannot rot.
-#[doc = include_str!("../../../README.md")]
-#[cfg(doctest)]
-pub struct ReadmeDoctests;

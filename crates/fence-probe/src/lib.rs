@@ -52,7 +52,9 @@ pub struct ProbeConfig {
     /// Once a racer has won, how long the probe still waits for the other racers' answers
     /// before it reads the key back (answers still missing then are unknown evidence).
     pub race_grace: Duration,
-    /// Delete the probe's keys afterwards (when the store has conditional delete).
+    /// Delete the probe's keys afterwards: at their version where the store has conditional
+    /// delete, else with its plain delete (they are the probe's own scratch under
+    /// `key_prefix`, which must then be private to the probe).
     pub cleanup: bool,
 }
 
@@ -223,10 +225,10 @@ pub async fn probe(store: &dyn ConditionalStore, cfg: &ProbeConfig) -> ProbeRepo
     let left_behind = run.cleanup().await;
     let mut steps = run.steps;
     if !left_behind.is_empty() {
-        let why = if cfg.cleanup && store.capabilities().conditional_delete {
+        let why = if cfg.cleanup {
             "delete failed"
         } else {
-            "no conditional delete or cleanup off"
+            "cleanup off"
         };
         steps.push(format!(
             "left {} keys under {prefix} ({why})",

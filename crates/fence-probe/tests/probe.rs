@@ -242,3 +242,15 @@ async fn a_store_that_refuses_every_connection_leaves_no_keys_behind() {
     assert_eq!(report.left_behind, Vec::<Key>::new(), "{report}");
     assert!(!report.steps.iter().any(|s| s.contains("left")), "{report}");
 }
+
+/// Like S3: content-hash versions (declared) and no conditional delete. The probe's keys are
+/// its own scratch under a random prefix, so it removes them with the plain delete.
+#[tokio::test]
+async fn a_store_without_conditional_delete_keeps_nothing_of_the_probe() {
+    let caps = Capabilities::without_conditional_delete().with_content_versions();
+    let store = SabotagedStore::new(Flaw::RepeatingVersions).with_capabilities(caps);
+    let report = probe(&store, &ProbeConfig::default()).await;
+    assert_eq!(report.verdict, Verdict::Honest, "{report}");
+    assert_eq!(report.left_behind, Vec::<Key>::new(), "{report}");
+    assert_eq!(store.list(None).await.unwrap(), Vec::<Key>::new());
+}

@@ -80,10 +80,15 @@ create_exception!(
     "Authority is gone: the lease is lost or the epoch was superseded."
 );
 
-/// The Python exception of `e`, with its attributes set.
+/// The Python exception of `e`, with its attributes set: missing credentials said as the
+/// `fence` command says them ([`fence::missing_credentials`]), the message one plain line
+/// with its causes ([`fence::describe`]), escaped as the `fence` command escapes what it
+/// prints ([`fence::message::escape`]): it carries text from the store and its servers (node
+/// names, error bodies), and a traceback prints it raw to a terminal.
 pub(crate) fn to_py(e: Error) -> PyErr {
+    let e = fence::missing_credentials(&e).unwrap_or(e);
     Python::attach(|py| {
-        let message = e.to_string();
+        let message = fence::message::escape(&fence::describe(&e)).into_owned();
         let err = match e.kind() {
             ErrorKind::InvalidKey => InvalidKeyError::new_err(message.clone()),
             ErrorKind::InvalidInput => InvalidInputError::new_err(message.clone()),
@@ -128,16 +133,6 @@ fn kind_name(kind: ErrorKind) -> &'static str {
         ErrorKind::Fenced => "fenced",
         _ => "other",
     }
-}
-
-/// A failure of the CLI's store opener (exit 2: bad URL or configuration; otherwise the
-/// store could not be opened), as a fence error.
-pub(crate) fn from_failure(f: fence_cli::exit::Failure) -> Error {
-    let kind = match f.code {
-        fence_cli::exit::USAGE => ErrorKind::InvalidInput,
-        _ => ErrorKind::Unavailable,
-    };
-    Error::new(kind, f.message).not_committed()
 }
 
 /// Registers the exception classes on the module.

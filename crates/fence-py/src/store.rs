@@ -1,11 +1,11 @@
-//! `Store`: a store opened by URL, exactly as the `fence` command opens it.
+//! `Store`: a store opened by URL by the fence library, as the `fence` command opens it.
 
 use std::sync::Arc;
 
 use fence_core::ConditionalStore;
 use pyo3::prelude::*;
 
-use crate::errors::{from_failure, to_py};
+use crate::errors::to_py;
 
 /// A store named by URL, opened as the ``fence`` command opens it: ``file:///abs/dir``
 /// (an existing directory), ``s3://bucket/prefix`` (``AWS_*`` variables),
@@ -24,9 +24,13 @@ pub(crate) struct Store {
 }
 
 impl Store {
-    /// Opens `url` with the CLI's opener (its errors as fence errors).
+    /// Opens `url` with [`fence::OpenOptions`] (the environment's configuration).
     pub(crate) fn open(url: &str, lease_ttl: Option<std::time::Duration>) -> PyResult<Self> {
-        let opened = fence_cli::stores::open(url, lease_ttl).map_err(|f| to_py(from_failure(f)))?;
+        let mut options = fence::OpenOptions::new();
+        if let Some(ttl) = lease_ttl {
+            options = options.lease_ttl(ttl);
+        }
+        let opened = options.open(url).map_err(to_py)?;
         Ok(Store {
             store: opened.store,
             url: opened.url,

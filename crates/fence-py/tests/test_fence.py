@@ -55,6 +55,23 @@ def test_errors_carry_kind_and_commit(file_url):
     b.release()
 
 
+def test_store_text_in_an_error_message_cannot_act_on_a_terminal(file_url):
+    """A node name comes from the store like any record's text: it reaches str(error)
+    escaped, so a traceback shows it instead of running it (here a bidi override, which
+    would print the name reversed)."""
+    holder = fence.Fence(file_url, "mallory\u202eexe.txt", ttl=5.0).acquire()
+    cell = holder.claim("c")
+    other = fence.Fence(file_url, "b", ttl=5.0).acquire()
+    with pytest.raises(fence.BusyError) as busy:
+        other.claim("c", timeout=0)
+    said = str(busy.value)
+    assert "\u202e" not in said and "mallory\\u202eexe.txt" in said, said
+    assert busy.value.message == said
+    cell.release()
+    holder.release()
+    other.release()
+
+
 def test_a_stale_holders_write_is_refused_by_the_store(file_url):
     """Holder A still believes it holds (its lease renews every TTL/3 and has not noticed),
     but a successor took the node's lease and claimed the cell at a later epoch: A's write
