@@ -2,15 +2,14 @@
 //! how long to wait.
 
 use std::fmt;
-use std::time::Duration;
 
 use fence_core::{Entropy, Error, ErrorKind};
 use fence_s3::credentials::aws_credentials;
 use fence_s3::CredentialSource;
 use fence_wire::client::{redirect_free_client, Timeouts};
 use fence_wire::limits::StoreLimits;
-use fence_wire::listing::ListingLimits;
-use fence_wire::names::{parse_url, ObjectNames};
+use fence_wire::names::Location;
+use fence_wire::options::StoreOptions;
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::{ClientConfigKey, ClientOptions};
 
@@ -18,8 +17,7 @@ use crate::item::{Place, ROOT_PARTITION};
 use crate::store::{Config, DynamoDbStore};
 use crate::wire::Signer;
 
-/// The lease TTL the conditional writes' timeouts derive from unless set.
-pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
+pub use fence_wire::options::DEFAULT_LEASE_TTL;
 
 /// The largest record a store accepts: DynamoDB's items are at most 400 KB (409,600 bytes),
 /// attribute names and the key attributes included; 4 KiB of it are left to the partition
@@ -68,15 +66,9 @@ const CLIENT_KEYS: [ClientConfigKey; 7] = [
 pub struct DynamoDbStoreBuilder {
     aws: AmazonS3Builder,
     metadata_disabled: bool,
-    table: Option<String>,
-    prefix: Option<String>,
+    location: Location,
     endpoint: Option<String>,
-    invalid: Option<String>,
-    lease_ttl: Duration,
-    cas_timeout: Option<Duration>,
-    read_timeout: Duration,
-    read_retries: usize,
-    limits: StoreLimits,
+    options: StoreOptions,
     entropy: Option<Entropy>,
 }
 
@@ -108,20 +100,18 @@ impl DynamoDbStoreBuilder {
     }
 
     fn from_aws(aws: AmazonS3Builder) -> Self {
+        let limits = StoreLimits {
+            record: MAX_RECORD,
+            ..StoreLimits::default()
+        };
         DynamoDbStoreBuilder {
             aws,
             metadata_disabled: false,
-            table: None,
-            prefix: None,
+            location: Location::default(),
             endpoint: None,
-            invalid: None,
-            lease_ttl: DEFAULT_LEASE_TTL,
-            cas_timeout: None,
-            read_timeout: Duration::from_secs(10),
-            read_retries: 3,
-            limits: StoreLimits {
-                record: MAX_RECORD,
-                ..StoreLimits::default()
+            options: StoreOptions {
+                limits,
+                ..StoreOptions::default()
             },
             entropy: None,
         }
@@ -129,19 +119,13 @@ impl DynamoDbStoreBuilder {
 
     /// The table and the optional prefix from `dynamodb://TABLE/PREFIX`.
     pub fn with_url(mut self, url: impl AsRef<str>) -> Self {
-        match parse_url(url.as_ref(), &["dynamodb"]) {
-            Ok((table, prefix)) => {
-                self.table = Some(table);
-                self.prefix = prefix;
-            }
-            Err(why) => self.invalid = Some(why),
-        }
+        self.location.set_url(url.as_ref(), &["dynamodb"]);
         self
     }
 
     /// The table.
     pub fn with_table(mut self, table: impl Into<String>) -> Self {
-        self.table = Some(table.into());
+        self.location.bucket = Some(table.into());
         self
     }
 
@@ -149,7 +133,7 @@ impl DynamoDbStoreBuilder {
     /// the store is written to. Stores with different prefixes share a table without
     /// sharing a key.
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = Some(prefix.into());
+        self.location.prefix = Some(prefix.into());
         self
     }
 
@@ -200,44 +184,11 @@ impl DynamoDbStoreBuilder {
         CredentialSource::of(&self.aws, self.metadata_disabled)
     }
 
-    /// The lease TTL the conditional writes' timeout derives from (default 10 s): each is
-    /// bounded by `ttl / 3` unless [`with_cas_timeout`](Self::with_cas_timeout) says
-    /// otherwise.
-    pub fn with_lease_ttl(mut self, ttl: Duration) -> Self {
-        self.lease_ttl = ttl;
-        self
-    }
-
-    /// The whole-request timeout of one conditional write (default: lease TTL / 3).
-    pub fn with_cas_timeout(mut self, timeout: Duration) -> Self {
-        self.cas_timeout = Some(timeout);
-        self
-    }
-
-    /// The timeout of one read or listing page, and how many times a failed read is tried
-    /// again (default 10 s, 3).
-    pub fn with_read_policy(mut self, timeout: Duration, retries: usize) -> Self {
-        self.read_timeout = timeout;
-        self.read_retries = retries;
-        self
-    }
-
-    /// The record limit (default and most [`MAX_RECORD`], what a DynamoDB item holds):
-    /// `put` refuses a larger body with [`ErrorKind::InvalidInput`] naming the limit before
-    /// anything is sent, and `get` refuses a longer item as [`ErrorKind::Corrupt`]. Declared
-    /// as [`Capabilities::max_body`](fence_core::Capabilities::max_body). A limit over
-    /// [`MAX_RECORD`] fails [`build`](Self::build).
-    pub fn with_record_limit(mut self, bytes: usize) -> Self {
-        self.limits.record = bytes;
-        self
-    }
-
-    /// The bounds of one `list` (default [`ListingLimits::DEFAULT`]); a listing past them
-    /// fails with [`ErrorKind::Unsupported`] saying which.
-    pub fn with_listing_limits(mut self, limits: ListingLimits) -> Self {
-        self.limits.listing = limits;
-        self
-    }
+    fence_wire::store_option_setters!(
+        options,
+        "The record limit (default and most [`MAX_RECORD`], what a DynamoDB item holds beside \
+         its key; a larger one fails [`build`](Self::build))."
+    );
 
     /// The randomness of versions (seeded in simulations).
     pub fn with_entropy(mut self, entropy: Entropy) -> Self {
@@ -249,15 +200,13 @@ impl DynamoDbStoreBuilder {
     /// no retries, `ttl / 3`; reads and listings: retried, their own pool). No I/O: the
     /// table is described before the store's first request.
     pub fn build(self) -> Result<DynamoDbStore, Error> {
-        if let Some(why) = &self.invalid {
-            return Err(invalid(why.clone()));
-        }
         let place = self.place()?;
-        if self.limits.record > MAX_RECORD {
+        let limits = self.options.limits;
+        if limits.record > MAX_RECORD {
             return Err(invalid(format!(
                 "a record limit of {} bytes is over what a DynamoDB item holds ({MAX_RECORD} \
                  bytes of record in an item of at most 400 KB)",
-                self.limits.record
+                limits.record
             )));
         }
         let region = self.region();
@@ -266,19 +215,18 @@ impl DynamoDbStoreBuilder {
             region,
             credentials: aws_credentials(&self.aws, self.metadata_disabled)?,
         };
-        let cas_timeout = self.cas_timeout();
-        let writes = self.client(cas_timeout, cas_timeout.min(Duration::from_secs(1)))?;
-        let reads = self.client(self.read_timeout, Duration::from_secs(5))?;
+        let writes = self.client(self.options.cas_timeouts())?;
+        let reads = self.client(self.options.read_timeouts())?;
         Ok(DynamoDbStore::new(Config {
             place,
             endpoint,
             signer,
             writes,
             reads,
-            cas_timeout,
-            read_timeout: self.read_timeout,
-            read_retries: self.read_retries,
-            limits: self.limits,
+            cas_timeout: self.options.cas_timeout(),
+            read_timeout: self.options.read_timeout,
+            read_retries: self.options.read_retries,
+            limits,
             entropy: self.entropy.unwrap_or_default(),
         }))
     }
@@ -286,7 +234,8 @@ impl DynamoDbStoreBuilder {
     /// The table and partition, validated: DynamoDB's table names are 3 to 255 letters,
     /// digits, `_`, `-` and `.`; the prefix is a key.
     fn place(&self) -> Result<Place, Error> {
-        let table = self.table.clone().unwrap_or_default();
+        let names = self.location.names()?;
+        let table = self.location.bucket.clone().unwrap_or_default();
         let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
         if !(3..=255).contains(&table.len()) || !table.chars().all(allowed) {
             return Err(invalid(format!(
@@ -294,7 +243,7 @@ impl DynamoDbStoreBuilder {
                  letters, digits, '_', '-' and '.'"
             )));
         }
-        let prefix = ObjectNames::new(self.prefix.as_deref())?.prefix();
+        let prefix = names.prefix();
         let partition = match prefix.is_empty() {
             true => ROOT_PARTITION.to_owned(),
             false => prefix,
@@ -350,13 +299,7 @@ impl DynamoDbStoreBuilder {
             })
     }
 
-    fn cas_timeout(&self) -> Duration {
-        let derived = (self.lease_ttl / 3).max(Duration::from_millis(100));
-        self.cas_timeout.unwrap_or(derived)
-    }
-
-    fn client(&self, request: Duration, connect: Duration) -> Result<reqwest::Client, Error> {
-        let timeouts = Timeouts { request, connect };
+    fn client(&self, timeouts: Timeouts) -> Result<reqwest::Client, Error> {
         let agent = concat!("fence-dynamodb/", env!("CARGO_PKG_VERSION"));
         redirect_free_client(&self.client_options(), timeouts, agent).map_err(|e| {
             Error::new(ErrorKind::InvalidInput, "cannot build the HTTP client")
@@ -373,12 +316,9 @@ fn invalid(message: String) -> Error {
 impl fmt::Debug for DynamoDbStoreBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DynamoDbStoreBuilder")
-            .field("table", &self.table)
-            .field("prefix", &self.prefix)
+            .field("location", &self.location)
             .field("endpoint", &self.endpoint)
-            .field("lease_ttl", &self.lease_ttl)
-            .field("cas_timeout", &self.cas_timeout)
-            .field("limits", &self.limits)
+            .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }
@@ -440,13 +380,8 @@ mod tests {
     }
 
     #[test]
-    fn cas_timeout_derives_from_the_lease_ttl() {
-        let b = keyed().with_lease_ttl(Duration::from_secs(9));
-        assert_eq!(b.cas_timeout(), Duration::from_secs(3));
-        assert_eq!(
-            b.with_cas_timeout(Duration::from_millis(700)).cas_timeout(),
-            Duration::from_millis(700)
-        );
+    fn the_record_limit_defaults_to_what_an_item_holds() {
+        assert_eq!(keyed().store_options().limits.record, MAX_RECORD);
     }
 
     #[test]

@@ -127,7 +127,10 @@ impl Tally {
     /// Read and write units counted while measuring.
     pub fn request_units(&self) -> (u64, u64) {
         let k = &self.kinds;
-        (k.read_units.load(Ordering::SeqCst), k.write_units.load(Ordering::SeqCst))
+        (
+            k.read_units.load(Ordering::SeqCst),
+            k.write_units.load(Ordering::SeqCst),
+        )
     }
 
     /// Counts a write of `body` bytes to `key` (units by the larger item) and performs it.
