@@ -36,17 +36,22 @@ impl KeyMap {
     /// let again = KeyMap::parse(&map.encode()).unwrap();
     /// assert_eq!(again.value("k"), Some(b"v".to_vec()));
     /// assert!(KeyMap::parse(b"not json").is_err());
+    /// assert!(KeyMap::parse(br#"{"k":"a","k":"b"}"#).is_err(), "which k?");
     /// ```
     pub fn parse(payload: &[u8]) -> Result<KeyMap, Failure> {
         if payload.is_empty() {
             return Ok(KeyMap::default());
         }
-        serde_json::from_slice(payload).map(KeyMap).map_err(|_| {
-            Failure::new(
-                STORE,
-                "the cell's data is not a fence key map (a JSON object); it was written by another program",
-            )
-        })
+        // Two members of one name are refused: another reader could take the other value.
+        fence_core::record::rules::parse_json(payload)
+            .and_then(serde_json::from_value)
+            .map(KeyMap)
+            .map_err(|_| {
+                Failure::new(
+                    STORE,
+                    "the cell's data is not a fence key map (a JSON object of unique keys); it was written by another program",
+                )
+            })
     }
 
     /// Sets `key` to `value`.

@@ -240,22 +240,21 @@ fn a_sighting_from_another_time_namespace_is_not_used() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_bad_sighting_file_is_ignored() {
     use fence_cli::sightings::Sightings;
-    use fence_core::{CasGuard, Clock, ConditionalStore, Fence, MemoryStore, NodeLeaseRecord};
+    use fence_core::{CasGuard, Clock, ConditionalStore, Fence, Key, MemoryStore};
     use std::os::unix::fs::PermissionsExt;
     if Clock::host().host_instant_of(0).is_none() {
         return; // no host clock here (not Linux)
     }
     let dir = tempfile::tempdir().unwrap();
     let store: std::sync::Arc<dyn ConditionalStore> = std::sync::Arc::new(MemoryStore::new());
-    let record = NodeLeaseRecord {
-        node: "run.x".into(),
-        expires_ms: fence_core::now_ms() + 3_600_000,
-        addr: "pid:1@elsewhere".into(),
-        peer_protocol: 1,
-        generation: "dead".into(),
-    };
-    fence_core::Ownership::new(store.clone(), "run.x")
-        .cas_node_lease(CasGuard::Absent, &record)
+    // A dead holder of TTL 200 ms whose wall clock ran an hour ahead.
+    let record = format!(
+        r#"{{"v":1,"node":"run.x","expires_ms":{},"addr":"pid:1@elsewhere","peer_protocol":1,"generation":"dead","nonce":"dead-1","ttl_ms":200}}"#,
+        fence_core::now_ms() + 3_600_000
+    );
+    let key = Key::new("nodes/run.x.json").unwrap();
+    store
+        .put(&key, record.into(), CasGuard::Absent)
         .await
         .unwrap();
     let process = || {

@@ -88,6 +88,11 @@ pub(crate) struct Leader {
     /// The live set and the members (whom the watch ring runs through) of the last plan
     /// (`None`: plan at once).
     planned: Option<(Vec<String>, Vec<String>)>,
+    /// Whether the placement was rebuilt from a complete listing of the records. Until it
+    /// is, the leader places nothing: a listing that failed is not a fleet of one.
+    rebuilt: bool,
+    /// Notices heard before the rebuild, heard once it is done.
+    deferred: Vec<Notice>,
 }
 
 impl Leader {
@@ -117,6 +122,8 @@ impl Leader {
             next_sweep: 0,
             audited: 0,
             planned: None,
+            rebuilt: false,
+            deferred: Vec::new(),
         };
         leader.rebuild().await;
         leader
@@ -197,15 +204,18 @@ impl Leader {
         out
     }
 
-    /// Rebuilds members and placement from every record, and reads every lease.
+    /// Rebuilds members and placement from every record, and reads every lease. When the
+    /// records cannot be listed, nothing is rebuilt (the next round tries again): a leader
+    /// that took a failed listing for a fleet of itself would move every cell to itself.
     async fn rebuild(&mut self) {
         let ids = match self.list().await {
             Ok(ids) => ids,
             Err(e) => {
-                warn!(error = %e, "leader: listing records failed; starting from this node");
-                vec![self.me().to_owned()]
+                warn!(error = %e, "leader: listing records failed; placing nothing until one succeeds");
+                return;
             }
         };
+        self.rebuilt = true;
         let fence = &self.fence;
         let bound = self.t.bound_ms;
         let records: Vec<(String, Option<Assignment>)> = futures::stream::iter(ids.clone())
@@ -267,7 +277,21 @@ impl Leader {
     /// caller to tombstone and announce.
     pub(crate) async fn round(&mut self, notices: Vec<Notice>) -> Vec<Death> {
         let mut deaths = Vec::new();
-        for n in notices {
+        let mut notices = notices;
+        if !self.rebuilt {
+            self.rebuild().await;
+            if !self.rebuilt {
+                // Notices repeat until the leader acts on them: the newest suffice.
+                self.deferred.append(&mut notices);
+                let over = self.deferred.len().saturating_sub(assignment::MAX_NOTICES);
+                self.deferred.drain(..over);
+                return deaths;
+            }
+        }
+        for n in std::mem::take(&mut self.deferred)
+            .into_iter()
+            .chain(notices)
+        {
             self.hear(n, &mut deaths).await;
         }
         if self.now().mono_ms >= self.next_sweep {

@@ -109,7 +109,8 @@ impl LogHead {
         if data.is_empty() {
             return Ok(LogHead::default());
         }
-        let head: LogHead = serde_json::from_slice(data)
+        let head: LogHead = crate::record::rules::parse_json(data)
+            .and_then(serde_json::from_value)
             .map_err(|e| Error::corrupt(key, format!("not a log head: {e}")))?;
         let ordered = head.runs.windows(2).all(|w| {
             w[0].first_seq <= w[1].first_seq
