@@ -49,7 +49,7 @@ fn duration(s: &str) -> Result<Duration, String> {
 /// Which lease `run` and `acquire` take, and how they wait for it.
 #[derive(Debug, clap::Args)]
 struct Taking {
-    /// Store URL: file:///path, s3://bucket/prefix, gs://bucket/prefix, az://container/prefix.
+    /// Store URL: file:///path, s3://bucket/prefix, gs://bucket/prefix, az://container/prefix, dynamodb://table/prefix.
     #[arg(long, env = "FENCE_STORE")]
     store: String,
     /// The lease (cell) name.

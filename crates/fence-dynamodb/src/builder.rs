@@ -172,6 +172,22 @@ impl DynamoDbStoreBuilder {
         self
     }
 
+    /// One of object_store's S3 configuration keys the credentials, the region and the HTTP
+    /// client are read from (the names the `AWS_*` variables stand for): `access_key_id`,
+    /// `secret_access_key`, `session_token`, `region`, `skip_signature`,
+    /// `metadata_endpoint`, the web identity and container keys, the client options. Keys
+    /// that mean nothing to DynamoDB (the bucket, S3's own settings) are ignored; the
+    /// endpoint is [`with_endpoint`](Self::with_endpoint)'s.
+    pub fn with_config(mut self, key: AmazonS3ConfigKey, value: impl Into<String>) -> Self {
+        self.aws = self.aws.with_config(key, value);
+        self
+    }
+
+    /// The endpoint, if one is set (`None`: AWS's for the region).
+    pub fn endpoint(&self) -> Option<&str> {
+        self.endpoint.as_deref()
+    }
+
     /// Where the store's credentials will come from, as configured now.
     ///
     /// ```
@@ -210,7 +226,7 @@ impl DynamoDbStoreBuilder {
             )));
         }
         let region = self.region();
-        let endpoint = self.endpoint(&region)?;
+        let endpoint = self.endpoint_url(&region)?;
         let signer = Signer {
             region,
             credentials: aws_credentials(&self.aws, self.metadata_disabled)?,
@@ -261,7 +277,7 @@ impl DynamoDbStoreBuilder {
 
     /// The endpoint: as given (without a trailing `/`), else AWS's for the region. A plain
     /// `http://` one needs `allow_http`.
-    fn endpoint(&self, region: &str) -> Result<String, Error> {
+    fn endpoint_url(&self, region: &str) -> Result<String, Error> {
         let endpoint = match &self.endpoint {
             Some(e) => e.trim_end_matches('/').to_owned(),
             None => format!("https://dynamodb.{region}.amazonaws.com"),
@@ -370,13 +386,13 @@ mod tests {
         assert_eq!(b.region(), DEFAULT_REGION);
         let b = b.with_region("eu-west-1");
         assert_eq!(
-            b.endpoint("eu-west-1").unwrap(),
+            b.endpoint_url("eu-west-1").unwrap(),
             "https://dynamodb.eu-west-1.amazonaws.com"
         );
         let local = b
             .with_endpoint("http://127.0.0.1:8000/")
             .with_allow_http(true);
-        assert_eq!(local.endpoint("x").unwrap(), "http://127.0.0.1:8000");
+        assert_eq!(local.endpoint_url("x").unwrap(), "http://127.0.0.1:8000");
     }
 
     #[test]

@@ -449,12 +449,13 @@ impl ConditionalStore for DynamoDbStore {
     }
 
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
-        self.check_table().await?;
+        self.check_table().await.map_err(|e| e.listing(prefix))?;
         let read_page =
             |ask: PageAsk| async move { self.retry_read(|| self.query_page(prefix, &ask)).await };
         let under = |k: &Key| prefix.is_none_or(|p| k.starts_with(p));
         let keep = |name: &str| Key::new(name).ok().filter(under);
-        let mut keys = collect(self.cfg.limits.listing, read_page, keep).await?;
+        let listed = collect(self.cfg.limits.listing, read_page, keep).await;
+        let mut keys = listed.map_err(|e| e.listing(prefix))?;
         keys.sort();
         keys.dedup();
         Ok(keys)
