@@ -17,21 +17,14 @@ fn var(name: &str) -> Option<String> {
 
 /// `fence ARGS` against the test moto, or `None` with a notice.
 fn fence_on_moto(test: &str, args: &[&str]) -> Option<Command> {
-    let found = (|| {
-        Some([
-            var("FENCE_DYNAMODB_ENDPOINT")?,
-            var("FENCE_DYNAMODB_ACCESS_KEY_ID")?,
-            var("FENCE_DYNAMODB_SECRET_ACCESS_KEY")?,
-        ])
-    })();
-    let Some([endpoint, key, secret]) = found else {
-        assert!(
-            var("FENCE_REQUIRE_SERVERS").as_deref() != Some("1"),
-            "{test}: FENCE_DYNAMODB_* variables missing but FENCE_REQUIRE_SERVERS=1"
-        );
-        eprintln!("SKIPPED {test}: no moto (run scripts/servers/dynamodb.sh start)");
-        return None;
-    };
+    let names = [
+        "FENCE_DYNAMODB_ENDPOINT",
+        "FENCE_DYNAMODB_ACCESS_KEY_ID",
+        "FENCE_DYNAMODB_SECRET_ACCESS_KEY",
+    ];
+    let [endpoint, key, secret] = fence_testkit::servers::from_env(test, &names)?
+        .try_into()
+        .ok()?;
     let mut c = fence(args);
     c.env("AWS_ENDPOINT_URL_DYNAMODB", endpoint)
         .env("AWS_ALLOW_HTTP", "true")

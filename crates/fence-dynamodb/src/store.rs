@@ -267,7 +267,14 @@ impl DynamoDbStore {
                 Ok((PutOutcome::Applied(version), Current::Untold))
             }
             (400, Body::Whole(refusal)) => self.refused_put(key, refusal, guard),
-            (status, body) => Err(self.refused(Some(key), Refusal::of(status, body), false)),
+            (status, body) => {
+                // A rejection whose item is past its cap is still a rejection.
+                let refusal = Refusal::of(status, body);
+                match status == 400 && condition_failed(refusal.code()) {
+                    true => Ok((PutOutcome::Rejected, Current::Untold)),
+                    false => Err(self.refused(Some(key), refusal, false)),
+                }
+            }
         }
     }
 
@@ -311,7 +318,7 @@ impl DynamoDbStore {
         let found = match (answer.status, answer.body) {
             (200, Body::Whole(body)) => serde_json::from_slice::<GetAnswer>(&body)
                 .map_err(|_| read(classify::unreadable()))?,
-            (200, Body::OverCap) => return Err(over_record_limit(key, limit)),
+            (200, Body::OverCap { .. }) => return Err(over_record_limit(key, limit)),
             (200, Body::Broken(e)) => return Err(read(classify::unreadable()).with_source(e)),
             (status, body) => {
                 return Err(self.refused(Some(key), Refusal::of(status, &body), true))
@@ -361,7 +368,7 @@ impl DynamoDbStore {
         let read = |f: Failure| self.error(None, f.read());
         let body = match (answer.status, answer.body) {
             (200, Body::Whole(body)) => body,
-            (200, Body::OverCap) => return Err(ask.over.error()),
+            (200, Body::OverCap { .. }) => return Err(ask.over.error()),
             (200, Body::Broken(e)) => return Err(read(classify::unreadable()).with_source(e)),
             (status, body) => return Err(self.refused(None, Refusal::of(status, &body), true)),
         };

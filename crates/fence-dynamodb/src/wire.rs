@@ -6,9 +6,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use fence_core::{Clock, Error, ErrorKind};
-use fence_wire::body::{announced_over, read_capped, read_prefix, reqwest_chunks, CappedError};
+use fence_wire::body::{announced_over, read_prefix, reqwest_chunks};
 use fence_wire::error_body::ERROR_BODY_LIMIT;
 use object_store::aws::{AwsAuthorizer, AwsCredentialProvider};
 use object_store::client::HttpRequestBody;
@@ -70,8 +70,12 @@ pub(crate) struct Answer {
 pub(crate) enum Body {
     /// The whole body.
     Whole(Bytes),
-    /// The body is longer than its cap: it was read no further.
-    OverCap,
+    /// The body is longer than its cap: it was read no further, and only its start is kept
+    /// (where an error answer names its exception).
+    OverCap {
+        /// The body's first bytes (at most 4 KiB).
+        start: Bytes,
+    },
     /// The body broke off.
     Broken(reqwest::Error),
 }
@@ -174,18 +178,35 @@ async fn receive(resp: reqwest::Response, caps: Caps) -> Answer {
             return Answer { status, body };
         }
     };
-    if announced_over(resp.content_length(), cap) {
-        return Answer {
-            status,
-            body: Body::OverCap,
-        };
-    }
-    let body = match read_capped(reqwest_chunks(resp), cap).await {
-        Ok(bytes) => Body::Whole(bytes),
-        Err(CappedError::OverLimit { .. }) => Body::OverCap,
-        Err(CappedError::Stream(e)) => Body::Broken(e),
+    let body = match announced_over(resp.content_length(), cap) {
+        true => match read_prefix(reqwest_chunks(resp), ERROR_BODY_LIMIT).await {
+            Ok(start) => Body::OverCap { start },
+            Err(e) => Body::Broken(e),
+        },
+        false => read_within(resp, cap).await,
     };
     Answer { status, body }
+}
+
+/// Reads `resp`'s body up to `cap`; past it, keeps the body's start and reads no further
+/// (the connection is closed, not drained).
+async fn read_within(mut resp: reqwest::Response, cap: usize) -> Body {
+    let mut body = BytesMut::new();
+    loop {
+        match resp.chunk().await {
+            Ok(None) => return Body::Whole(body.freeze()),
+            Ok(Some(chunk)) if chunk.len() <= cap - body.len() => body.extend_from_slice(&chunk),
+            Ok(Some(chunk)) => {
+                let keep = ERROR_BODY_LIMIT.saturating_sub(body.len()).min(chunk.len());
+                body.extend_from_slice(&chunk[..keep]);
+                body.truncate(ERROR_BODY_LIMIT);
+                return Body::OverCap {
+                    start: body.freeze(),
+                };
+            }
+            Err(e) => return Body::Broken(e),
+        }
+    }
 }
 
 /// A reqwest failure without a status. reqwest's errors name the URL (the endpoint, never a
@@ -215,10 +236,15 @@ const MAX_MESSAGE: usize = 256;
 impl Refusal {
     /// What the answer of `status` with `body` said.
     pub fn of(status: u16, body: &Body) -> Refusal {
-        let answer = body
+        let mut answer = body
             .whole()
             .and_then(|b| serde_json::from_slice::<ErrorAnswer>(b).ok())
             .unwrap_or_default();
+        if let (None, Body::OverCap { start }) = (&answer.kind, body) {
+            // A refusal longer than its cap (a rejection carrying an item past the record
+            // limit): its exception is named at its start, as DynamoDB writes `__type` first.
+            answer.kind = type_at_start(start);
+        }
         let mut message = answer.message;
         if let Some(m) = &mut message {
             let mut end = m.len().min(MAX_MESSAGE);
@@ -254,3 +280,30 @@ impl fmt::Display for Refusal {
 }
 
 impl std::error::Error for Refusal {}
+
+/// The `__type` of a JSON error answer of which only `start` was read: the string after the
+/// first `"__type"` and its colon.
+fn type_at_start(start: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(start);
+    let rest = text.split_once("\"__type\"")?.1.trim_start();
+    let rest = rest.strip_prefix(':')?.trim_start().strip_prefix('"')?;
+    let name = rest.split_once('"')?.0;
+    let plain = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"#._-".contains(&b));
+    plain.then(|| name.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_type_of_a_cut_error_answer_is_read_from_its_start() {
+        let start = br#"{ "__type" : "com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException", "Item": {"b": {"S": "xxxx"#;
+        let code = type_at_start(start).map(|t| exception(&t).to_owned());
+        assert_eq!(code.as_deref(), Some("ConditionalCheckFailedException"));
+        assert_eq!(type_at_start(br#"{"Item": {"#), None);
+        assert_eq!(type_at_start(br#"{"__type":"a\u0022b"}"#), None);
+    }
+}

@@ -14,6 +14,7 @@ use fence_core::{
 };
 use fence_dynamodb::DynamoDbStore;
 use fence_testkit::scenarios::runtime::SERVER_TTL;
+use fence_testkit::servers;
 use fence_testkit::wire::{FaultProxy, Schedule, WireFault};
 use fence_testkit::{probe, run_all, CountingStore, ProbeConfig, SuiteConfig, Verdict};
 
@@ -26,30 +27,24 @@ struct Moto {
     secret: String,
 }
 
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
 /// The server, or `None` (with a notice) when the environment does not name it.
 fn moto(test: &str) -> Option<Moto> {
-    let found = (|| {
-        Some(Moto {
-            endpoint: var("FENCE_DYNAMODB_ENDPOINT")?,
-            table: var("FENCE_DYNAMODB_TABLE")?,
-            region: var("FENCE_DYNAMODB_REGION").unwrap_or_else(|| "us-east-1".into()),
-            key_id: var("FENCE_DYNAMODB_ACCESS_KEY_ID")?,
-            secret: var("FENCE_DYNAMODB_SECRET_ACCESS_KEY")?,
-        })
-    })();
-    if found.is_none() {
-        assert!(
-            var("FENCE_REQUIRE_SERVERS").as_deref() != Some("1"),
-            "{test}: FENCE_DYNAMODB_* variables missing but FENCE_REQUIRE_SERVERS=1 \
-             (run `bash scripts/servers/dynamodb.sh start` and source $FENCE_SERVERS_DIR/dynamodb.env)"
-        );
-        eprintln!("SKIPPED {test}: no moto (run scripts/servers/dynamodb.sh start)");
-    }
-    found
+    let names = [
+        "FENCE_DYNAMODB_ENDPOINT",
+        "FENCE_DYNAMODB_TABLE",
+        "FENCE_DYNAMODB_REGION",
+        "FENCE_DYNAMODB_ACCESS_KEY_ID",
+        "FENCE_DYNAMODB_SECRET_ACCESS_KEY",
+    ];
+    let [endpoint, table, region, key_id, secret] =
+        servers::from_env(test, &names)?.try_into().ok()?;
+    Some(Moto {
+        endpoint,
+        table,
+        region,
+        key_id,
+        secret,
+    })
 }
 
 /// The record limit of the stores here. moto counts a binary (B) attribute by the length
@@ -78,22 +73,23 @@ impl Moto {
     }
 }
 
+/// A prefix (a partition of the table) no other run uses.
 fn fresh_prefix(test: &str) -> String {
-    format!(
-        "fence-dynamodb-tests/{test}-{:016x}",
-        Entropy::from_os().next_u64()
-    )
+    let n = Entropy::from_os().next_u64();
+    format!("fence-dynamodb-tests/{test}-{n:016x}")
 }
 
 fn key(k: &str) -> Key {
     Key::new(k).unwrap()
 }
 
+/// Writes `body` under `guard`, which must apply; its version.
 async fn applied(store: &DynamoDbStore, k: &Key, body: &str, guard: CasGuard) -> Version {
-    match store.put(k, Bytes::from(body.to_string()), guard).await {
-        Ok(PutOutcome::Applied(v)) => v,
-        other => panic!("{k}: expected Applied, got {other:?}"),
-    }
+    let put = store.put(k, Bytes::from(body.to_owned()), guard).await;
+    let Ok(PutOutcome::Applied(version)) = put else {
+        panic!("{k}: expected Applied, got {put:?}");
+    };
+    version
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

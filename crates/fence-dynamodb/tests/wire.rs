@@ -3,17 +3,17 @@
 //! code, a record over the limit, a redirect, and the tables it refuses (a global table in
 //! eventual consistency, another key schema, none). No server needed.
 
-#[path = "../../fence-wire/tests/support/canned.rs"]
-mod canned;
-
 use std::time::Duration;
 
 use bytes::Bytes;
-use canned::{error_texts, kind_commit, serve, Canned, Reply, Request};
 use fence_core::{
     CasGuard, Commit, ConditionalStore, Current, ErrorKind, Key, PutOutcome, Version,
 };
 use fence_dynamodb::{DynamoDbStore, DynamoDbStoreBuilder, MAX_RECORD};
+use fence_testkit::canned::{error_texts, kind_commit, serve, Canned, Reply, Request};
+use support::{described, json_reply, op};
+
+mod support;
 use serde_json::{json, Value};
 
 const SECRET: &str = "canned-secret-access-key";
@@ -35,38 +35,8 @@ fn key() -> Key {
     Key::new("cells/c/own.json").unwrap()
 }
 
-/// The operation a request asks for (`PutItem`).
-fn op(r: &Request) -> &str {
-    let target = r.header("x-amz-target").unwrap_or_default();
-    target.trim_start_matches("DynamoDB_20120810.")
-}
-
-fn json_reply(status: u16, body: Value) -> Reply {
-    Reply::status(status, "application/x-amz-json-1.0", body.to_string())
-}
-
 fn exception(code: &str) -> Value {
     json!({ "__type": format!("com.amazonaws.dynamodb.v20120810#{code}"), "message": "canned" })
-}
-
-/// A table description: fence's key schema, plus `extra` fields.
-fn described(extra: Value) -> Reply {
-    let mut table = json!({
-        "TableName": "fence-test",
-        "TableStatus": "ACTIVE",
-        "AttributeDefinitions": [
-            { "AttributeName": "pk", "AttributeType": "S" },
-            { "AttributeName": "sk", "AttributeType": "S" },
-        ],
-        "KeySchema": [
-            { "AttributeName": "pk", "KeyType": "HASH" },
-            { "AttributeName": "sk", "KeyType": "RANGE" },
-        ],
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        table[k] = v.clone();
-    }
-    json_reply(200, json!({ "Table": table }))
 }
 
 /// A server that describes a fit table and answers every other request with `answer`.

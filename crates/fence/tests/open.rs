@@ -7,29 +7,28 @@
 //!
 //! Then what must fail, and how: bad URLs, a backend not built in, unknown options and the
 //! options fence sets itself, and missing credentials, refused before any request.
+// The helpers below serve the remote backends' tests: a build without all of them (the
+// default, `fs` only) leaves some unused.
+#![cfg_attr(
+    not(all(
+        feature = "s3",
+        feature = "gcs",
+        feature = "azure",
+        feature = "opendal",
+        feature = "dynamodb"
+    )),
+    allow(dead_code, unused_imports)
+)]
 
 use std::time::Duration;
 
 use fence::{CasGuard, Commit, ErrorKind, Key, OpenOptions, Opened, PutOutcome, Scheme};
 
-#[path = "../../fence-wire/tests/support/canned.rs"]
-mod canned;
+use fence_testkit::canned;
+use fence_testkit::servers::from_env as server;
 
 fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
-/// The values of `names`, or `None` (with a notice) when one is missing.
-fn server(test: &str, names: &[&str]) -> Option<Vec<String>> {
-    let values: Option<Vec<String>> = names.iter().map(|n| var(n)).collect();
-    if values.is_none() {
-        assert!(
-            var("FENCE_REQUIRE_SERVERS").as_deref() != Some("1"),
-            "{test}: {names:?} missing but FENCE_REQUIRE_SERVERS=1"
-        );
-        eprintln!("SKIPPED {test}: no test server (run scripts/servers/*.sh start)");
-    }
-    values
 }
 
 /// A prefix no other run uses.
