@@ -347,6 +347,9 @@ impl Taker<'_> {
                 return Err(self.foreign_owner(slot, owner.as_deref(), &busy));
             }
             let whom = match &owner {
+                Some(o) if o == slot.node() => {
+                    "another fence run of it took its cell first".to_owned()
+                }
                 Some(o) => format!(
                     "its cell is held by node {}, which is not a fence run of it",
                     shown(o)
@@ -399,6 +402,16 @@ impl Taker<'_> {
                 format!("lease {lease} is busy{waited}: {}", describe(busy)),
             );
         };
+        if owner == slot.node() {
+            // A claim that lost its race to another `fence run` of the same lease (the
+            // same node name: say, one that waited while this one was stopped).
+            return Failure::new(
+                self.opts.conflict_exit_code,
+                format!(
+                    "lease {lease} is busy{waited}: another fence run of it took its cell first"
+                ),
+            );
+        }
         let when = match next_run_in(&slot.fence, owner) {
             Some(s) => format!(
                 "; fence run takes the cell over once that node's lease record has stayed \

@@ -148,6 +148,24 @@ async fn liars_are_caught() {
     }
 }
 
+/// `check`, the one call: a liar and a store without replace-if-current are refused as
+/// unfit (`Unsupported`), a dead one as "could not tell" (`Unavailable`); nothing committed.
+#[tokio::test]
+async fn check_refuses_every_store_but_an_honest_one() {
+    use fence_core::ErrorKind;
+    assert!(fence_probe::check(&MemoryStore::new()).await.is_ok());
+    for (flaw, kind) in [
+        (Flaw::IgnoresGuard, ErrorKind::Unsupported),
+        (Flaw::NoUpdate, ErrorKind::Unsupported),
+        (Flaw::Unreachable, ErrorKind::Unavailable),
+    ] {
+        let refused = fence_probe::check(&SabotagedStore::new(flaw)).await;
+        let e = refused.expect_err("an unfit store passed the check");
+        assert_eq!(e.kind(), kind, "{flaw:?}: {e}");
+        assert!(!e.is_ambiguous());
+    }
+}
+
 #[tokio::test]
 async fn rejections_that_carry_the_current_object_are_checked_where_declared() {
     let telling = Shaped {

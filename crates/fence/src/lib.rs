@@ -44,6 +44,12 @@
 //! [`missing_credentials`] says the same of an error a store gave later (a metadata service
 //! asked that had none); [`describe`] makes one plain line of any error.
 //!
+//! # Names and cell data
+//!
+//! [`names::check_lease`] is the one check of lease and cell names (the `fence` command and
+//! the Python package use it), [`names::node_of`] the node id of a `fence run --lease`; the
+//! key map of `fence put`/`fence get` is [`keymap`] (fence-core's).
+//!
 //! # Errors
 //!
 //! [`Error`] with coarse kinds, not committed: [`ErrorKind::InvalidInput`] for a malformed
@@ -58,6 +64,7 @@
 mod backends;
 mod credentials;
 pub mod message;
+pub mod names;
 mod open;
 mod scheme;
 

@@ -100,26 +100,35 @@ impl HeadWrite<'_> {
                             answer
                         }
                     };
+                    tracing::debug!(
+                        cell = self.cell,
+                        epoch = self.epoch,
+                        ?answer,
+                        "head write answered"
+                    );
                     core.on_put(answer)
                 }
                 WriteStep::Pause(ms) => {
                     self.clock.sleep(Duration::from_millis(ms)).await;
                     core.resume()
                 }
-                WriteStep::Read => match seen.take() {
-                    Some(head) => core.on_read(ReadAnswer::Head(head)),
-                    None => {
-                        let read = self.own.read_head(self.cell);
-                        let answer = match bounded(self.clock, bound(), read).await {
-                            Ok(h) => ReadAnswer::Head(h),
-                            Err(e) => {
-                                last = Some(e);
-                                ReadAnswer::Failed
+                WriteStep::Read => {
+                    let answer = match seen.take() {
+                        Some(head) => ReadAnswer::Head(head),
+                        None => {
+                            let read = self.own.read_head(self.cell);
+                            match bounded(self.clock, bound(), read).await {
+                                Ok(h) => ReadAnswer::Head(h),
+                                Err(e) => {
+                                    last = Some(e);
+                                    ReadAnswer::Failed
+                                }
                             }
-                        };
-                        core.on_read(answer)
-                    }
-                },
+                        }
+                    };
+                    tracing::debug!(cell = self.cell, epoch = self.epoch, read = ?answer, "head read back");
+                    core.on_read(answer)
+                }
                 WriteStep::Done(settled) => return Ok(settled),
                 WriteStep::Failed(why) => return Err(self.failed(why, last)),
             };
