@@ -243,6 +243,21 @@ async fn a_lost_compare_and_swap_costs_one_request() {
     );
 }
 
+/// Waits until the listing a claim at a new epoch sends in the background (its payload
+/// collection) has reached `proxy` — every request `counted` saw since the proxy had served
+/// `before` — so that a fault scripted next falls on the test's own request.
+async fn background_listing_sent(counted: &CountingStore, proxy: &FaultProxy, before: u64) {
+    let clock = fence_core::Clock::system();
+    for _ in 0..1000 {
+        let seen = counted.counts();
+        if seen.list >= 1 && proxy.stats().requests - before >= seen.total() {
+            return;
+        }
+        clock.sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the claim's background listing was not sent within 10 s");
+}
+
 /// A write whose answer is lost (the proxy drops it after moto applied the write) is settled
 /// by sending it once more: the rejection carries our own write. One request more, no read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -263,7 +278,10 @@ async fn an_ambiguous_write_is_settled_by_the_rejection_it_gets_again() {
         .build()
         .unwrap();
     let lease = fence.acquire().await.unwrap();
+    counted.reset();
+    let before = proxy.stats().requests;
     let cell = lease.claim("cell").await.unwrap();
+    background_listing_sent(&counted, &proxy, before).await;
     counted.reset();
     proxy.schedule().script([WireFault::DropAnswer]);
     cell.write("settled by ALL_OLD").await.unwrap();
