@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # moto's DynamoDB for fence-dynamodb's live tests, on 127.0.0.1.
-#   start: install moto[server] (pinned, PyPI) into a venv under $FENCE_SERVERS_DIR (reused when
-#          present), run it on a free port one request at a time, wait until it answers,
+#   start: install moto[server] (pinned, PyPI) into scripts/servers/s3.sh's venv under
+#          $FENCE_SERVERS_DIR (unless there already), run it on a free port one request at a time, wait until it answers,
 #          create the test table (fence's key schema, on demand), write
 #          $FENCE_SERVERS_DIR/dynamodb.env.
 #   stop:  kill the server by its PID (SIGTERM, wait, SIGKILL).
-# Its own moto, not the S3 tests' one: moto serves one request at a time (below), and the S3
+# Its own moto process, not the S3 tests' one: moto serves one request at a time (below), and the S3
 # and DynamoDB suites would otherwise queue behind each other.
 set -euo pipefail
 
-MOTO_VERSION="5.2.5"
+MOTO_VERSION="5.2.5"  # the same as scripts/servers/s3.sh's: they share one install
 READY_TIMEOUT_S="${FENCE_SERVER_READY_TIMEOUT_S:-60}"
 TABLE="fence-test"
 REGION="us-east-1"
@@ -27,7 +27,9 @@ m.main(sys.argv[1:])'
 dir="${FENCE_SERVERS_DIR:?FENCE_SERVERS_DIR must be set}/dynamodb"
 mkdir -p "$dir"
 env_file="$FENCE_SERVERS_DIR/dynamodb.env"
-venv="$FENCE_SERVERS_DIR/venv-dynamodb"
+# moto is installed once: into the venv of scripts/servers/s3.sh, which pins the same version
+# (a second install took 65 s on CI's machine); each script skips what is already there.
+venv="$FENCE_SERVERS_DIR/venv-s3"
 
 log() { echo "[dynamodb.sh] $*" >&2; }
 
@@ -39,7 +41,7 @@ install() {
   if [ ! -x "$venv/bin/moto_server" ]; then
     local t0=$SECONDS
     log "installing moto[server]==$MOTO_VERSION into $venv"
-    python3 -m venv "$venv"
+    [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION"
     log "install step took $((SECONDS - t0)) s"
   fi
