@@ -39,7 +39,8 @@ fn duration(s: &str) -> Result<Duration, String> {
 /// Which lease `run` and `acquire` take, and how they wait for it.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Taking {
-    /// Store URL: file:///path, s3://bucket/prefix, gs://bucket/prefix, az://container/prefix.
+    /// Store URL: file:///path, s3://bucket/prefix, gs://bucket/prefix, az://container/prefix,
+    /// dynamodb://table/prefix.
     #[arg(long, env = "FENCE_STORE")]
     pub(crate) store: String,
     /// The lease (cell) name.

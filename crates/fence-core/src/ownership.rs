@@ -18,7 +18,7 @@ use crate::record::{
     fresh_nonce, BlobRef, CellHead, CellPayload, Extra, HeadFormat, LeaseBody, NodeLease,
     NodeLeaseRecord, OwnerRecord,
 };
-use crate::store::{CasGuard, ConditionalStore, PutOutcome, Version};
+use crate::store::{CasGuard, ConditionalStore, Current, PutOutcome, Version};
 
 /// The answer to [`Ownership::cas_node_lease`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -331,6 +331,31 @@ impl Ownership {
     ) -> Result<PutOutcome, Error> {
         let key = self.owner_key(cell)?;
         self.store.put(&key, head.encode(), guard).await
+    }
+
+    /// Writes `head` as [`put_head`](Self::put_head) does; a rejection also tells the head
+    /// the condition was checked against when the store's answer carries it
+    /// ([`ConditionalStore::put_with_current`]): `Some(None)` for no head, `None` when the
+    /// store told nothing or what it told is not a readable head (then read it).
+    pub async fn put_head_with_current(
+        &self,
+        cell: &str,
+        head: &CellHead,
+        guard: CasGuard,
+    ) -> Result<(PutOutcome, Option<Option<(CellHead, Version)>>), Error> {
+        let key = self.owner_key(cell)?;
+        let (outcome, current) = self
+            .store
+            .put_with_current(&key, head.encode(), guard)
+            .await?;
+        let seen = match current {
+            Current::Untold => None,
+            Current::Absent => Some(None),
+            Current::Found(stored) => CellHead::decode(&key, &stored.body)
+                .ok()
+                .map(|found| Some((found, stored.version))),
+        };
+        Ok((outcome, seen))
     }
 
     /// Reads the owner record of `cell`.
