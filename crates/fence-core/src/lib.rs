@@ -16,6 +16,8 @@
 //!
 //! Layers: [`store`] (the [`ConditionalStore`] contract) → [`record`] and [`ownership`]
 //! (records and keys) → [`decide`] (the pure decision core) → [`runtime`] (the tokio driver).
+//! [`keymap`] is the key map of `fence put`/`fence get` and the Python package, over
+//! [`runtime`]'s fenced read-modify-write.
 #![deny(missing_docs)]
 
 pub mod clock;
@@ -23,6 +25,7 @@ pub mod decide;
 pub mod error;
 mod flaws;
 pub mod key;
+pub mod keymap;
 pub mod memory;
 pub mod ownership;
 pub mod record;
@@ -45,5 +48,5 @@ pub use runtime::{
 };
 pub use store::DEFAULT_RECORD_LIMIT;
 pub use store::{
-    Capabilities, CasGuard, ConditionalStore, DeleteOutcome, PutOutcome, Stored, Version,
+    Capabilities, CasGuard, ConditionalStore, Current, DeleteOutcome, PutOutcome, Stored, Version,
 };

@@ -6,6 +6,7 @@ use fence_core::ConditionalStore;
 use pyo3::prelude::*;
 
 use crate::errors::to_py;
+use crate::process::Local;
 
 /// A store named by URL, opened as the ``fence`` command opens it: ``file:///abs/dir``
 /// (an existing directory), ``s3://bucket/prefix`` (``AWS_*`` variables),
@@ -17,10 +18,9 @@ use crate::errors::to_py;
 /// >>> store.url.startswith("file:///")
 /// True
 #[pyclass(module = "fence", frozen)]
-#[derive(Clone)]
 pub(crate) struct Store {
-    pub(crate) store: Arc<dyn ConditionalStore>,
-    url: String,
+    store: Local<Arc<dyn ConditionalStore>>,
+    pub(crate) url: String,
 }
 
 impl Store {
@@ -32,9 +32,14 @@ impl Store {
         }
         let opened = options.open(url).map_err(to_py)?;
         Ok(Store {
-            store: opened.store,
+            store: Local::new(opened.store),
             url: opened.url,
         })
+    }
+
+    /// The opened store; `ForkedError` in a forked child (its connections are the parent's).
+    pub(crate) fn store(&self) -> PyResult<Arc<dyn ConditionalStore>> {
+        self.store.get().cloned()
     }
 }
 
@@ -54,7 +59,7 @@ impl Store {
         &self.url
     }
 
-    fn __repr__(&self) -> String {
-        format!("Store({:?})", self.url)
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!("Store({})", crate::repr::v(py, &self.url).repr()?))
     }
 }

@@ -121,6 +121,7 @@ fn check_credentials(
 
 /// The operator of `service` on `name` (bucket or container) with `config`.
 fn operator(service: &str, name: &str, config: Vec<(String, String)>) -> Result<Operator, Error> {
+    let secrets = secret_values(&config);
     let named = |key: &str, mut config: Vec<(String, String)>| {
         config.push((key.to_string(), name.to_string()));
         config
@@ -146,14 +147,60 @@ fn operator(service: &str, name: &str, config: Vec<(String, String)>) -> Result<
         invalid(format!(
             "OpenDAL refused the opendal+{service}:// configuration ({}): {}",
             e.kind(),
-            quoted(e.message())
+            quoted(&redacted(e.message(), &secrets))
         ))
+    })
+}
+
+/// The values OpenDAL's refusal may not print: every configuration value but those of the
+/// few keys that are no secret (the endpoint, region, root, bucket or container, account
+/// name) — an allow-list, so that a key fence does not know (a role ARN, an external id, a
+/// service account) is never printed either. Values under 4 characters (`true`, a port) stay.
+fn secret_values(config: &[(String, String)]) -> Vec<String> {
+    const PUBLIC: [&str; 6] = [
+        "endpoint",
+        "region",
+        "root",
+        "bucket",
+        "container",
+        "account_name",
+    ];
+    config
+        .iter()
+        .filter(|(k, v)| v.len() >= 4 && !PUBLIC.contains(&k.to_ascii_lowercase().as_str()))
+        .map(|(_, v)| v.clone())
+        .collect()
+}
+
+/// `message` with every one of `secrets` in it replaced by `<redacted>`.
+fn redacted(message: &str, secrets: &[String]) -> String {
+    secrets.iter().fold(message.to_owned(), |m, s| {
+        m.replace(s.as_str(), "<redacted>")
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_never_prints_a_secret_of_the_configuration() {
+        let config = vec![
+            ("access_key_id".to_owned(), "AKIDEXAMPLE".to_owned()),
+            ("secret_access_key".to_owned(), "s3cr3t/VALUE".to_owned()),
+            ("role_arn".to_owned(), "arn:aws:iam::1:role/x".to_owned()),
+            ("endpoint".to_owned(), "http://127.0.0.1:1".to_owned()),
+        ];
+        let secrets = secret_values(&config);
+        let said = redacted(
+            "bad key AKIDEXAMPLE with s3cr3t/VALUE as arn:aws:iam::1:role/x at http://127.0.0.1:1",
+            &secrets,
+        );
+        assert_eq!(
+            said,
+            "bad key <redacted> with <redacted> as <redacted> at http://127.0.0.1:1"
+        );
+    }
 
     #[test]
     fn urls_name_a_service_a_bucket_and_a_prefix() {
