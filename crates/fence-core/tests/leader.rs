@@ -530,3 +530,47 @@ async fn a_slow_follower_replaces_a_dead_leader_within_two_ttls() {
     assert!(!term_a.is_leader());
     assert_eq!(term_b.epoch(), 2);
 }
+
+/// Deposed, and found out by a write through the term's claim (not by the check of the
+/// head, which comes only once an hour here): the step-down names the new owner the store
+/// names, in the `Stopped` event and in `lost()` alike.
+#[tokio::test(start_paused = true)]
+async fn a_leader_deposed_found_out_by_a_write_names_who_deposed_it() {
+    let store: Arc<dyn ConditionalStore> = Arc::new(MemoryStore::new());
+    let election = Election::builder(fence(store.clone(), "a"), "sched")
+        .check_period(Duration::from_secs(3_600))
+        .start()
+        .unwrap();
+    let mut a = Recorder::new(election, clock());
+    let (_, term_a) = a.started().await;
+    let operator = Ownership::new(store.clone(), "z");
+    let version = operator.read_head("sched").await.unwrap().unwrap().1;
+    operator
+        .cas_owner("sched", CasGuard::Match(version), 5)
+        .await
+        .unwrap();
+    let e = term_a
+        .claim()
+        .write("after the takeover")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Fenced);
+    let named = StepDown::Deposed {
+        epoch: 5,
+        by: Some("z".into()),
+    };
+    assert_eq!(term_a.lost().await, named);
+    let why = loop {
+        if let (_, LeaderEvent::Stopped { reason, .. }) = a.next().await.expect("a steps down") {
+            break reason;
+        }
+    };
+    assert_eq!(why, named);
+    loop {
+        match a.next().await.expect("a reports z") {
+            (_, LeaderEvent::NewLeader(l)) if l == leader("z", 5) => break,
+            (_, LeaderEvent::Started(t)) => panic!("a led again at {}", t.epoch()),
+            _ => {}
+        }
+    }
+}

@@ -72,7 +72,7 @@ use tokio::task::JoinHandle;
 
 use super::claim::{CellClaim, ClaimStatus};
 use super::keeper::Shared;
-use super::Fence;
+use super::{bounded, Fence};
 use crate::decide::LeaseStatus;
 use crate::error::{Error, ErrorKind};
 
@@ -526,12 +526,25 @@ impl Leadership {
 
     /// Waits until the term ends and says why: at the instant the lease's authority runs
     /// out (judged on this process's clocks, not when the keeper next gets to report it), or
-    /// as soon as the claim is found over. Cancellation-safe.
+    /// as soon as the claim is found over. A deposition found by a write through the claim
+    /// is named after one read of the head ([`StepDown::Deposed`]'s `by`: whom the store
+    /// names). Cancellation-safe.
     pub async fn lost(&self) -> StepDown {
+        self.concluded().await.0
+    }
+
+    /// The end of the term once it came, and whom the store names since when a read of the
+    /// head showed it (`Some(None)`: nobody).
+    async fn concluded(&self) -> (StepDown, Option<Option<Leader>>) {
         let clock = &self.term.lease.fence.clock;
         loop {
-            if let Some(why) = self.ended() {
-                return why;
+            if let Some(why) = self.term.ended.get() {
+                return (why.clone(), None);
+            }
+            match self.term.claim.status() {
+                ClaimStatus::Held => {}
+                ClaimStatus::Superseded { epoch } => return self.deposed(epoch).await,
+                status => return (self.settle(status), None),
             }
             let until = clock.mono_ms().saturating_add(self.remaining_ms());
             tokio::select! {
@@ -541,13 +554,40 @@ impl Leadership {
         }
     }
 
-    /// Why the term ended, `None` while it lasts.
+    /// A write through the claim found the cell at `epoch`: one bounded read of the head
+    /// names the node the store names now, and records the end of the term as
+    /// [`StepDown::Deposed`] by it (by nobody if the read failed or the head names nobody).
+    async fn deposed(&self, epoch: u64) -> (StepDown, Option<Option<Leader>>) {
+        let fence = &self.term.lease.fence;
+        let read = bounded(
+            &fence.clock,
+            fence.cfg.attempt_max_ms,
+            fence.ownership.read_head(self.resource()),
+        );
+        match read.await {
+            Ok(head) => {
+                let head = head.map(|(h, _)| h);
+                let leader = run::leader_of(head.as_ref());
+                let why = self.end(StepDown::Deposed {
+                    epoch: head.as_ref().map_or(0, |h| h.epoch),
+                    by: leader.as_ref().map(|l| l.node.clone()),
+                });
+                (why, Some(leader))
+            }
+            Err(_) => (self.end(StepDown::Deposed { epoch, by: None }), None),
+        }
+    }
+
+    /// Why the term ended, `None` while it lasts. A deposition found by a write through the
+    /// claim is told here at once, before the read of the head that names the new owner:
+    /// its `by` may be `None` until [`lost`](Self::lost) or the `Stopped` event named it.
     pub fn ended(&self) -> Option<StepDown> {
         if let Some(why) = self.term.ended.get() {
             return Some(why.clone());
         }
         match self.term.claim.status() {
             ClaimStatus::Held => None,
+            ClaimStatus::Superseded { epoch } => Some(StepDown::Deposed { epoch, by: None }),
             status => Some(self.settle(status)),
         }
     }

@@ -46,7 +46,7 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
 }
 
 /// The leader a cell head names.
-fn leader_of(head: Option<&CellHead>) -> Option<Leader> {
+pub(super) fn leader_of(head: Option<&CellHead>) -> Option<Leader> {
     let head = head?;
     let node = head.node.clone()?;
     Some(Leader {
@@ -234,7 +234,7 @@ impl Campaign {
             };
             match woke {
                 Wake::Stop => return self.resign(term).await,
-                Wake::Ended => return (term.lost().await, None),
+                Wake::Ended => return term.concluded().await,
                 Wake::Checked(Some(head)) => return self.deposed(term, head).await,
                 Wake::Checked(None) => {
                     next_check = clock.mono_ms().saturating_add(self.settings.check_ms);
