@@ -210,7 +210,7 @@ async fn fleet_flows(store: Arc<dyn ConditionalStore>) {
             break;
         }
     }
-    election.stop().await.unwrap();
+    election.stop().await.result.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -43,7 +43,7 @@ impl Recorder {
                 tokio::select! {
                     end = &mut ended => {
                         if let Ok(End::Stop(done)) = end {
-                            let _ = done.send(election.stop().await);
+                            let _ = done.send(election.stop().await.result);
                         }
                         return;
                     }
@@ -157,7 +157,7 @@ async fn a_lone_candidate_leads_with_a_token_and_a_safe_time() {
         ),
         "{rest:?}"
     );
-    election.stop().await.unwrap();
+    election.stop().await.result.unwrap();
     assert_eq!(term.lost().await, StepDown::Resigned);
     assert_eq!(head(store).await, (None, 1), "released, epoch kept");
 }
@@ -398,7 +398,7 @@ async fn without_recampaign_the_election_ends_with_its_term() {
         ),
         "{last:?}"
     );
-    election.stop().await.unwrap();
+    election.stop().await.result.unwrap();
 }
 
 /// An error the store keeps giving (here a corrupt head) ends the election: its events end,
@@ -417,7 +417,7 @@ async fn a_corrupt_head_ends_the_election_with_its_error() {
     let mut election = start(store.clone(), "a");
     let ended = tokio::time::timeout(Duration::from_secs(60), election.next_event()).await;
     assert!(matches!(ended, Ok(None)), "{ended:?}");
-    let e = election.stop().await.unwrap_err();
+    let e = election.stop().await.result.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Corrupt);
 }
 
@@ -572,5 +572,110 @@ async fn a_leader_deposed_found_out_by_a_write_names_who_deposed_it() {
             (_, LeaderEvent::Started(t)) => panic!("a led again at {}", t.epoch()),
             _ => {}
         }
+    }
+}
+
+/// What the documented shutdown saw: the terms started, the step-downs told (read, or
+/// returned unread by `stop`), and the step-downs the work tasks saw through `lost()`.
+#[derive(Debug, Default)]
+struct Seen {
+    started: Vec<u64>,
+    told: Vec<(u64, StepDown)>,
+    worked: Vec<(u64, StepDown)>,
+}
+
+/// The leader's work as README shows it: checks the term before each action.
+async fn work(term: Leadership) -> (u64, StepDown) {
+    while term.is_leader() {
+        tokio::select! {
+            _ = term.lost() => break,
+            written = term.claim().write(format!("plan of epoch {}", term.epoch())) => {
+                if written.is_err() {
+                    break;
+                }
+            }
+        }
+        advance(50).await;
+    }
+    (term.epoch(), term.lost().await)
+}
+
+/// README's election loop and shutdown: events read until `shutdown`, the work in its own
+/// task; then `stop`, the unread events, the work joined.
+async fn run_until(election: Election, shutdown: impl std::future::Future<Output = ()>) -> Seen {
+    let mut election = election;
+    let mut seen = Seen::default();
+    let mut tasks = Vec::new();
+    tokio::pin!(shutdown);
+    loop {
+        let event = tokio::select! {
+            event = election.next_event() => event,
+            _ = &mut shutdown => break,
+        };
+        match event {
+            Some(LeaderEvent::Started(term)) => {
+                seen.started.push(term.epoch());
+                tasks.push(tokio::spawn(work(term)));
+            }
+            Some(LeaderEvent::Stopped { epoch, reason }) => seen.told.push((epoch, reason)),
+            Some(_) => {}
+            None => break,
+        }
+    }
+    let end = election.stop().await;
+    end.result.unwrap();
+    for event in end.unread {
+        match event {
+            LeaderEvent::Stopped { epoch, reason } => seen.told.push((epoch, reason)),
+            LeaderEvent::Started(t) => panic!("an unread Started of epoch {}", t.epoch()),
+            _ => {}
+        }
+    }
+    for t in tasks {
+        seen.worked.push(t.await.unwrap());
+    }
+    seen
+}
+
+/// The documented shutdown (README, "Leader election"): whenever the owner leaves its event
+/// loop — before the term started, just after, while its work writes, after a peer took
+/// over — every term whose start it read has its step-down told (read, or returned unread
+/// by `stop`), and the term's work saw it end. Then the cell is released.
+#[tokio::test(start_paused = true)]
+async fn the_documented_shutdown_always_observes_the_step_down() {
+    for at in [0, 1, 10, 60, 170, 400, 1_300, 6_600, 9_000] {
+        let store: Arc<dyn ConditionalStore> = Arc::new(MemoryStore::new());
+        let path = Arc::new(PausableStore::new(store.clone()));
+        let a = start(path.clone(), "a");
+        let b = Recorder::new(start(store.clone(), "b"), clock());
+        let stalls = at > 3 * TTL_MS;
+        let shutdown = async move {
+            if stalls {
+                // a's store path stalls past its TTL: a steps down, b takes over, and a
+                // follows b once its path is back.
+                advance(500).await;
+                path.freeze();
+                advance(3 * TTL_MS).await;
+                path.thaw();
+                advance(at - 500 - 3 * TTL_MS).await;
+            } else {
+                advance(at).await;
+            }
+        };
+        let seen = run_until(a, shutdown).await;
+        let told: Vec<u64> = seen.told.iter().map(|(e, _)| *e).collect();
+        let worked: Vec<u64> = seen.worked.iter().map(|(e, _)| *e).collect();
+        assert_eq!(told, seen.started, "at {at} ms: {seen:?}");
+        assert_eq!(worked, seen.started, "at {at} ms: {seen:?}");
+        for ((_, by_event), (_, by_work)) in seen.told.iter().zip(&seen.worked) {
+            assert_eq!(by_event, by_work, "at {at} ms: {seen:?}");
+        }
+        drop(b);
+        let (owner, _) = head(store).await;
+        assert_ne!(
+            owner.as_deref(),
+            Some("a"),
+            "at {at} ms: a's cell not released"
+        );
     }
 }

@@ -179,7 +179,8 @@ impl LeaderEvent {
 /// >>> event = next(e for e in election if e.kind == "started")
 /// >>> event.leadership.write(b"plan").epoch == event.epoch
 /// True
-/// >>> election.stop()
+/// >>> [e.kind for e in election.stop() if e.kind == "stopped"]
+/// ['stopped']
 #[pyclass(module = "fence", frozen)]
 pub(crate) struct Election {
     election: Arc<Mutex<Option<CoreElection>>>,
@@ -225,14 +226,24 @@ impl Election {
     }
 
     /// Resigns (if leading) and releases the cell and the node lease, so a peer leads at once.
-    /// Raises the error that ended the election, if one did.
-    fn stop(&self, py: Python<'_>) -> PyResult<()> {
-        run(py, stop(self.election.clone()))
+    /// Returns the events nobody read: the ``"stopped"`` of a term whose ``"started"`` was
+    /// read is there unless it was read, so no step-down is lost by leaving the event loop
+    /// first. Raises the error that ended the election, if one did.
+    fn stop(&self, py: Python<'_>) -> PyResult<Vec<LeaderEvent>> {
+        let unread = run(py, stop(self.election.clone()))?;
+        unread.into_iter().map(|e| LeaderEvent::of(py, e)).collect()
     }
 
     /// ``stop`` as a coroutine.
     fn stop_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        run_async(py, stop(self.election.clone()))
+        let election = self.election.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let unread = stop(election).await.map_err(crate::errors::to_py)?;
+            Python::attach(|py| {
+                let events = unread.into_iter().map(|e| LeaderEvent::of(py, e));
+                events.collect::<PyResult<Vec<LeaderEvent>>>()
+            })
+        })
     }
 
     fn __iter__(slf: Py<Self>) -> Py<Self> {
@@ -271,10 +282,13 @@ async fn next(
     }
 }
 
-async fn stop(election: Arc<Mutex<Option<CoreElection>>>) -> Result<(), Error> {
+async fn stop(election: Arc<Mutex<Option<CoreElection>>>) -> Result<Vec<CoreEvent>, Error> {
     let taken = election.lock().await.take();
     match taken {
-        Some(e) => e.stop().await,
+        Some(e) => {
+            let end = e.stop().await;
+            end.result.map(|()| end.unread)
+        }
         None => Err(closed("election")),
     }
 }

@@ -181,7 +181,8 @@ def test_election_leads_writes_and_hands_over_on_stop(file_url):
     b = fence.Election(fence.Fence(file_url, "b", ttl=1.0), "leader", retry_period=0.05)
     seen = b.next_event(timeout=5)
     assert seen.kind == "new_leader" and seen.node == "a"
-    a.stop()
+    unread = a.stop()
+    assert [e.epoch for e in unread if e.kind == "stopped"] == [started.epoch]
     assert not term.is_leader()
     with pytest.raises(fence.FencedError):
         term.write(b"after the term")

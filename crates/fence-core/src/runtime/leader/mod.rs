@@ -44,7 +44,7 @@
 //!         other => println!("{other:?}"),
 //!     }
 //! }
-//! election.stop().await.unwrap(); // releases the cell, then the lease: a peer leads at once
+//! election.stop().await.result.unwrap(); // releases the cell, then the lease: a peer leads at once
 //! # });
 //! ```
 //!
@@ -338,23 +338,42 @@ impl Election {
         self.stop.send_replace(true);
     }
 
-    /// Ends the election — a term in progress ends, the cell and then the lease are
-    /// released — and returns once done, with how the election ended: `Ok` unless it had
-    /// already failed (a corrupt cell head, refused credentials, an invalid name: the error
-    /// that ended it). Events not read yet are dropped; to read them, [`cancel`](Self::cancel)
-    /// first and read to the end.
-    pub async fn stop(mut self) -> Result<(), Error> {
+    /// Ends the election — a term in progress ends (its [`Leadership::lost`] fires, with
+    /// [`StepDown::Resigned`]), the cell and then the lease are released — and returns once
+    /// done, with every event not read yet ([`ElectionEnd::unread`]: the `Stopped` of a term
+    /// whose `Started` was read is there unless it was read) and how the election ended.
+    /// So a caller that leaves its event loop first loses no step-down: the shutdown is
+    /// `stop`, then the unread events, then joining the leader's work (README, "Leader
+    /// election").
+    pub async fn stop(mut self) -> ElectionEnd {
         self.cancel();
-        let Some(task) = self.task.take() else {
-            return Ok(());
+        let result = match self.task.take() {
+            None => Ok(()),
+            Some(task) => task.await.unwrap_or_else(|e| {
+                Err(Error::new(
+                    ErrorKind::Other,
+                    format!("the election's task ended abnormally: {e}"),
+                ))
+            }),
         };
-        task.await.unwrap_or_else(|e| {
-            Err(Error::new(
-                ErrorKind::Other,
-                format!("the election's task ended abnormally: {e}"),
-            ))
-        })
+        ElectionEnd {
+            unread: self.outbox.queue().take_all(),
+            result,
+        }
     }
+}
+
+/// How an election ended: what [`Election::stop`] returns.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ElectionEnd {
+    /// The events nobody read, in order. Every term whose `Started` was read has its
+    /// `Stopped` either read before or here; a term that started and ended unread is
+    /// dropped as a pair (see [`LeaderEvent`]).
+    pub unread: Vec<LeaderEvent>,
+    /// `Ok` unless the election had failed before the stop (a corrupt cell head, refused
+    /// credentials, an invalid name): the error that ended it.
+    pub result: Result<(), Error>,
 }
 
 impl Drop for Election {
@@ -511,8 +530,10 @@ impl Leadership {
 
     /// The instant this term's authority ends unless a renewal lands first: now +
     /// [`remaining`](Self::remaining), on the monotonic clock the lease is judged by (and
-    /// never later than its wall clock allows). Work that must finish while this node leads
-    /// must finish before it; renewals move it later.
+    /// never later than its wall clock allows), as a [`tokio::time::Instant`] (to print it,
+    /// print [`remaining`](Self::remaining) instead: an `Instant` has no readable form).
+    /// Work that must finish while this node leads must finish before it; renewals move it
+    /// later.
     pub fn safe_until(&self) -> tokio::time::Instant {
         let clock = &self.term.lease.fence.clock;
         clock.instant_at(clock.mono_ms().saturating_add(self.remaining_ms()))

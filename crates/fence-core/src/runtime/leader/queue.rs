@@ -106,6 +106,11 @@ impl Queue {
         Poll::Pending
     }
 
+    /// Every event not read yet, taken out.
+    pub(super) fn take_all(&mut self) -> Vec<LeaderEvent> {
+        self.events.drain(..).collect()
+    }
+
     #[cfg(test)]
     fn len(&self) -> usize {
         self.events.len()
