@@ -154,23 +154,41 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     loop {
         tokio::select! {
             event = events.recv() => match event {
-                Some(CellEvent::Acquired { generation }) => state.record(&generation),
-                Some(CellEvent::Started { shard, resumed }) => {
-                    eprintln!("shardd {}: started {} at epoch {} (resumed: {resumed})", args.node, shard.cell(), shard.epoch());
-                    tokio::spawn(append_counter(fence.clone(), shard, every));
-                }
-                Some(CellEvent::Stopped { cell, epoch, reason }) => {
-                    eprintln!("shardd {}: stopped {cell} at epoch {epoch}: {reason:?}", args.node);
-                }
-                Some(CellEvent::NewOwner { .. }) => {}
+                Some(event) => on_event(&args.node, event, &mut state, &fence, every),
                 None => return Ok(()),
             },
             _ = stop.recv() => {
+                // The loop is left: the drain returns the events nobody read (each stop).
                 let drained = fleet.drain(Duration::from_secs(5)).await;
-                eprintln!("shardd {}: drained: {drained:?}", args.node);
+                let (handed, released) = (drained.handed_off.len(), drained.released.len());
+                for event in drained.unread {
+                    on_event(&args.node, event, &mut state, &fence, every);
+                }
+                eprintln!(
+                    "shardd {}: drained: {handed} handed off, {released} released, left {:?}, lease released: {}",
+                    args.node, drained.left, drained.lease_released
+                );
                 return Ok(());
             }
         }
+    }
+}
+
+/// Acts on one event of the fleet.
+fn on_event(node: &str, event: CellEvent, state: &mut NodeState, fence: &Fence, every: Duration) {
+    match event {
+        CellEvent::Acquired { generation } => state.record(&generation),
+        CellEvent::Started { shard, resumed } => {
+            let (cell, epoch) = (shard.cell(), shard.epoch());
+            eprintln!("shardd {node}: started {cell} at epoch {epoch} (resumed: {resumed})");
+            tokio::spawn(append_counter(fence.clone(), shard, every));
+        }
+        CellEvent::Stopped {
+            cell,
+            epoch,
+            reason,
+        } => eprintln!("shardd {node}: stopped {cell} at epoch {epoch}: {reason:?}"),
+        CellEvent::NewOwner { .. } => {}
     }
 }
 

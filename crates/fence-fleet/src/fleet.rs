@@ -13,9 +13,52 @@ use crate::membership::Members;
 use crate::run::Run;
 use crate::shard::{CellEvent, Shard};
 
-/// The events of a fleet, in the order it learned them. Unbounded: read them (or drop the
-/// receiver, and the fleet stops sending).
-pub type Events = mpsc::UnboundedReceiver<CellEvent>;
+/// The events of a fleet, in the order it learned them: what [`FleetBuilder::start`] hands
+/// out beside the [`Fleet`]. Read them with [`recv`](Self::recv) (or as a
+/// [`Stream`](futures::Stream)). Unbounded: read them, or drop this receiver (the fleet then
+/// keeps none). The events still unread when the fleet stops are not lost:
+/// [`Fleet::drain`] returns them ([`Drained::unread`]), among them the `Stopped` of every
+/// cell the drain stopped, so a caller that left its event loop before draining still
+/// learns of every stop. Each event is told once: to a reader, or by the drain.
+#[derive(Debug)]
+pub struct Events {
+    rx: Arc<Mutex<mpsc::UnboundedReceiver<CellEvent>>>,
+}
+
+impl Events {
+    /// The next event; `None` once the fleet has stopped and every event was read (or the
+    /// drain took the rest). Cancellation-safe.
+    pub async fn recv(&mut self) -> Option<CellEvent> {
+        std::future::poll_fn(|cx| lock(&self.rx).poll_recv(cx)).await
+    }
+}
+
+impl futures::Stream for Events {
+    type Item = CellEvent;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<CellEvent>> {
+        lock(&self.rx).poll_recv(cx)
+    }
+}
+
+impl Drop for Events {
+    fn drop(&mut self) {
+        // Nobody reads any more: the fleet keeps no event (nor does its drain).
+        let mut rx = lock(&self.rx);
+        rx.close();
+        while rx.try_recv().is_ok() {}
+    }
+}
+
+/// Takes every event still queued in `rx`, and closes it.
+fn take_unread(rx: &Mutex<mpsc::UnboundedReceiver<CellEvent>>) -> Vec<CellEvent> {
+    let mut rx = lock(rx);
+    rx.close();
+    std::iter::from_fn(|| rx.try_recv().ok()).collect()
+}
 
 /// Which nodes under `nodes/` belong to the fleet.
 pub type MemberFilter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
@@ -165,7 +208,8 @@ impl FleetBuilder {
         }
         let lease = acquire(&self.fence, &self.settings).await?;
         announce(&self.fence, &lease).await;
-        let (events_tx, events) = mpsc::unbounded_channel();
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let events = Arc::new(Mutex::new(events_rx));
         let _ = events_tx.send(CellEvent::Acquired {
             generation: lease.generation(),
         });
@@ -184,8 +228,9 @@ impl FleetBuilder {
                 inner,
                 commands,
                 task: Some(task),
+                events: events.clone(),
             },
-            events,
+            Events { rx: events },
         ))
     }
 }
@@ -233,8 +278,8 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// What a drain did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// What a drain did, and the events nobody read.
+#[derive(Debug, Default)]
 pub struct Drained {
     /// Cells handed to another live node.
     pub handed_off: BTreeSet<String>,
@@ -248,6 +293,10 @@ pub struct Drained {
     /// already lost or the store did not answer — peers then take over after the usual
     /// observation.
     pub lease_released: bool,
+    /// The events no reader had taken when the fleet stopped, in order: every cell whose
+    /// `Started` was read has its `Stopped` either read before or here (empty if the
+    /// [`Events`] receiver was dropped).
+    pub unread: Vec<CellEvent>,
 }
 
 pub(crate) enum Command {
@@ -299,6 +348,8 @@ pub struct Fleet {
     inner: Arc<Inner>,
     commands: mpsc::Sender<Command>,
     task: Option<JoinHandle<()>>,
+    /// The receiver the [`Events`] handle reads: the drain takes what is left in it.
+    events: Arc<Mutex<mpsc::UnboundedReceiver<CellEvent>>>,
 }
 
 impl Fleet {
@@ -381,23 +432,27 @@ impl Fleet {
         answer.await.unwrap_or_else(|_| Err(stopped()))
     }
 
-    /// Leaves the fleet within `within`: marks this node leaving, hands every held cell to
-    /// its heir (or releases it when there is none, the heir is leaving too, or the hand-off
-    /// failed), then releases the node lease so peers act at once. What is not done by the
-    /// deadline is left to be taken over.
+    /// Leaves the fleet within `within` and consumes it: marks this node leaving, hands
+    /// every held cell to its heir (or releases it when there is none, the heir is leaving
+    /// too, or the hand-off failed), then releases the node lease so peers act at once.
+    /// What is not done by the deadline is left to be taken over. Returns once the fleet's
+    /// task has ended, with the events nobody read ([`Drained::unread`]): the `Stopped` of
+    /// every cell it stopped is there unless a reader took it, so draining after leaving
+    /// the event loop loses no stop.
     pub async fn drain(mut self, within: Duration) -> Drained {
         let (reply, answer) = oneshot::channel();
         let cmd = Command::Drain {
             within_ms: ms(within),
             reply,
         };
-        if self.commands.send(cmd).await.is_err() {
-            return Drained::default();
+        let mut drained = Drained::default();
+        if self.commands.send(cmd).await.is_ok() {
+            drained = answer.await.unwrap_or_default();
         }
-        let drained = answer.await.unwrap_or_default();
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
+        drained.unread = take_unread(&self.events);
         drained
     }
 }

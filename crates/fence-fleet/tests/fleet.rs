@@ -572,3 +572,45 @@ async fn the_leaders_death_is_taken_over_and_the_next_leader_places_a_join() {
         .unwrap();
     assert!(matches!(leader.node.as_deref(), Some("b" | "c")));
 }
+
+/// The owner reads events until it holds every cell, leaves its event loop (a SIGTERM, say)
+/// and stops reading; a second node joins meanwhile, so some cells are handed to it while
+/// nobody reads; then the owner drains. Every cell whose start the owner read, or that
+/// started unread, has its stop told: read before, or returned by the drain.
+#[tokio::test(start_paused = true)]
+async fn a_drain_after_the_owner_stopped_reading_tells_every_started_cells_stop() {
+    let store = store();
+    let cells = cells(6);
+    let (a, b) = (node(&store, "a"), node(&store, "b"));
+    let (fa, mut events) = a.fleet(&cells).start().await.unwrap();
+    let mut started = Vec::new();
+    let mut stopped = Vec::new();
+    while started.len() < cells.len() {
+        match events.recv().await.expect("the fleet runs") {
+            CellEvent::Started { shard, .. } => {
+                started.push((shard.cell().to_owned(), shard.epoch()))
+            }
+            CellEvent::Stopped { cell, epoch, .. } => stopped.push((cell, epoch)),
+            _ => {}
+        }
+    }
+    // The loop is left; events are no longer read.
+    let (fb, _eb) = b.fleet(&cells).start().await.unwrap();
+    converged(&store, &cells, &[&fa, &fb], 20_000).await;
+    let drained = fa.drain(Duration::from_secs(5)).await;
+    assert!(drained.left.is_empty(), "{drained:?}");
+    for e in drained.unread {
+        match e {
+            CellEvent::Started { shard, .. } => {
+                started.push((shard.cell().to_owned(), shard.epoch()))
+            }
+            CellEvent::Stopped { cell, epoch, .. } => stopped.push((cell, epoch)),
+            _ => {}
+        }
+    }
+    started.sort();
+    stopped.sort();
+    assert!(started.len() >= cells.len());
+    assert_eq!(stopped, started, "every started cell's stop is told");
+    assert!(events.recv().await.is_none(), "nothing is told twice");
+}

@@ -175,17 +175,32 @@ impl CellEvent {
     }
 }
 
-/// What a drain did.
-#[pyclass(module = "fence", frozen, get_all)]
+/// What a drain did, and the events nobody read.
+#[pyclass(module = "fence", frozen)]
 pub(crate) struct Drained {
     /// Cells handed to another live node.
+    #[pyo3(get)]
     handed_off: Vec<String>,
     /// Cells released.
+    #[pyo3(get)]
     released: Vec<String>,
     /// Cells left to be taken over after the usual observation.
+    #[pyo3(get)]
     left: Vec<String>,
     /// Whether a read after the release showed the released node lease.
+    #[pyo3(get)]
     lease_released: bool,
+    unread: Vec<Py<CellEvent>>,
+}
+
+#[pymethods]
+impl Drained {
+    /// The events no reader had taken when the fleet stopped: the ``"stopped"`` of every
+    /// cell whose ``"started"`` was read is there unless it was read.
+    #[getter]
+    fn unread(&self, py: Python<'_>) -> Vec<Py<CellEvent>> {
+        self.unread.iter().map(|e| e.clone_ref(py)).collect()
+    }
 }
 
 /// Many cells over many nodes, with no coordinator: this node keeps its fair share of
@@ -292,11 +307,15 @@ impl Fleet {
             })
         })?
         .unwrap_or_default();
+        let unread = d.unread.into_iter().map(|e| CellEvent::of(py, e));
         Ok(Drained {
             handed_off: d.handed_off.into_iter().collect(),
             released: d.released.into_iter().collect(),
             left: d.left.into_iter().collect(),
             lease_released: d.lease_released,
+            unread: unread
+                .map(|e| Py::new(py, e?))
+                .collect::<PyResult<Vec<Py<CellEvent>>>>()?,
         })
     }
 

@@ -171,6 +171,9 @@ def test_fleet_events_as_an_iterator(file_url):
     assert fleet.held() == ["s0", "s1", "s2", "s3"]
     drained = fleet.drain(5.0)
     assert sorted(drained.released) == ["s0", "s1", "s2", "s3"] and drained.lease_released
+    # The loop was left before the drain: the drain tells every stop nobody read.
+    stops = sorted(e.cell for e in drained.unread if e.kind == "stopped")
+    assert stops == ["s0", "s1", "s2", "s3"]
 
 
 def test_election_leads_writes_and_hands_over_on_stop(file_url):

@@ -137,6 +137,7 @@ class Drained:
     released: list[str]
     left: list[str]
     lease_released: bool
+    unread: list[CellEvent]
 
 class Fleet:
     def __init__(
