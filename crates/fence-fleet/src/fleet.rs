@@ -9,6 +9,7 @@ use fence_core::{Error, ErrorKind};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+use crate::decide::Timing;
 use crate::membership::Members;
 use crate::run::Run;
 use crate::shard::{CellEvent, Shard};
@@ -67,37 +68,24 @@ fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The timing and limits of a fleet (see [`FleetBuilder`] for each one's meaning).
+/// The settings of a fleet: the core's timing (see [`FleetBuilder`] for each one's meaning)
+/// and the shell's limits.
 #[derive(Clone)]
 pub(crate) struct Settings {
     pub(crate) concurrency: usize,
-    pub(crate) interval_ms: u64,
-    pub(crate) settle_ms: u64,
-    pub(crate) min_hold_ms: u64,
-    pub(crate) head_poll_ms: Option<u64>,
-    /// The slow period: the leader's sweep (per 1,000 nodes), the check of the leadership,
-    /// asks for cells waited for.
-    pub(crate) scan_ms: u64,
-    /// Reading every cell's head (opt-in).
-    pub(crate) follow_ms: Option<u64>,
-    /// How long notices (and moves) live.
-    pub(crate) notices_ms: u64,
+    pub(crate) timing: Timing,
     pub(crate) acquire_ms: u64,
     pub(crate) predecessor: Option<String>,
     pub(crate) filter: Option<MemberFilter>,
+    pub(crate) flaws: crate::flaws::Flaws,
 }
 
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Settings")
             .field("concurrency", &self.concurrency)
-            .field("interval_ms", &self.interval_ms)
-            .field("settle_ms", &self.settle_ms)
-            .field("min_hold_ms", &self.min_hold_ms)
-            .field("head_poll_ms", &self.head_poll_ms)
-            .field("scan_ms", &self.scan_ms)
-            .field("follow_ms", &self.follow_ms)
-            .field("notices_ms", &self.notices_ms)
+            .field("timing", &self.timing)
+            .field("acquire_ms", &self.acquire_ms)
             .field("predecessor", &self.predecessor.is_some())
             .finish_non_exhaustive()
     }
@@ -124,7 +112,7 @@ impl FleetBuilder {
     /// watcher confirming a death and the heirs taking its cells.
     #[must_use]
     pub fn interval(mut self, d: Duration) -> Self {
-        self.settings.interval_ms = ms(d).max(1);
+        self.settings.timing.interval_ms = ms(d).max(1);
         self
     }
 
@@ -133,7 +121,7 @@ impl FleetBuilder {
     /// over without it.
     #[must_use]
     pub fn settle(mut self, d: Duration) -> Self {
-        self.settings.settle_ms = ms(d);
+        self.settings.timing.settle_ms = ms(d);
         self
     }
 
@@ -141,7 +129,7 @@ impl FleetBuilder {
     /// two intervals): no cell bounces between two nodes faster.
     #[must_use]
     pub fn min_hold(mut self, d: Duration) -> Self {
-        self.settings.min_hold_ms = ms(d);
+        self.settings.timing.min_hold_ms = ms(d);
         self
     }
 
@@ -150,7 +138,7 @@ impl FleetBuilder {
     /// `None` to rely on writes and the lease alone.
     #[must_use]
     pub fn head_poll(mut self, every: Option<Duration>) -> Self {
-        self.settings.head_poll_ms = every.map(|d| ms(d).max(1));
+        self.settings.timing.head_poll_ms = every.map(|d| ms(d).max(1));
         self
     }
 
@@ -160,7 +148,7 @@ impl FleetBuilder {
     /// only the heads of the cells it holds or is about to take.
     #[must_use]
     pub fn scan(mut self, every: Duration) -> Self {
-        self.settings.follow_ms = Some(ms(every).max(1));
+        self.settings.timing.follow_ms = Some(ms(every).max(1));
         self
     }
 
@@ -188,6 +176,15 @@ impl FleetBuilder {
     #[must_use]
     pub fn members(mut self, filter: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
         self.settings.filter = Some(Arc::new(filter));
+        self
+    }
+
+    /// Runs this fleet's rules with sabotage switch `switch` on (the model check and the
+    /// sabotage test only; feature `sabotage`).
+    #[cfg(feature = "sabotage")]
+    #[must_use]
+    pub fn sabotage(mut self, switch: crate::sabotage::Sabotage) -> Self {
+        self.settings.flaws = crate::flaws::Flaws::switch(Some(switch));
         self
     }
 
@@ -361,19 +358,13 @@ impl Fleet {
         S: Into<String>,
     {
         let cfg = fence.config().clone();
-        let interval_ms = (cfg.ttl_ms / 5).clamp(cfg.poll_ms(), 2_000.max(cfg.poll_ms()));
         let settings = Settings {
             concurrency: 32,
-            interval_ms,
-            settle_ms: interval_ms,
-            min_hold_ms: 2 * interval_ms,
-            head_poll_ms: Some((cfg.ttl_ms / 3).max(1)),
-            scan_ms: (3 * cfg.ttl_ms).max(10 * interval_ms),
-            follow_ms: None,
-            notices_ms: (6 * cfg.ttl_ms).max(60_000),
+            timing: Timing::for_lease(&cfg),
             acquire_ms: 3 * cfg.ttl_ms,
             predecessor: None,
             filter: None,
+            flaws: crate::flaws::Flaws::default(),
         };
         FleetBuilder {
             fence,
@@ -457,6 +448,6 @@ impl Fleet {
     }
 }
 
-fn stopped() -> Error {
+pub(crate) fn stopped() -> Error {
     Error::new(ErrorKind::Unavailable, "the fleet has stopped").not_committed()
 }

@@ -25,12 +25,16 @@
 pub mod assign;
 mod assignment;
 mod cells;
+pub mod decide;
+mod flaws;
 mod fleet;
 mod follow;
 mod leader;
 pub mod log;
 pub mod membership;
 mod run;
+#[cfg(feature = "sabotage")]
+pub mod sabotage;
 mod shard;
 mod watch;
 
