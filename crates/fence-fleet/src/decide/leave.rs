@@ -2,6 +2,8 @@
 //! deadline and feeds [`FleetInput::DrainDeadline`](super::FleetInput::DrainDeadline) when
 //! it passes: what is not done by then is left to be taken over.
 
+use std::collections::BTreeSet;
+
 use super::node::{AdoptFor, FleetCore, FleetEffect, HandOffFor, Leaving, Stage};
 use super::record::{Notice, NoticeKind};
 use super::Now;
@@ -20,10 +22,15 @@ pub(crate) enum Leg {
     Pause,
     /// Read the record again, for where each cell goes.
     Record,
+    /// Take what the store may name as this node's — orphans, cells handed to it, cells
+    /// placed on it or moved away from it that it does not hold (a hand-off to it may have
+    /// landed, a claim whose answer was lost may have) — to give them on.
+    Adopt,
     /// Hand each held cell to where the placement without this node puts it, else its heir.
     HandOff,
-    /// Take what the store names as this node's, to release it.
-    Adopt,
+    /// Take back the cells whose hand-off was not made (the store still names this node),
+    /// to release them.
+    Readopt,
     /// Release the rest.
     Release,
     /// Hand the leadership on (or release it).
@@ -42,8 +49,9 @@ impl FleetCore {
             Leg::Announce,
             Leg::Pause,
             Leg::Record,
-            Leg::HandOff,
             Leg::Adopt,
+            Leg::HandOff,
+            Leg::Readopt,
             Leg::Release,
             Leg::Leadership,
             Leg::End,
@@ -87,7 +95,14 @@ impl FleetCore {
                     .push_front(Stage::HandOff(moves, HandOffFor::Drain));
                 false
             }
-            Leg::Adopt => self.adopt_orphans(out),
+            Leg::Adopt => {
+                let mut cells = self.orphans.clone();
+                cells.extend(self.handed.keys().cloned());
+                cells.extend(self.mine.targets.iter().cloned());
+                cells.extend(self.mine.moves.keys().cloned());
+                self.adopt_for_drain(cells, out)
+            }
+            Leg::Readopt => self.adopt_for_drain(self.orphans.clone(), out),
             Leg::Release => {
                 let rest = if sabotaged!(self.flaws, LeaveStrandsCells) {
                     Vec::new()
@@ -143,11 +158,12 @@ impl FleetCore {
             .collect()
     }
 
-    fn adopt_orphans(&mut self, out: &mut Vec<FleetEffect>) -> bool {
-        if self.orphans.is_empty() || sabotaged!(self.flaws, LeaveStrandsCells) {
+    fn adopt_for_drain(&mut self, mut cells: BTreeSet<String>, out: &mut Vec<FleetEffect>) -> bool {
+        cells.retain(|c| !self.held.contains_key(c));
+        if cells.is_empty() || sabotaged!(self.flaws, LeaveStrandsCells) {
             return false;
         }
-        let cells = self.orphans.iter().cloned().collect();
+        let cells = cells.into_iter().collect();
         out.push(FleetEffect::Adopt {
             cells,
             purpose: AdoptFor::Drain,

@@ -18,9 +18,11 @@ impl FleetCore {
         out: &mut Vec<FleetEffect>,
     ) {
         if self.leaving.is_some() {
-            // A drain reads its record only for where its cells go.
+            // A drain reads its record for where its cells go, and for the cells handed to
+            // it meanwhile (the store names it: it takes them, to give them on).
             if let Read::Found(a) = r {
                 self.follow_assignment(&a, out);
+                self.hear(now, a.notices);
             }
             return;
         }
@@ -169,7 +171,10 @@ impl FleetCore {
         }
     }
 
-    /// Asks for the cells waited for too long, then claims what is free.
+    /// Asks for the cells waited for too long — and claims them too, which the core judges
+    /// by the observation rule: `Busy` while their holder lives, taken at once when it is
+    /// gone (a node that left before taking a cell handed to it) — then claims what is
+    /// free.
     pub(super) fn claim(&mut self, now: Now, out: &mut Vec<FleetEffect>) -> bool {
         self.ask_for_waited(now, out);
         let cells = std::mem::take(&mut self.to_take);
@@ -224,6 +229,7 @@ impl FleetCore {
         }
         for n in asks.values().flatten() {
             self.asked_at.insert(n.cell.clone(), at);
+            self.to_take.push(n.cell.clone());
         }
         if !asks.is_empty() {
             out.push(FleetEffect::Post { to: asks });

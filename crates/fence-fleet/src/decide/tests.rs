@@ -429,3 +429,117 @@ fn a_leader_places_every_cell_once_and_moves_only_what_a_joiner_takes() {
     let all: Vec<&String> = parts.values().flat_map(|p| p.cells.iter()).collect();
     assert_eq!(all.len(), 6, "every cell placed once");
 }
+
+/// Found by the model check: a cell handed to a node that drains before it took the cell
+/// stayed named by the node that left. The drain hears the hand-off and gives the cell on.
+#[test]
+fn a_drain_gives_on_a_cell_handed_to_it_that_it_had_not_taken() {
+    let mut c = holding(&["c1"], 0);
+    c.step(at(50), FleetInput::Drain);
+    c.step(at(150), FleetInput::Waited);
+    let mut rec = record(&["c1"], &[], &[("c1", "b"), ("c2", "b")]);
+    rec.notices.push(Notice {
+        at: WALL + 100,
+        kind: NoticeKind::Handed,
+        cell: "c2".into(),
+        node: "b".into(),
+    });
+    let e = c.step(at(150), FleetInput::Record(Read::Found(rec)));
+    let Some(FleetEffect::Adopt {
+        cells,
+        purpose: AdoptFor::Drain,
+    }) = e.last()
+    else {
+        panic!("{e:?}");
+    };
+    assert_eq!(*cells, names(&["c2"]));
+    let e = c.step(
+        at(160),
+        FleetInput::Adopted {
+            purpose: AdoptFor::Drain,
+            results: vec![("c2".into(), Ok(2))],
+        },
+    );
+    assert!(
+        matches!(e.last(), Some(FleetEffect::ReadReceivers { nodes }) if nodes.contains("b")),
+        "{e:?}"
+    );
+    let e = c.step(
+        at(160),
+        FleetInput::Receivers(BTreeMap::from([("b".into(), "gb".into())])),
+    );
+    let Some(FleetEffect::HandOff { jobs, .. }) = e.last() else {
+        panic!("{e:?}");
+    };
+    assert_eq!(jobs.len(), 2, "both cells go to their heir: {jobs:?}");
+}
+
+/// A cell placed on a draining node that it never took is adopted too: a hand-off to it
+/// (which tells no notice when the placement moved the cell) may have landed.
+#[test]
+fn a_drain_adopts_the_cells_placed_on_it_that_it_has_not_taken() {
+    let mut d = holding(&["c1"], 0);
+    d.step(at(50), FleetInput::Drain);
+    d.step(at(150), FleetInput::Waited);
+    let rec = record(&["c1", "c3"], &[], &[]);
+    let e = d.step(at(150), FleetInput::Record(Read::Found(rec)));
+    let adopt =
+        |e: &FleetEffect| matches!(e, FleetEffect::Adopt { cells, .. } if *cells == names(&["c3"]));
+    assert!(e.last().is_some_and(adopt), "{e:?}");
+}
+
+/// Found by the model check: a cell whose holder went without giving it (a node that drained
+/// before taking a cell handed to it) waited two sweep periods for its new node. Once the
+/// new node has waited its patience, it asks the holder and claims the cell too: the claim
+/// is `Busy` while the holder lives, and takes the cell when it is gone.
+#[test]
+fn a_cell_waited_for_past_patience_is_asked_for_and_claimed() {
+    let mut c = core();
+    c.step(at(0), FleetInput::Tick);
+    c.step(
+        at(0),
+        FleetInput::Record(Read::Found(record(&["c1"], &[], &[]))),
+    );
+    let held = vec![("c1".into(), seen(Some("x"), 2))];
+    let e = c.step(
+        at(0),
+        FleetInput::Heads {
+            purpose: HeadsFor::Take,
+            heads: held,
+        },
+    );
+    assert!(
+        !e.iter().any(|x| matches!(x, FleetEffect::Claim { .. })),
+        "waits: {e:?}"
+    );
+    c.step(at(0), FleetInput::LeadershipClaimed(Claimed::Busy));
+    let join = FleetInput::Heads {
+        purpose: HeadsFor::Join,
+        heads: vec![],
+    };
+    c.step(at(0), join);
+    assert!(!c.busy());
+    // settle + min_hold + 2 intervals later (1.2 s at this timing), a round asks and claims.
+    let t = 1_300;
+    c.step(at(t), FleetInput::Tick);
+    let e = c.step(
+        at(t),
+        FleetInput::Record(Read::Found(record(&["c1"], &[], &[]))),
+    );
+    let held = vec![("c1".into(), seen(Some("x"), 2))];
+    let e2 = c.step(
+        at(t),
+        FleetInput::Heads {
+            purpose: HeadsFor::Take,
+            heads: held,
+        },
+    );
+    let all: Vec<&FleetEffect> = e.iter().chain(&e2).collect();
+    let asked = all
+        .iter()
+        .any(|x| matches!(x, FleetEffect::Post { to } if to["x"][0].kind == NoticeKind::Ask));
+    let claimed = all
+        .iter()
+        .any(|x| matches!(x, FleetEffect::Claim { cells } if *cells == names(&["c1"])));
+    assert!(asked && claimed, "{all:?}");
+}
