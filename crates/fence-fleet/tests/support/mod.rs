@@ -100,6 +100,19 @@ pub async fn converged(
     live: &[&Fleet],
     within_ms: u64,
 ) -> BTreeMap<String, (Option<String>, u64)> {
+    match converges(store, cells, live, within_ms).await {
+        Ok(h) => h,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// [`converged`], or what the heads were when `within_ms` passed.
+pub async fn converges(
+    store: &Arc<dyn ConditionalStore>,
+    cells: &[String],
+    live: &[&Fleet],
+    within_ms: u64,
+) -> Result<BTreeMap<String, (Option<String>, u64)>, String> {
     let share = fence_fleet::assign::fair_share(cells.len(), live.len());
     let floor = cells.len() / live.len().max(1);
     let mut waited = 0;
@@ -114,12 +127,13 @@ pub async fn converged(
                 .is_some_and(|o| live.iter().any(|f| f.node() == o && f.shard(c).is_some()))
         });
         if held == cells.len() && fair && placed {
-            return h;
+            return Ok(h);
         }
-        assert!(
-            waited < within_ms,
-            "not converged after {within_ms} ms: held {held}, heads {h:?}"
-        );
+        if waited >= within_ms {
+            return Err(format!(
+                "not converged after {within_ms} ms: held {held}, heads {h:?}"
+            ));
+        }
         advance(50).await;
         waited += 50;
     }
