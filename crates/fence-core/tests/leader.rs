@@ -679,3 +679,101 @@ async fn the_documented_shutdown_always_observes_the_step_down() {
         );
     }
 }
+
+/// The next `Started` of `e` within a minute of virtual time, and its term.
+async fn next_term(e: &mut Election) -> Leadership {
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(60), e.next_event()).await;
+        match next.expect("a term starts") {
+            Some(LeaderEvent::Started(term)) => return term,
+            Some(_) => {}
+            None => panic!("the election ended"),
+        }
+    }
+}
+
+/// The next `Stopped` of `e` within a minute of virtual time.
+async fn next_step_down(e: &mut Election) -> StepDown {
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(60), e.next_event()).await;
+        match next.expect("a term stops") {
+            Some(LeaderEvent::Stopped { reason, .. }) => return reason,
+            Some(_) => {}
+            None => panic!("the election ended"),
+        }
+    }
+}
+
+/// `Election::is_leader`, and the leadership handed to a named node: the leader's term ends
+/// (resigned), the cell names the receiver at the next epoch, and the receiver leads within
+/// its retry period. A hand-off by a follower, to itself or to a node with no lease is
+/// refused, with nothing written.
+#[tokio::test(start_paused = true)]
+async fn the_leadership_is_handed_to_a_named_node() {
+    let store: Arc<dyn ConditionalStore> = Arc::new(MemoryStore::new());
+    let clock = clock();
+    let mut a = start(store.clone(), "a");
+    let term_a = next_term(&mut a).await;
+    let mut b = start(store.clone(), "b");
+    advance(TTL_MS).await;
+    assert!(a.is_leader() && !b.is_leader());
+    let kind = |r: Result<u64, Error>| r.unwrap_err().kind();
+    assert_eq!(kind(b.hand_off("a").await), ErrorKind::InvalidInput);
+    assert_eq!(kind(a.hand_off("a").await), ErrorKind::InvalidInput);
+    assert_eq!(kind(a.hand_off("z").await), ErrorKind::InvalidInput);
+    assert_eq!(head(store.clone()).await, (Some("a".into()), 1));
+    let handed = clock.mono_ms();
+    assert_eq!(a.hand_off("b").await.unwrap(), 2);
+    assert_eq!(next_step_down(&mut a).await, StepDown::Resigned);
+    assert!(!term_a.is_leader() && !a.is_leader());
+    let term_b = next_term(&mut b).await;
+    assert!(
+        clock.mono_ms() - handed <= POLL_MS,
+        "b led {} ms later",
+        clock.mono_ms() - handed
+    );
+    assert!(term_b.epoch() > 2 && b.is_leader());
+    let e = term_a.claim().write("late").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Fenced);
+    b.stop().await.result.unwrap();
+    a.stop().await.result.unwrap();
+}
+
+/// A health check that turns false: the leader steps down (`Unhealthy`) at its next check
+/// period and releases the cell, a healthy peer leads within its retry period, and the
+/// unhealthy node does not campaign until it is healthy again.
+#[tokio::test(start_paused = true)]
+async fn an_unhealthy_leader_steps_down_and_does_not_campaign_until_healthy() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let store: Arc<dyn ConditionalStore> = Arc::new(MemoryStore::new());
+    let clock = clock();
+    let healthy = Arc::new(AtomicBool::new(true));
+    let check = healthy.clone();
+    let mut a = Election::builder(fence(store.clone(), "a"), "sched")
+        .health_check(move || check.load(Ordering::SeqCst))
+        .start()
+        .unwrap();
+    next_term(&mut a).await;
+    let mut b = start(store.clone(), "b");
+    advance(TTL_MS).await;
+    healthy.store(false, Ordering::SeqCst);
+    let sick = clock.mono_ms();
+    assert_eq!(next_step_down(&mut a).await, StepDown::Unhealthy);
+    assert!(
+        clock.mono_ms() - sick <= TTL_MS / 3,
+        "stepped down {} ms later",
+        clock.mono_ms() - sick
+    );
+    let term_b = next_term(&mut b).await;
+    assert!(clock.mono_ms() - sick <= TTL_MS / 3 + POLL_MS);
+    assert_eq!(term_b.epoch(), 2);
+    // b stops; a, still unhealthy, does not take the resource.
+    b.stop().await.result.unwrap();
+    advance(3 * TTL_MS).await;
+    assert!(!a.is_leader());
+    assert_eq!(head(store.clone()).await, (None, 2));
+    healthy.store(true, Ordering::SeqCst);
+    let term_a = next_term(&mut a).await;
+    assert_eq!(term_a.epoch(), 3);
+    a.stop().await.result.unwrap();
+}

@@ -76,8 +76,8 @@ impl Leadership {
         Ok(cell_data(py, d))
     }
 
-    /// Waits until the term ends and says why: ``"lease_lost"``, ``"deposed"`` or
-    /// ``"resigned"``.
+    /// Waits until the term ends and says why: ``"lease_lost"``, ``"deposed"``,
+    /// ``"resigned"`` or ``"unhealthy"``.
     fn lost(&self, py: Python<'_>) -> PyResult<&'static str> {
         let term = self.term.clone();
         interruptible(py, async move { step_down(&term.lost().await) })
@@ -97,6 +97,7 @@ fn step_down(s: &StepDown) -> &'static str {
     match s {
         StepDown::LeaseLost { .. } => "lease_lost",
         StepDown::Deposed { .. } => "deposed",
+        StepDown::Unhealthy => "unhealthy",
         _ => "resigned",
     }
 }
@@ -105,7 +106,7 @@ fn step_down(s: &StepDown) -> &'static str {
 ///
 /// - ``"started"``: this node leads: ``leadership``, ``epoch``;
 /// - ``"stopped"``: the term at ``epoch`` ended: ``reason`` (``"lease_lost"``,
-///   ``"deposed"``, ``"resigned"``), ``node`` (a deposer, when known);
+///   ``"deposed"``, ``"resigned"``, ``"unhealthy"``), ``node`` (a deposer, when known);
 /// - ``"new_leader"``: the store names ``node`` at ``epoch`` (both ``None``: nobody);
 /// - ``"safe_time_low"``: renewals fall behind: ``epoch``, ``remaining`` seconds.
 #[pyclass(module = "fence", frozen, get_all)]

@@ -104,9 +104,14 @@ pub enum StepDown {
         /// Its owner, when the head named one.
         by: Option<String>,
     },
-    /// This node gave the resource up: the [`Election`] was stopped or dropped, or the claim
-    /// was released, closed or handed off through [`Leadership::claim`].
+    /// This node gave the resource up: the [`Election`] was stopped or dropped, the term
+    /// was handed to another node ([`Election::hand_off`]), or the claim was released,
+    /// closed or handed off through [`Leadership::claim`].
     Resigned,
+    /// The [health check](ElectionBuilder::health_check) said this process is unhealthy:
+    /// the term was given up (the cell released, so a healthy peer leads at once), and the
+    /// node campaigns again only once it is healthy.
+    Unhealthy,
 }
 
 /// What an [`Election`] reports, in order. `Started` and `Stopped` of one term always come
@@ -158,6 +163,23 @@ pub struct ElectionBuilder {
     check: Option<Duration>,
     warning: Option<Duration>,
     recampaign: bool,
+    health: Option<HealthCheck>,
+}
+
+/// A health check of the process (see [`ElectionBuilder::health_check`]).
+#[derive(Clone)]
+pub(crate) struct HealthCheck(Arc<dyn Fn() -> bool + Send + Sync>);
+
+impl HealthCheck {
+    pub(crate) fn healthy(&self) -> bool {
+        (self.0)()
+    }
+}
+
+impl fmt::Debug for HealthCheck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("HealthCheck")
+    }
 }
 
 /// The election's settings, in milliseconds.
@@ -214,6 +236,18 @@ impl ElectionBuilder {
         self
     }
 
+    /// A health check of this process (client-go's leader-election health check, turned
+    /// into action): the leader calls `healthy` every [check
+    /// period](Self::check_period), and when it answers `false` the term ends
+    /// ([`StepDown::Unhealthy`]) and the cell is released, so a healthy peer leads within
+    /// its retry period; a follower that is unhealthy does not campaign (it looks again
+    /// every retry period, reporting nothing meanwhile). Keep it quick: it runs on the
+    /// election's task.
+    pub fn health_check(mut self, healthy: impl Fn() -> bool + Send + Sync + 'static) -> Self {
+        self.health = Some(HealthCheck(Arc::new(healthy)));
+        self
+    }
+
     /// Validates the settings and starts campaigning in a task on the current Tokio
     /// runtime. Errors: [`ErrorKind::InvalidKey`] for a resource name that is not one path
     /// segment; [`ErrorKind::InvalidInput`] for a period of zero or over a century, a
@@ -248,7 +282,8 @@ impl ElectionBuilder {
             settings,
             outbox.clone(),
             stopped,
-        );
+        )
+        .with_health(self.health);
         Ok(Election {
             node,
             resource: self.resource,
@@ -292,6 +327,7 @@ impl Election {
             check: None,
             warning: None,
             recampaign: true,
+            health: None,
         }
     }
 
@@ -329,6 +365,45 @@ impl Election {
     pub fn leadership(&self) -> Option<Leadership> {
         let term = self.outbox.term().clone();
         term.filter(Leadership::is_leader)
+    }
+
+    /// Whether this node leads now (client-go's `IsLeader`): a term has started and not
+    /// ended, and the node lease is held by this process's clocks. A local judgement: the
+    /// store stays the fence (see [`Leadership::is_leader`]).
+    pub fn is_leader(&self) -> bool {
+        self.leadership().is_some()
+    }
+
+    /// Hands the leadership to node `to` (client-go has no such call; a DynamoDB lock can
+    /// be handed by its holder): this node's term ends ([`StepDown::Resigned`]), one
+    /// compare-and-swap names `to` in the cell at the next epoch (with `to`'s lease
+    /// generation, read first), and `to` leads within its retry period, at an epoch of its
+    /// own. Returns the epoch the cell was handed at. Nothing is written unless `to` has a
+    /// live node lease by one read and this node leads.
+    ///
+    /// Errors: [`ErrorKind::InvalidInput`] when this node does not lead, `to` is this node,
+    /// or `to` has no live lease; those of the hand-off
+    /// ([`CellClaim::hand_off`](super::CellClaim::hand_off)).
+    pub async fn hand_off(&self, to: &str) -> Result<u64, Error> {
+        let invalid = |what: String| Error::new(ErrorKind::InvalidInput, what).not_committed();
+        let term = self
+            .leadership()
+            .ok_or_else(|| invalid(format!("{}: this node does not lead", self.resource)))?;
+        if to == self.node {
+            return Err(invalid(format!("{to} is this node")));
+        }
+        let fence = &term.term.lease.fence;
+        let bound = fence.cfg.attempt_max_ms;
+        let seen = fence.observer.observe(fence, to, bound).await?;
+        let lease = seen
+            .lease
+            .as_ref()
+            .filter(|_| seen.judge(fence.now(), &fence.cfg) != crate::decide::Liveness::Dead);
+        let Some(lease) = lease else {
+            return Err(invalid(format!("{to} has no live node lease")));
+        };
+        let generation = lease.record.generation.clone();
+        term.claim().hand_off(to, Some(&generation)).await
     }
 
     /// Asks the election to end, as [`stop`](Self::stop) does, without waiting: the events

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use super::{Leader, LeaderEvent, Leadership, Outbox, Settings, StepDown};
+use super::{HealthCheck, Leader, LeaderEvent, Leadership, Outbox, Settings, StepDown};
 use crate::error::{Error, ErrorKind};
 use crate::record::CellHead;
 use crate::runtime::claim::CellClaim;
@@ -21,6 +21,7 @@ pub(super) struct Campaign {
     settings: Settings,
     outbox: Arc<Outbox>,
     stop: watch::Receiver<bool>,
+    health: Option<HealthCheck>,
 }
 
 /// How serving under one lease ended.
@@ -69,7 +70,30 @@ impl Campaign {
             settings,
             outbox,
             stop,
+            health: None,
         }
+    }
+
+    pub(super) fn with_health(mut self, health: Option<HealthCheck>) -> Self {
+        self.health = health;
+        self
+    }
+
+    fn healthy(&self) -> bool {
+        self.health.as_ref().is_none_or(HealthCheck::healthy)
+    }
+
+    /// Waits until the process is healthy, looking every retry period; `false` if stopped.
+    async fn until_healthy(&self) -> bool {
+        let period = Duration::from_millis(self.settings.retry_ms);
+        while !self.healthy() {
+            tokio::select! {
+                biased;
+                _ = stopped(self.stop.clone()) => return false,
+                _ = self.fence.clock().sleep(period) => {}
+            }
+        }
+        true
     }
 
     /// Runs the campaign to its end; the events end with it.
@@ -146,6 +170,9 @@ impl Campaign {
     /// Terms under one lease: follow, lead, and follow again if asked.
     async fn serve(&self, keeper: &LeaseKeeper) -> Served {
         loop {
+            if !self.until_healthy().await {
+                return Served::Done(Ok(()));
+            }
             let claim = match self.follow(keeper).await {
                 Ok(Some(claim)) => claim,
                 Ok(None) => return Served::Done(Ok(())),
@@ -233,9 +260,12 @@ impl Campaign {
                 _ = clock.sleep_until(warn_at), if !warned => Wake::Timer,
             };
             match woke {
-                Wake::Stop => return self.resign(term).await,
+                Wake::Stop => return self.resign(term, StepDown::Resigned).await,
                 Wake::Ended => return term.concluded().await,
                 Wake::Checked(Some(head)) => return self.deposed(term, head).await,
+                Wake::Checked(None) if !self.healthy() => {
+                    return self.resign(term, StepDown::Unhealthy).await
+                }
                 Wake::Checked(None) => {
                     next_check = clock.mono_ms().saturating_add(self.settings.check_ms);
                 }
@@ -298,11 +328,11 @@ impl Campaign {
         (why, Some(leader))
     }
 
-    /// Ends the term on purpose and releases the cell; if the release fails, the claim is
-    /// closed instead (nothing more is sent through it), so the term's holders learn of
-    /// the end at once either way.
-    async fn resign(&self, term: &Leadership) -> (StepDown, Option<Option<Leader>>) {
-        let why = term.end(StepDown::Resigned);
+    /// Ends the term on purpose (`why`) and releases the cell; if the release fails, the
+    /// claim is closed instead (nothing more is sent through it), so the term's holders
+    /// learn of the end at once either way.
+    async fn resign(&self, term: &Leadership, why: StepDown) -> (StepDown, Option<Option<Leader>>) {
+        let why = term.end(why);
         match term.claim().release_shared().await {
             Ok(()) => (why, Some(None)),
             Err(e) => {
