@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::{
-    update_cell, Clock, ConditionalStore, Election, Error, ErrorKind, Fence, Leader, LeaderEvent,
-    Leadership, MemoryStore, Ownership,
+    update_cell, Clock, ConditionalStore, Election, ElectionEvent, Error, ErrorKind, Fence, Leader,
+    MemoryStore, Ownership, Term,
 };
 use tokio::sync::{oneshot, watch};
 
@@ -103,19 +103,19 @@ async fn campaign(mut election: Election, mut stop: oneshot::Receiver<()>) -> Re
 }
 
 /// Reports `event`; a term that starts gets its work task.
-fn on_event(node: &str, event: LeaderEvent) -> Option<tokio::task::JoinHandle<()>> {
+fn on_event(node: &str, event: ElectionEvent) -> Option<tokio::task::JoinHandle<()>> {
     match event {
-        LeaderEvent::Started(term) => {
+        ElectionEvent::Started(term) => {
             println!("{node}: leading at epoch {}", term.epoch());
             return Some(tokio::spawn(lead(term)));
         }
-        LeaderEvent::Stopped { epoch, reason } => {
+        ElectionEvent::Stopped { epoch, reason } => {
             println!("{node}: stopped leading epoch {epoch}: {reason:?}")
         }
-        LeaderEvent::NewLeader(Some(l)) if l.node != node => {
+        ElectionEvent::NewLeader(Some(l)) if l.node != node => {
             println!("{node}: {} leads at epoch {}", l.node, l.epoch)
         }
-        LeaderEvent::SafeTimeLow { remaining, .. } => {
+        ElectionEvent::SafeTimeLow { remaining, .. } => {
             println!("{node}: safe time low, {remaining:?} left: finishing up")
         }
         _ => {}
@@ -126,9 +126,9 @@ fn on_event(node: &str, event: LeaderEvent) -> Option<tokio::task::JoinHandle<()
 /// The leader's work: checks that the term stands before each action, and writes the
 /// resource's state with its fencing token, until the term ends. A write the store refuses
 /// (a later epoch exists) ends the work too.
-async fn lead(term: Leadership) {
+async fn lead(term: Term) {
     for tick in 0u64.. {
-        if !term.is_leader() {
+        if !term.is_held() {
             break;
         }
         let state = format!("tick {tick} by {} at epoch {}", term.node(), term.epoch());

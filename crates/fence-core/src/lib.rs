@@ -38,8 +38,8 @@ pub use ownership::{CasOutcome, LeaseCasError, LeaseCasOutcome, Ownership};
 pub use record::{CellHead, NodeLease, NodeLeaseRecord, OwnerRecord};
 pub use runtime::{
     read_cell, update_cell, CellClaim, CellData, ClaimStatus, Election, ElectionBuilder,
-    ElectionEnd, Fence, FenceBuilder, Leader, LeaderEvent, Leadership, LeaseKeeper, Observer,
-    StepDown, WriteAck,
+    ElectionEnd, ElectionEvent, Fence, FenceBuilder, Leader, LeaseKeeper, Observer, StepDown, Term,
+    WriteAck,
 };
 pub use store::DEFAULT_RECORD_LIMIT;
 pub use store::{

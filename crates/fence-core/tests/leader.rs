@@ -27,7 +27,7 @@ enum End {
 /// An election whose events a background task reads as they come, stamped with the
 /// virtual time they were reported at (a woken reader runs before time can advance).
 struct Recorder {
-    events: mpsc::UnboundedReceiver<(u64, LeaderEvent)>,
+    events: mpsc::UnboundedReceiver<(u64, ElectionEvent)>,
     end: Option<oneshot::Sender<End>>,
     leader: tokio::sync::watch::Receiver<Option<Leader>>,
 }
@@ -62,7 +62,7 @@ impl Recorder {
     }
 
     /// The next event within a minute of virtual time, and when it was reported.
-    async fn next(&mut self) -> Option<(u64, LeaderEvent)> {
+    async fn next(&mut self) -> Option<(u64, ElectionEvent)> {
         tokio::time::timeout(Duration::from_secs(60), self.events.recv())
             .await
             .ok()
@@ -70,10 +70,10 @@ impl Recorder {
     }
 
     /// Skips to the next `Started`: the term and when it began.
-    async fn started(&mut self) -> (u64, Leadership) {
+    async fn started(&mut self) -> (u64, Term) {
         loop {
             match self.next().await {
-                Some((t, LeaderEvent::Started(term))) => return (t, term),
+                Some((t, ElectionEvent::Started(term))) => return (t, term),
                 Some(_) => {}
                 None => panic!("no term started"),
             }
@@ -117,14 +117,14 @@ async fn a_lone_candidate_leads_with_a_token_and_a_safe_time() {
     let store: Arc<dyn ConditionalStore> = Arc::new(MemoryStore::new());
     let clock = clock();
     let mut election = start(store.clone(), "a");
-    let Some(LeaderEvent::Started(term)) = election.next().await else {
+    let Some(ElectionEvent::Started(term)) = election.next().await else {
         panic!("the first event is Started");
     };
     assert_eq!(
         (term.epoch(), term.node(), term.resource()),
         (1, "a", "sched")
     );
-    assert!(term.is_leader());
+    assert!(term.is_held());
     assert_eq!(term.ended(), None);
     let remaining = term.remaining();
     assert!(remaining <= TTL && remaining >= TTL - Duration::from_millis(POLL_MS));
@@ -135,24 +135,24 @@ async fn a_lone_candidate_leads_with_a_token_and_a_safe_time() {
     assert_eq!(term.remaining(), remaining - Duration::from_millis(100));
     let next = election.next().await;
     assert!(
-        matches!(&next, Some(LeaderEvent::NewLeader(l)) if *l == leader("a", 1)),
+        matches!(&next, Some(ElectionEvent::NewLeader(l)) if *l == leader("a", 1)),
         "{next:?}"
     );
     assert_eq!(election.leader(), leader("a", 1));
-    assert_eq!(election.leadership().map(|t| t.epoch()), Some(1));
+    assert_eq!(election.term().map(|t| t.epoch()), Some(1));
     term.claim().write("state").await.unwrap();
     // Cancelled, the election reports the end of the term and the release, then ends.
     election.cancel();
-    let rest: Vec<LeaderEvent> = (&mut election).collect().await;
+    let rest: Vec<ElectionEvent> = (&mut election).collect().await;
     assert!(
         matches!(
             &rest[..],
             [
-                LeaderEvent::Stopped {
+                ElectionEvent::Stopped {
                     epoch: 1,
                     reason: StepDown::Resigned
                 },
-                LeaderEvent::NewLeader(None)
+                ElectionEvent::NewLeader(None)
             ]
         ),
         "{rest:?}"
@@ -172,7 +172,7 @@ async fn a_follower_is_told_the_other_node_leads() {
     let mut b = Recorder::new(start(store.clone(), "b"), clock());
     let (_, first) = b.next().await.unwrap();
     assert!(
-        matches!(&first, LeaderEvent::NewLeader(l) if *l == leader("a", 1)),
+        matches!(&first, ElectionEvent::NewLeader(l) if *l == leader("a", 1)),
         "{first:?}"
     );
     assert_eq!(*b.leader.borrow(), leader("a", 1));
@@ -202,7 +202,7 @@ async fn release_on_drop_lets_a_peer_lead_at_once() {
     );
     assert_eq!(term_b.epoch(), 2);
     assert_eq!(term_a.lost().await, StepDown::Resigned);
-    assert!(!term_a.is_leader());
+    assert!(!term_a.is_held());
     let record = Ownership::new(store.clone(), "x")
         .read_node_lease("a")
         .await;
@@ -234,7 +234,7 @@ async fn a_leader_whose_lease_is_lost_steps_down_before_a_peer_leads() {
         match a.next().await.expect("a steps down") {
             (
                 t,
-                LeaderEvent::SafeTimeLow {
+                ElectionEvent::SafeTimeLow {
                     epoch,
                     remaining,
                     safe_until,
@@ -245,18 +245,18 @@ async fn a_leader_whose_lease_is_lost_steps_down_before_a_peer_leads() {
                 assert_eq!(safe_until, clock.instant_at(t) + remaining);
                 warned = Some(t);
             }
-            (t, LeaderEvent::Stopped { epoch, reason }) => {
+            (t, ElectionEvent::Stopped { epoch, reason }) => {
                 assert_eq!(epoch, 1);
                 assert!(matches!(reason, StepDown::LeaseLost { .. }), "{reason:?}");
                 break t;
             }
-            (_, LeaderEvent::NewLeader(_)) => {}
+            (_, ElectionEvent::NewLeader(_)) => {}
             (_, other) => panic!("{other:?}"),
         }
     };
     let warned = warned.expect("warned before stepping down");
     assert!(warned < stopped);
-    assert!(!term_a.is_leader());
+    assert!(!term_a.is_held());
     assert!(matches!(term_a.lost().await, StepDown::LeaseLost { .. }));
     let (led, term_b) = b.started().await;
     assert!(
@@ -271,8 +271,8 @@ async fn a_leader_whose_lease_is_lost_steps_down_before_a_peer_leads() {
     path.thaw();
     loop {
         match a.next().await.expect("a reports b") {
-            (_, LeaderEvent::NewLeader(l)) if l == leader("b", 2) => break,
-            (_, LeaderEvent::Started(t)) => panic!("a led again at {}", t.epoch()),
+            (_, ElectionEvent::NewLeader(l)) if l == leader("b", 2) => break,
+            (_, ElectionEvent::Started(t)) => panic!("a led again at {}", t.epoch()),
             _ => {}
         }
     }
@@ -344,7 +344,7 @@ async fn a_leader_deposed_behind_its_back_steps_down_at_its_next_check() {
         .unwrap();
     let deposed = clock.mono_ms();
     let (t, why) = loop {
-        if let (t, LeaderEvent::Stopped { reason, .. }) = a.next().await.expect("a steps down") {
+        if let (t, ElectionEvent::Stopped { reason, .. }) = a.next().await.expect("a steps down") {
             break (t, reason);
         }
     };
@@ -362,7 +362,7 @@ async fn a_leader_deposed_behind_its_back_steps_down_at_its_next_check() {
     );
     let (_, next) = a.next().await.unwrap();
     assert!(
-        matches!(&next, LeaderEvent::NewLeader(l) if *l == leader("z", 5)),
+        matches!(&next, ElectionEvent::NewLeader(l) if *l == leader("z", 5)),
         "{next:?}"
     );
     assert_eq!(term_a.lost().await, why);
@@ -380,7 +380,7 @@ async fn without_recampaign_the_election_ends_with_its_term() {
         .recampaign(false)
         .start()
         .unwrap();
-    let Some(LeaderEvent::Started(_)) = election.next_event().await else {
+    let Some(ElectionEvent::Started(_)) = election.next_event().await else {
         panic!("leads first");
     };
     path.freeze();
@@ -391,7 +391,7 @@ async fn without_recampaign_the_election_ends_with_its_term() {
     assert!(
         matches!(
             last,
-            Some(LeaderEvent::Stopped {
+            Some(ElectionEvent::Stopped {
                 reason: StepDown::LeaseLost { .. },
                 ..
             })
@@ -455,8 +455,8 @@ async fn bad_settings_are_refused() {
 fn the_handles_are_send_and_sync() {
     fn send_sync<T: Send + Sync + 'static>() {}
     send_sync::<Election>();
-    send_sync::<Leadership>();
-    send_sync::<LeaderEvent>();
+    send_sync::<Term>();
+    send_sync::<ElectionEvent>();
     send_sync::<StepDown>();
 }
 
@@ -486,7 +486,7 @@ async fn a_suspended_leaders_term_ends_when_its_wall_clock_says_so() {
         .build()
         .unwrap();
     let mut election = Election::builder(fence, "sched").start().unwrap();
-    let Some(LeaderEvent::Started(term)) = election.next_event().await else {
+    let Some(ElectionEvent::Started(term)) = election.next_event().await else {
         panic!("leads");
     };
     let watch = clock();
@@ -527,7 +527,7 @@ async fn a_slow_follower_replaces_a_dead_leader_within_two_ttls() {
         "replaced {} ms after the crash",
         led - killed
     );
-    assert!(!term_a.is_leader());
+    assert!(!term_a.is_held());
     assert_eq!(term_b.epoch(), 2);
 }
 
@@ -561,15 +561,15 @@ async fn a_leader_deposed_found_out_by_a_write_names_who_deposed_it() {
     };
     assert_eq!(term_a.lost().await, named);
     let why = loop {
-        if let (_, LeaderEvent::Stopped { reason, .. }) = a.next().await.expect("a steps down") {
+        if let (_, ElectionEvent::Stopped { reason, .. }) = a.next().await.expect("a steps down") {
             break reason;
         }
     };
     assert_eq!(why, named);
     loop {
         match a.next().await.expect("a reports z") {
-            (_, LeaderEvent::NewLeader(l)) if l == leader("z", 5) => break,
-            (_, LeaderEvent::Started(t)) => panic!("a led again at {}", t.epoch()),
+            (_, ElectionEvent::NewLeader(l)) if l == leader("z", 5) => break,
+            (_, ElectionEvent::Started(t)) => panic!("a led again at {}", t.epoch()),
             _ => {}
         }
     }
@@ -585,8 +585,8 @@ struct Seen {
 }
 
 /// The leader's work as README shows it: checks the term before each action.
-async fn work(term: Leadership) -> (u64, StepDown) {
-    while term.is_leader() {
+async fn work(term: Term) -> (u64, StepDown) {
+    while term.is_held() {
         tokio::select! {
             _ = term.lost() => break,
             written = term.claim().write(format!("plan of epoch {}", term.epoch())) => {
@@ -613,11 +613,11 @@ async fn run_until(election: Election, shutdown: impl std::future::Future<Output
             _ = &mut shutdown => break,
         };
         match event {
-            Some(LeaderEvent::Started(term)) => {
+            Some(ElectionEvent::Started(term)) => {
                 seen.started.push(term.epoch());
                 tasks.push(tokio::spawn(work(term)));
             }
-            Some(LeaderEvent::Stopped { epoch, reason }) => seen.told.push((epoch, reason)),
+            Some(ElectionEvent::Stopped { epoch, reason }) => seen.told.push((epoch, reason)),
             Some(_) => {}
             None => break,
         }
@@ -626,8 +626,8 @@ async fn run_until(election: Election, shutdown: impl std::future::Future<Output
     end.result.unwrap();
     for event in end.unread {
         match event {
-            LeaderEvent::Stopped { epoch, reason } => seen.told.push((epoch, reason)),
-            LeaderEvent::Started(t) => panic!("an unread Started of epoch {}", t.epoch()),
+            ElectionEvent::Stopped { epoch, reason } => seen.told.push((epoch, reason)),
+            ElectionEvent::Started(t) => panic!("an unread Started of epoch {}", t.epoch()),
             _ => {}
         }
     }
@@ -681,11 +681,11 @@ async fn the_documented_shutdown_always_observes_the_step_down() {
 }
 
 /// The next `Started` of `e` within a minute of virtual time, and its term.
-async fn next_term(e: &mut Election) -> Leadership {
+async fn next_term(e: &mut Election) -> Term {
     loop {
         let next = tokio::time::timeout(Duration::from_secs(60), e.next_event()).await;
         match next.expect("a term starts") {
-            Some(LeaderEvent::Started(term)) => return term,
+            Some(ElectionEvent::Started(term)) => return term,
             Some(_) => {}
             None => panic!("the election ended"),
         }
@@ -697,7 +697,7 @@ async fn next_step_down(e: &mut Election) -> StepDown {
     loop {
         let next = tokio::time::timeout(Duration::from_secs(60), e.next_event()).await;
         match next.expect("a term stops") {
-            Some(LeaderEvent::Stopped { reason, .. }) => return reason,
+            Some(ElectionEvent::Stopped { reason, .. }) => return reason,
             Some(_) => {}
             None => panic!("the election ended"),
         }
@@ -725,7 +725,7 @@ async fn the_leadership_is_handed_to_a_named_node() {
     let handed = clock.mono_ms();
     assert_eq!(a.hand_off("b").await.unwrap(), 2);
     assert_eq!(next_step_down(&mut a).await, StepDown::Resigned);
-    assert!(!term_a.is_leader() && !a.is_leader());
+    assert!(!term_a.is_held() && !a.is_leader());
     let term_b = next_term(&mut b).await;
     assert!(
         clock.mono_ms() - handed <= POLL_MS,

@@ -25,7 +25,7 @@ use std::time::Duration;
 use clap::Parser;
 use fence_core::runtime::Fence;
 use fence_fleet::log::AppendLog;
-use fence_fleet::{CellEvent, Fleet, Shard};
+use fence_fleet::{Fleet, FleetEvent, Shard};
 
 /// The command line.
 #[derive(Parser, Debug)]
@@ -175,20 +175,20 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Acts on one event of the fleet.
-fn on_event(node: &str, event: CellEvent, state: &mut NodeState, fence: &Fence, every: Duration) {
+fn on_event(node: &str, event: FleetEvent, state: &mut NodeState, fence: &Fence, every: Duration) {
     match event {
-        CellEvent::Acquired { generation } => state.record(&generation),
-        CellEvent::Started { shard, resumed } => {
+        FleetEvent::LeaseAcquired { generation } => state.record(&generation),
+        FleetEvent::Started { shard, resumed } => {
             let (cell, epoch) = (shard.cell(), shard.epoch());
             eprintln!("shardd {node}: started {cell} at epoch {epoch} (resumed: {resumed})");
             tokio::spawn(append_counter(fence.clone(), shard, every));
         }
-        CellEvent::Stopped {
+        FleetEvent::Stopped {
             cell,
             epoch,
             reason,
         } => eprintln!("shardd {node}: stopped {cell} at epoch {epoch}: {reason:?}"),
-        CellEvent::NewOwner { .. } => {}
+        FleetEvent::NewOwner { .. } => {}
     }
 }
 
@@ -213,7 +213,7 @@ async fn append_counter(fence: Fence, shard: Shard, every: Duration) {
     let mut tick = tokio::time::interval(every);
     loop {
         tokio::select! {
-            _ = shard.gone() => return,
+            _ = shard.lost() => return,
             _ = tick.tick() => {}
         }
         match log.append_with(|seq| seq.to_string().into()).await {

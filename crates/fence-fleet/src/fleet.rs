@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use crate::decide::Timing;
 use crate::membership::Members;
 use crate::run::Run;
-use crate::shard::{CellEvent, Shard};
+use crate::shard::{FleetEvent, Shard};
 
 /// The events of a fleet, in the order it learned them: what [`FleetBuilder::start`] hands
 /// out beside the [`Fleet`]. Read them with [`recv`](Self::recv) (or as a
@@ -23,24 +23,24 @@ use crate::shard::{CellEvent, Shard};
 /// learns of every stop. Each event is told once: to a reader, or by the drain.
 #[derive(Debug)]
 pub struct Events {
-    rx: Arc<Mutex<mpsc::UnboundedReceiver<CellEvent>>>,
+    rx: Arc<Mutex<mpsc::UnboundedReceiver<FleetEvent>>>,
 }
 
 impl Events {
     /// The next event; `None` once the fleet has stopped and every event was read (or the
     /// drain took the rest). Cancellation-safe.
-    pub async fn recv(&mut self) -> Option<CellEvent> {
+    pub async fn recv(&mut self) -> Option<FleetEvent> {
         std::future::poll_fn(|cx| lock(&self.rx).poll_recv(cx)).await
     }
 }
 
 impl futures::Stream for Events {
-    type Item = CellEvent;
+    type Item = FleetEvent;
 
     fn poll_next(
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<CellEvent>> {
+    ) -> std::task::Poll<Option<FleetEvent>> {
         lock(&self.rx).poll_recv(cx)
     }
 }
@@ -55,7 +55,7 @@ impl Drop for Events {
 }
 
 /// Takes every event still queued in `rx`, and closes it.
-fn take_unread(rx: &Mutex<mpsc::UnboundedReceiver<CellEvent>>) -> Vec<CellEvent> {
+fn take_unread(rx: &Mutex<mpsc::UnboundedReceiver<FleetEvent>>) -> Vec<FleetEvent> {
     let mut rx = lock(rx);
     rx.close();
     std::iter::from_fn(|| rx.try_recv().ok()).collect()
@@ -142,7 +142,7 @@ impl FleetBuilder {
         self
     }
 
-    /// Reads every cell's head every `every`, so this node's [`CellEvent::NewOwner`] events
+    /// Reads every cell's head every `every`, so this node's [`FleetEvent::NewOwner`] events
     /// name every cell's owner (a router on one node). Off by default: it costs one read per
     /// cell per `every` on this node, which grows with the fleet. Without it, a node reads
     /// only the heads of the cells it holds or is about to take.
@@ -160,7 +160,7 @@ impl FleetBuilder {
     }
 
     /// The lease generation of this node's previous process, which the caller **knows** has
-    /// ended (it persisted [`CellEvent::Acquired`]'s generation, and that process is gone):
+    /// ended (it persisted [`FleetEvent::LeaseAcquired`]'s generation, and that process is gone):
     /// its lease is taken over at once, and its cells are resumed at their current epochs.
     /// Without it, a restart waits until the old lease is observed unchanged for a TTL, and
     /// resumes the cells at new epochs. See docs/design.md, "Restart and resume".
@@ -207,7 +207,7 @@ impl FleetBuilder {
         announce(&self.fence, &lease).await;
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let events = Arc::new(Mutex::new(events_rx));
-        let _ = events_tx.send(CellEvent::Acquired {
+        let _ = events_tx.send(FleetEvent::LeaseAcquired {
             generation: lease.generation(),
         });
         let inner = Arc::new(Inner {
@@ -293,7 +293,7 @@ pub struct Drained {
     /// The events no reader had taken when the fleet stopped, in order: every cell whose
     /// `Started` was read has its `Stopped` either read before or here (empty if the
     /// [`Events`] receiver was dropped).
-    pub unread: Vec<CellEvent>,
+    pub unread: Vec<FleetEvent>,
 }
 
 pub(crate) enum Command {
@@ -310,7 +310,7 @@ pub(crate) enum Command {
 
 /// One node of a fleet: keeps its fair share of the fleet's cells — `ceil(cells / live
 /// nodes)` — hands cells on when nodes join, takes the cells it inherits from dead nodes,
-/// and tells the application what it holds through [`CellEvent`]s. See docs/fleet.md.
+/// and tells the application what it holds through [`FleetEvent`]s. See docs/fleet.md.
 ///
 /// ```
 /// # fn block(f: impl std::future::Future<Output = ()>) {
@@ -319,7 +319,7 @@ pub(crate) enum Command {
 /// # block(async {
 /// use std::{sync::Arc, time::Duration};
 /// use fence_core::{runtime::Fence, MemoryStore};
-/// use fence_fleet::{CellEvent, Fleet};
+/// use fence_fleet::{Fleet, FleetEvent};
 ///
 /// let store = Arc::new(MemoryStore::new());
 /// let fence = Fence::builder(store, "node-a").ttl(Duration::from_secs(2)).build().unwrap();
@@ -327,7 +327,7 @@ pub(crate) enum Command {
 /// let (fleet, mut events) = Fleet::builder(fence, cells).start().await.unwrap();
 /// let mut started = 0;
 /// while started < 4 {
-///     if let Some(CellEvent::Started { shard, .. }) = events.recv().await {
+///     if let Some(FleetEvent::Started { shard, .. }) = events.recv().await {
 ///         shard.write("hello").await.unwrap();
 ///         started += 1;
 ///     }
@@ -346,7 +346,7 @@ pub struct Fleet {
     commands: mpsc::Sender<Command>,
     task: Option<JoinHandle<()>>,
     /// The receiver the [`Events`] handle reads: the drain takes what is left in it.
-    events: Arc<Mutex<mpsc::UnboundedReceiver<CellEvent>>>,
+    events: Arc<Mutex<mpsc::UnboundedReceiver<FleetEvent>>>,
 }
 
 impl Fleet {
@@ -380,7 +380,7 @@ impl Fleet {
 
     /// The current lease generation (persist it to restart with
     /// [`FleetBuilder::predecessor`]; it changes when the lease is re-acquired, announced by
-    /// [`CellEvent::Acquired`]).
+    /// [`FleetEvent::LeaseAcquired`]).
     pub fn generation(&self) -> String {
         lock(&self.inner.generation).clone()
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::{Clock, ErrorKind, Ownership};
-use fence_fleet::{CellEvent, StopReason};
+use fence_fleet::{FleetEvent, StopReason};
 use support::*;
 
 #[tokio::test(start_paused = true)]
@@ -132,7 +132,7 @@ async fn a_superseded_cell_is_reported_within_one_renewal_period() {
         .await
         .unwrap();
     let lost_at = clock.mono_ms();
-    let gone = tokio::time::timeout(Duration::from_millis(TTL_MS), shard.gone())
+    let gone = tokio::time::timeout(Duration::from_millis(TTL_MS), shard.lost())
         .await
         .expect("the loss was noticed");
     let noticed = clock.mono_ms() - lost_at;
@@ -178,7 +178,7 @@ async fn a_lost_lease_is_reported_within_one_renewal_period_of_the_loss() {
     }
     let (lost_at, gone_at) = (lost_at.unwrap(), gone_at.unwrap());
     assert!(gone_at - lost_at <= TTL_MS / 3);
-    tokio::time::timeout(Duration::from_millis(TTL_MS / 3), shard.gone())
+    tokio::time::timeout(Duration::from_millis(TTL_MS / 3), shard.lost())
         .await
         .unwrap();
     while stopped(&log, "shard-001").is_none() && clock.mono_ms() - lost_at <= TTL_MS {
@@ -219,7 +219,7 @@ async fn a_restart_with_the_predecessor_named_resumes_its_cells_at_their_epochs_
         .lock()
         .unwrap()
         .iter()
-        .filter(|(_, e)| matches!(e, CellEvent::Started { resumed: true, .. }))
+        .filter(|(_, e)| matches!(e, FleetEvent::Started { resumed: true, .. }))
         .count();
     assert_eq!(resumed, 6);
 }
@@ -275,7 +275,7 @@ async fn a_lapsed_lease_nobody_took_over_is_resumed_without_new_epochs() {
         .filter(|(_, e)| {
             matches!(
                 e,
-                CellEvent::Stopped {
+                FleetEvent::Stopped {
                     reason: StopReason::LeaseLost,
                     ..
                 }
@@ -284,11 +284,11 @@ async fn a_lapsed_lease_nobody_took_over_is_resumed_without_new_epochs() {
         .count();
     let resumed = log
         .iter()
-        .filter(|(_, e)| matches!(e, CellEvent::Started { resumed: true, .. }))
+        .filter(|(_, e)| matches!(e, FleetEvent::Started { resumed: true, .. }))
         .count();
     let acquired = log
         .iter()
-        .filter(|(_, e)| matches!(e, CellEvent::Acquired { .. }))
+        .filter(|(_, e)| matches!(e, FleetEvent::LeaseAcquired { .. }))
         .count();
     assert_eq!((lost, resumed, acquired), (4, 4, 2));
 }
@@ -307,7 +307,7 @@ fn owners(heads: &std::collections::BTreeMap<String, (Option<String>, u64)>) -> 
 fn last_owners(log: &Log) -> OwnerOf {
     let mut last = OwnerOf::new();
     for (_, e) in log.lock().unwrap().iter() {
-        if let CellEvent::NewOwner { cell, owner, .. } = e {
+        if let FleetEvent::NewOwner { cell, owner, .. } = e {
             last.insert(cell.clone(), owner.clone());
         }
     }
@@ -433,10 +433,10 @@ async fn a_hand_off_through_the_shards_own_claim_names_its_receiver() {
         to: "b".into(),
         epoch,
     };
-    assert_eq!(shard.gone().await, to_b);
+    assert_eq!(shard.lost().await, to_b);
     advance(1_000).await;
     assert_eq!(stopped(&log, &cell).map(|(_, r)| r), Some(to_b.clone()));
-    assert_eq!(shard.stopped(), Some(to_b));
+    assert_eq!(shard.ended(), Some(to_b));
     assert!(fa.shard(&cell).is_none());
     assert_eq!(fb.shard(&cell).map(|s| s.epoch()), Some(epoch));
 }
@@ -587,10 +587,10 @@ async fn a_drain_after_the_owner_stopped_reading_tells_every_started_cells_stop(
     let mut stopped = Vec::new();
     while started.len() < cells.len() {
         match events.recv().await.expect("the fleet runs") {
-            CellEvent::Started { shard, .. } => {
+            FleetEvent::Started { shard, .. } => {
                 started.push((shard.cell().to_owned(), shard.epoch()))
             }
-            CellEvent::Stopped { cell, epoch, .. } => stopped.push((cell, epoch)),
+            FleetEvent::Stopped { cell, epoch, .. } => stopped.push((cell, epoch)),
             _ => {}
         }
     }
@@ -601,10 +601,10 @@ async fn a_drain_after_the_owner_stopped_reading_tells_every_started_cells_stop(
     assert!(drained.left.is_empty(), "{drained:?}");
     for e in drained.unread {
         match e {
-            CellEvent::Started { shard, .. } => {
+            FleetEvent::Started { shard, .. } => {
                 started.push((shard.cell().to_owned(), shard.epoch()))
             }
-            CellEvent::Stopped { cell, epoch, .. } => stopped.push((cell, epoch)),
+            FleetEvent::Stopped { cell, epoch, .. } => stopped.push((cell, epoch)),
             _ => {}
         }
     }

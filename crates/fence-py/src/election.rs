@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::{
-    Election as CoreElection, Error, LeaderEvent as CoreEvent, Leadership as CoreTerm, StepDown,
+    Election as CoreElection, ElectionEvent as CoreEvent, Error, StepDown, Term as CoreTerm,
 };
 use pyo3::exceptions::{PyStopAsyncIteration, PyStopIteration};
 use pyo3::prelude::*;
@@ -16,12 +16,12 @@ use crate::wait::{closed, interruptible, opt_seconds, run, run_async, runtime};
 /// One term of leadership: the epoch is its fencing token. Writes through it are refused by
 /// the store once a later term exists.
 #[pyclass(module = "fence", frozen)]
-pub(crate) struct Leadership {
+pub(crate) struct Term {
     term: CoreTerm,
 }
 
 #[pymethods]
-impl Leadership {
+impl Term {
     /// The term's epoch: pass it to anything that can refuse a lower one.
     #[getter]
     fn epoch(&self) -> u64 {
@@ -41,8 +41,8 @@ impl Leadership {
     }
 
     /// Whether the term still stands now.
-    fn is_leader(&self) -> bool {
-        self.term.is_leader()
+    fn is_held(&self) -> bool {
+        self.term.is_held()
     }
 
     /// Seconds of authority left unless a renewal lands (0 once the term ended).
@@ -85,7 +85,7 @@ impl Leadership {
 
     fn __repr__(&self) -> String {
         format!(
-            "Leadership(resource={:?}, node={:?}, epoch={})",
+            "Term(resource={:?}, node={:?}, epoch={})",
             self.term.resource(),
             self.term.node(),
             self.term.epoch()
@@ -104,26 +104,26 @@ fn step_down(s: &StepDown) -> &'static str {
 
 /// One event of an election. ``kind`` says which, and which attributes are set:
 ///
-/// - ``"started"``: this node leads: ``leadership``, ``epoch``;
+/// - ``"started"``: this node leads: ``term``, ``epoch``;
 /// - ``"stopped"``: the term at ``epoch`` ended: ``reason`` (``"lease_lost"``,
 ///   ``"deposed"``, ``"resigned"``, ``"unhealthy"``), ``node`` (a deposer, when known);
 /// - ``"new_leader"``: the store names ``node`` at ``epoch`` (both ``None``: nobody);
 /// - ``"safe_time_low"``: renewals fall behind: ``epoch``, ``remaining`` seconds.
 #[pyclass(module = "fence", frozen, get_all)]
-pub(crate) struct LeaderEvent {
+pub(crate) struct ElectionEvent {
     kind: &'static str,
-    leadership: Option<Py<Leadership>>,
+    term: Option<Py<Term>>,
     epoch: Option<u64>,
     reason: Option<&'static str>,
     node: Option<String>,
     remaining: Option<f64>,
 }
 
-impl LeaderEvent {
+impl ElectionEvent {
     fn of(py: Python<'_>, e: CoreEvent) -> PyResult<Self> {
-        let mut out = LeaderEvent {
+        let mut out = ElectionEvent {
             kind: "new_leader",
-            leadership: None,
+            term: None,
             epoch: None,
             reason: None,
             node: None,
@@ -133,7 +133,7 @@ impl LeaderEvent {
             CoreEvent::Started(term) => {
                 out.kind = "started";
                 out.epoch = Some(term.epoch());
-                out.leadership = Some(Py::new(py, Leadership { term })?);
+                out.term = Some(Py::new(py, Term { term })?);
             }
             CoreEvent::Stopped { epoch, reason } => {
                 out.kind = "stopped";
@@ -161,10 +161,10 @@ impl LeaderEvent {
 }
 
 #[pymethods]
-impl LeaderEvent {
+impl ElectionEvent {
     fn __repr__(&self) -> String {
         format!(
-            "LeaderEvent(kind={:?}, node={:?}, epoch={:?})",
+            "ElectionEvent(kind={:?}, node={:?}, epoch={:?})",
             self.kind, self.node, self.epoch
         )
     }
@@ -172,13 +172,13 @@ impl LeaderEvent {
 
 /// Leader election for one ``resource``: the node leads while it holds its node lease and a
 /// claim of the resource's cell. Iterate it (``for event in election`` or ``async for``)
-/// for its ``LeaderEvent``s; ``stop()`` resigns and releases, so a peer leads at once.
+/// for its ``ElectionEvent``s; ``stop()`` resigns and releases, so a peer leads at once.
 ///
 /// >>> import fence, tempfile
 /// >>> f = fence.Fence("file://" + tempfile.mkdtemp(), "node-a", ttl=2.0)
 /// >>> election = fence.Election(f, "scheduler")
 /// >>> event = next(e for e in election if e.kind == "started")
-/// >>> event.leadership.write(b"plan").epoch == event.epoch
+/// >>> event.term.write(b"plan").epoch == event.epoch
 /// True
 /// >>> [e.kind for e in election.stop() if e.kind == "stopped"]
 /// ['stopped']
@@ -219,20 +219,23 @@ impl Election {
     /// The next event, waiting up to ``timeout`` seconds (``None``: forever); ``None`` when
     /// none came in time or the election has ended.
     #[pyo3(signature = (timeout = None))]
-    fn next_event(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<LeaderEvent>> {
+    fn next_event(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<ElectionEvent>> {
         let limit = opt_seconds(timeout)?;
         let election = self.election.clone();
         let got = interruptible(py, async move { next(&election, limit).await })?;
-        got.map(|e| LeaderEvent::of(py, e)).transpose()
+        got.map(|e| ElectionEvent::of(py, e)).transpose()
     }
 
     /// Resigns (if leading) and releases the cell and the node lease, so a peer leads at once.
     /// Returns the events nobody read: the ``"stopped"`` of a term whose ``"started"`` was
     /// read is there unless it was read, so no step-down is lost by leaving the event loop
     /// first. Raises the error that ended the election, if one did.
-    fn stop(&self, py: Python<'_>) -> PyResult<Vec<LeaderEvent>> {
+    fn stop(&self, py: Python<'_>) -> PyResult<Vec<ElectionEvent>> {
         let unread = run(py, stop(self.election.clone()))?;
-        unread.into_iter().map(|e| LeaderEvent::of(py, e)).collect()
+        unread
+            .into_iter()
+            .map(|e| ElectionEvent::of(py, e))
+            .collect()
     }
 
     /// ``stop`` as a coroutine.
@@ -241,8 +244,8 @@ impl Election {
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
             let unread = stop(election).await.map_err(crate::errors::to_py)?;
             Python::attach(|py| {
-                let events = unread.into_iter().map(|e| LeaderEvent::of(py, e));
-                events.collect::<PyResult<Vec<LeaderEvent>>>()
+                let events = unread.into_iter().map(|e| ElectionEvent::of(py, e));
+                events.collect::<PyResult<Vec<ElectionEvent>>>()
             })
         })
     }
@@ -251,7 +254,7 @@ impl Election {
         slf
     }
 
-    fn __next__(&self, py: Python<'_>) -> PyResult<LeaderEvent> {
+    fn __next__(&self, py: Python<'_>) -> PyResult<ElectionEvent> {
         self.next_event(py, None)?
             .ok_or_else(|| PyStopIteration::new_err(()))
     }
@@ -266,7 +269,7 @@ impl Election {
             let event = next(&election, None)
                 .await
                 .ok_or_else(|| PyStopAsyncIteration::new_err(()))?;
-            Python::attach(|py| LeaderEvent::of(py, event))
+            Python::attach(|py| ElectionEvent::of(py, event))
         })
     }
 }
@@ -297,7 +300,7 @@ async fn stop(election: Arc<Mutex<Option<CoreElection>>>) -> Result<Vec<CoreEven
 /// Registers the classes.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Election>()?;
-    m.add_class::<Leadership>()?;
-    m.add_class::<LeaderEvent>()?;
+    m.add_class::<Term>()?;
+    m.add_class::<ElectionEvent>()?;
     Ok(())
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::Error;
-use fence_fleet::{CellEvent as CoreEvent, Events, Fleet as CoreFleet, StopReason};
+use fence_fleet::{Events, Fleet as CoreFleet, FleetEvent as CoreEvent, StopReason};
 use pyo3::exceptions::{PyStopAsyncIteration, PyStopIteration};
 use pyo3::prelude::*;
 use tokio::sync::Mutex;
@@ -89,9 +89,9 @@ impl Shard {
 /// - ``"stopped"``: ``cell``, ``epoch``, ``reason`` (``"lease_lost"``, ``"superseded"``,
 ///   ``"released"``, ``"handed_off"``, ``"closed"``), ``to`` (a hand-off's receiver);
 /// - ``"new_owner"``: ``cell``, ``owner`` (``None``: released), ``epoch``;
-/// - ``"acquired"``: ``generation`` (persist it to restart with ``predecessor``).
+/// - ``"lease_acquired"``: ``generation`` (persist it to restart with ``predecessor``).
 #[pyclass(module = "fence", frozen, get_all)]
-pub(crate) struct CellEvent {
+pub(crate) struct FleetEvent {
     kind: &'static str,
     cell: Option<String>,
     epoch: Option<u64>,
@@ -103,9 +103,9 @@ pub(crate) struct CellEvent {
     generation: Option<String>,
 }
 
-impl CellEvent {
+impl FleetEvent {
     fn empty(kind: &'static str) -> Self {
-        CellEvent {
+        FleetEvent {
             kind,
             cell: None,
             epoch: None,
@@ -120,12 +120,12 @@ impl CellEvent {
 
     fn of(py: Python<'_>, e: CoreEvent) -> PyResult<Self> {
         Ok(match e {
-            CoreEvent::Started { shard, resumed } => CellEvent {
+            CoreEvent::Started { shard, resumed } => FleetEvent {
                 cell: Some(shard.cell().to_owned()),
                 epoch: Some(shard.epoch()),
                 resumed: Some(resumed),
                 shard: Some(Py::new(py, Shard { shard })?),
-                ..CellEvent::empty("started")
+                ..FleetEvent::empty("started")
             },
             CoreEvent::Stopped {
                 cell,
@@ -133,23 +133,23 @@ impl CellEvent {
                 reason,
             } => {
                 let (reason, to) = stop_reason(reason);
-                CellEvent {
+                FleetEvent {
                     cell: Some(cell),
                     epoch: Some(epoch),
                     reason: Some(reason),
                     to,
-                    ..CellEvent::empty("stopped")
+                    ..FleetEvent::empty("stopped")
                 }
             }
-            CoreEvent::NewOwner { cell, owner, epoch } => CellEvent {
+            CoreEvent::NewOwner { cell, owner, epoch } => FleetEvent {
                 cell: Some(cell),
                 owner,
                 epoch: Some(epoch),
-                ..CellEvent::empty("new_owner")
+                ..FleetEvent::empty("new_owner")
             },
-            CoreEvent::Acquired { generation } => CellEvent {
+            CoreEvent::LeaseAcquired { generation } => FleetEvent {
                 generation: Some(generation),
-                ..CellEvent::empty("acquired")
+                ..FleetEvent::empty("lease_acquired")
             },
         })
     }
@@ -166,10 +166,10 @@ fn stop_reason(r: StopReason) -> (&'static str, Option<String>) {
 }
 
 #[pymethods]
-impl CellEvent {
+impl FleetEvent {
     fn __repr__(&self) -> String {
         format!(
-            "CellEvent(kind={:?}, cell={:?}, epoch={:?})",
+            "FleetEvent(kind={:?}, cell={:?}, epoch={:?})",
             self.kind, self.cell, self.epoch
         )
     }
@@ -190,7 +190,7 @@ pub(crate) struct Drained {
     /// Whether a read after the release showed the released node lease.
     #[pyo3(get)]
     lease_released: bool,
-    unread: Vec<Py<CellEvent>>,
+    unread: Vec<Py<FleetEvent>>,
 }
 
 #[pymethods]
@@ -198,14 +198,14 @@ impl Drained {
     /// The events no reader had taken when the fleet stopped: the ``"stopped"`` of every
     /// cell whose ``"started"`` was read is there unless it was read.
     #[getter]
-    fn unread(&self, py: Python<'_>) -> Vec<Py<CellEvent>> {
+    fn unread(&self, py: Python<'_>) -> Vec<Py<FleetEvent>> {
         self.unread.iter().map(|e| e.clone_ref(py)).collect()
     }
 }
 
 /// Many cells over many nodes, with no coordinator: this node keeps its fair share of
 /// ``cells``, taking over dead nodes' cells and handing cells to joining nodes. Iterate it
-/// (``for event in fleet`` or ``async for``) for its ``CellEvent``s.
+/// (``for event in fleet`` or ``async for``) for its ``FleetEvent``s.
 ///
 /// >>> import fence, tempfile
 /// >>> f = fence.Fence("file://" + tempfile.mkdtemp(), "node-a", ttl=2.0)
@@ -307,7 +307,7 @@ impl Fleet {
             })
         })?
         .unwrap_or_default();
-        let unread = d.unread.into_iter().map(|e| CellEvent::of(py, e));
+        let unread = d.unread.into_iter().map(|e| FleetEvent::of(py, e));
         Ok(Drained {
             handed_off: d.handed_off.into_iter().collect(),
             released: d.released.into_iter().collect(),
@@ -315,14 +315,14 @@ impl Fleet {
             lease_released: d.lease_released,
             unread: unread
                 .map(|e| Py::new(py, e?))
-                .collect::<PyResult<Vec<Py<CellEvent>>>>()?,
+                .collect::<PyResult<Vec<Py<FleetEvent>>>>()?,
         })
     }
 
     /// The next event, waiting up to ``timeout`` seconds (``None``: forever); ``None`` when
     /// none came in time or the fleet has stopped.
     #[pyo3(signature = (timeout = None))]
-    fn next_event(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<CellEvent>> {
+    fn next_event(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<FleetEvent>> {
         let limit = opt_seconds(timeout)?;
         let events = self.events.clone();
         let got = interruptible(py, async move {
@@ -332,7 +332,7 @@ impl Fleet {
                 None => rx.recv().await,
             }
         })?;
-        got.map(|e| CellEvent::of(py, e)).transpose()
+        got.map(|e| FleetEvent::of(py, e)).transpose()
     }
 
     /// Waits until this node holds at least ``n`` cells (or ``timeout`` seconds pass),
@@ -357,7 +357,7 @@ impl Fleet {
         slf
     }
 
-    fn __next__(&self, py: Python<'_>) -> PyResult<CellEvent> {
+    fn __next__(&self, py: Python<'_>) -> PyResult<FleetEvent> {
         self.next_event(py, None)?
             .ok_or_else(|| PyStopIteration::new_err(()))
     }
@@ -371,7 +371,7 @@ impl Fleet {
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
             let got = events.lock().await.recv().await;
             let event = got.ok_or_else(|| PyStopAsyncIteration::new_err(()))?;
-            Python::attach(|py| CellEvent::of(py, event))
+            Python::attach(|py| FleetEvent::of(py, event))
         })
     }
 }
@@ -380,7 +380,7 @@ impl Fleet {
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Fleet>()?;
     m.add_class::<Shard>()?;
-    m.add_class::<CellEvent>()?;
+    m.add_class::<FleetEvent>()?;
     m.add_class::<Drained>()?;
     Ok(())
 }

@@ -22,7 +22,7 @@ use crate::cells::Cells;
 use crate::decide::{FleetCore, FleetEffect, FleetInput, Seen, Timing};
 use crate::fleet::{acquire, lock, Command, Drained, Inner, Settings};
 use crate::membership::{Member, Members};
-use crate::shard::{CellEvent, End, Shard};
+use crate::shard::{End, FleetEvent, Shard};
 use crate::watch::{Duty, News, Tombstoner, Watcher};
 use tasks::guard_lease;
 
@@ -64,7 +64,7 @@ pub(crate) struct Run {
     /// Results of the head poll running in the background.
     polled_tx: mpsc::UnboundedSender<Polled>,
     polled_rx: mpsc::UnboundedReceiver<Polled>,
-    events: mpsc::UnboundedSender<CellEvent>,
+    events: mpsc::UnboundedSender<FleetEvent>,
     commands: mpsc::Receiver<Command>,
     lost_tx: mpsc::UnboundedSender<()>,
     lost_rx: mpsc::UnboundedReceiver<()>,
@@ -83,7 +83,7 @@ impl Run {
         s: Settings,
         lease: LeaseKeeper,
         cells: Arc<Cells>,
-        events: mpsc::UnboundedSender<CellEvent>,
+        events: mpsc::UnboundedSender<FleetEvent>,
         commands: mpsc::Receiver<Command>,
     ) -> Run {
         let fence = lease.fence().clone();
@@ -146,7 +146,7 @@ impl Run {
         now_of(&self.fence)
     }
 
-    fn emit(&self, event: CellEvent) {
+    fn emit(&self, event: FleetEvent) {
         let _ = self.events.send(event);
     }
 
@@ -228,7 +228,7 @@ impl Run {
         let ended: Vec<String> = self
             .held
             .iter()
-            .filter(|(_, h)| h.shard.stopped().is_some())
+            .filter(|(_, h)| h.shard.ended().is_some())
             .map(|(c, _)| c.clone())
             .collect();
         let leadership_held = self.leadership.as_ref().is_none_or(|c| c.is_held());
@@ -328,7 +328,7 @@ impl Run {
         info!(node = %self.inner.node, generation, "node lease acquired again");
         *lock(&self.inner.generation) = generation.clone();
         self.lease = lease;
-        self.emit(CellEvent::Acquired {
+        self.emit(FleetEvent::LeaseAcquired {
             generation: generation.clone(),
         });
         self.drive(FleetInput::LeaseAcquired { generation }).await;

@@ -17,7 +17,7 @@ use crate::decide::{AdoptFor, Claimed, FleetEffect, FleetInput, HandOffOutcome, 
 use crate::fleet::lock;
 use crate::follow::read_heads;
 use crate::leader::{LeaderIo, LEADER_CELL};
-use crate::shard::{CellEvent, Shard, StopReason};
+use crate::shard::{FleetEvent, Shard, StopReason};
 use crate::watch::Duty;
 
 impl Run {
@@ -111,7 +111,7 @@ impl Run {
                 }
             }
             FleetEffect::NewOwner { cell, owner, epoch } => {
-                self.emit(CellEvent::NewOwner { cell, owner, epoch })
+                self.emit(FleetEvent::NewOwner { cell, owner, epoch })
             }
             FleetEffect::Post { to } => self.post(to).await,
             FleetEffect::Duty { watched, leader } => {
@@ -276,7 +276,7 @@ impl Run {
             watcher,
         };
         self.held.insert(cell.to_owned(), held);
-        self.emit(CellEvent::Started { shard, resumed });
+        self.emit(FleetEvent::Started { shard, resumed });
     }
 
     /// Forgets `cell`'s shard; tells `reason` unless a reason was told already.

@@ -11,7 +11,7 @@ use fence_core::{Clock, ConditionalStore, MemoryStore, Ownership, Stop};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use fence_fleet::{CellEvent, Events, Fleet, FleetBuilder};
+use fence_fleet::{Events, Fleet, FleetBuilder, FleetEvent};
 use fence_testkit::sim::PausableStore;
 
 pub const TTL_MS: u64 = 1_000;
@@ -157,7 +157,7 @@ pub fn moves(
 }
 
 /// Collects events in the background.
-pub fn drain_events(mut events: Events) -> Arc<std::sync::Mutex<Vec<(u64, CellEvent)>>> {
+pub fn drain_events(mut events: Events) -> Arc<std::sync::Mutex<Vec<(u64, FleetEvent)>>> {
     let log = Arc::new(std::sync::Mutex::new(Vec::new()));
     let l = log.clone();
     let clock = Clock::virtual_at(0);
@@ -169,7 +169,7 @@ pub fn drain_events(mut events: Events) -> Arc<std::sync::Mutex<Vec<(u64, CellEv
     log
 }
 
-pub type Log = Arc<std::sync::Mutex<Vec<(u64, CellEvent)>>>;
+pub type Log = Arc<std::sync::Mutex<Vec<(u64, FleetEvent)>>>;
 
 /// One node "a" holding all of `n` cells, its events logged.
 pub async fn one_node(n: usize) -> (Arc<dyn ConditionalStore>, Vec<String>, Node, Fleet, Log) {
@@ -185,7 +185,7 @@ pub async fn one_node(n: usize) -> (Arc<dyn ConditionalStore>, Vec<String>, Node
 /// When (and why) the first `Stopped` event of `cell` came.
 pub fn stopped(log: &Log, cell: &str) -> Option<(u64, fence_fleet::StopReason)> {
     log.lock().unwrap().iter().find_map(|(t, e)| match e {
-        CellEvent::Stopped {
+        FleetEvent::Stopped {
             cell: c, reason, ..
         } if c == cell => Some((*t, reason.clone())),
         _ => None,
@@ -217,7 +217,7 @@ pub async fn act_on_shards(
     shards: Shards,
 ) {
     while let Some(e) = events.recv().await {
-        let CellEvent::Started { shard, .. } = e else {
+        let FleetEvent::Started { shard, .. } = e else {
             continue;
         };
         {

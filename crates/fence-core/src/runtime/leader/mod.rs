@@ -13,13 +13,13 @@
 //! has claimed.
 //!
 //! **How to use it.** [`Election::builder`] over a [`Fence`], [`start`](ElectionBuilder::start)
-//! it, and follow its [`LeaderEvent`]s (a [`Stream`](futures::Stream), or
-//! [`Election::next_event`]): [`Started`](LeaderEvent::Started) hands over a [`Leadership`]
+//! it, and follow its [`ElectionEvent`]s (a [`Stream`](futures::Stream), or
+//! [`Election::next_event`]): [`Started`](ElectionEvent::Started) hands over a [`Term`]
 //! — the epoch, the instant the leader's authority ends if no renewal lands
-//! ([`safe_until`](Leadership::safe_until)), fenced writes of the cell, and a
-//! cancellation-safe [`lost`](Leadership::lost) — and [`Stopped`](LeaderEvent::Stopped)
-//! always follows it; [`NewLeader`](LeaderEvent::NewLeader) names whoever the store names;
-//! [`SafeTimeLow`](LeaderEvent::SafeTimeLow) warns while renewals fall behind.
+//! ([`safe_until`](Term::safe_until)), fenced writes of the cell, and a
+//! cancellation-safe [`lost`](Term::lost) — and [`Stopped`](ElectionEvent::Stopped)
+//! always follows it; [`NewLeader`](ElectionEvent::NewLeader) names whoever the store names;
+//! [`SafeTimeLow`](ElectionEvent::SafeTimeLow) warns while renewals fall behind.
 //!
 //! ```
 //! # fn block(f: impl std::future::Future<Output = ()>) {
@@ -28,19 +28,19 @@
 //! # }
 //! # block(async {
 //! use std::sync::Arc;
-//! use fence_core::{Election, Fence, LeaderEvent, MemoryStore};
+//! use fence_core::{Election, ElectionEvent, Fence, MemoryStore};
 //!
 //! let store = Arc::new(MemoryStore::new());
 //! let fence = Fence::builder(store, "node-a").build().unwrap();
 //! let mut election = Election::builder(fence, "scheduler").start().unwrap();
 //! while let Some(event) = election.next_event().await {
 //!     match event {
-//!         LeaderEvent::Started(term) => {
+//!         ElectionEvent::Started(term) => {
 //!             // Lead until `term.lost()` fires; pass `term.epoch()` to whatever you write.
 //!             term.claim().write(format!("leader since epoch {}", term.epoch())).await.unwrap();
 //!             break;
 //!         }
-//!         LeaderEvent::NewLeader(leader) => println!("the store names {leader:?}"),
+//!         ElectionEvent::NewLeader(leader) => println!("the store names {leader:?}"),
 //!         other => println!("{other:?}"),
 //!     }
 //! }
@@ -106,7 +106,7 @@ pub enum StepDown {
     },
     /// This node gave the resource up: the [`Election`] was stopped or dropped, the term
     /// was handed to another node ([`Election::hand_off`]), or the claim was released,
-    /// closed or handed off through [`Leadership::claim`].
+    /// closed or handed off through [`Term::claim`].
     Resigned,
     /// The [health check](ElectionBuilder::health_check) said this process is unhealthy:
     /// the term was given up (the cell released, so a healthy peer leads at once), and the
@@ -121,10 +121,10 @@ pub enum StepDown {
 /// sleeps, and the last `NewLeader` read always names the last leader known.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
-pub enum LeaderEvent {
+pub enum ElectionEvent {
     /// This node leads (client-go's `OnStartedLeading`): act through the term until
-    /// [`Leadership::lost`] fires, and pass [`Leadership::epoch`] to anything that can fence.
-    Started(Leadership),
+    /// [`Term::lost`] fires, and pass [`Term::epoch`] to anything that can fence.
+    Started(Term),
     /// This node's term at `epoch` ended (`OnStoppedLeading`): stop acting as leader; writes
     /// through the term's claim are refused from now on.
     Stopped {
@@ -220,7 +220,7 @@ impl ElectionBuilder {
         self
     }
 
-    /// Report [`LeaderEvent::SafeTimeLow`] once the lease's remaining authority drops to
+    /// Report [`ElectionEvent::SafeTimeLow`] once the lease's remaining authority drops to
     /// this (default TTL/2; must be below the TTL). Renewals at TTL/3 keep at least 2/3 of
     /// a TTL left while they land on time.
     pub fn safe_time_warning(mut self, left: Duration) -> Self {
@@ -345,7 +345,7 @@ impl Election {
     /// without [`recampaign`](ElectionBuilder::recampaign), or failed: [`stop`](Self::stop)
     /// tells why) and every event was read. Cancellation-safe: an event is taken only when
     /// returned.
-    pub async fn next_event(&mut self) -> Option<LeaderEvent> {
+    pub async fn next_event(&mut self) -> Option<ElectionEvent> {
         std::future::poll_fn(|cx| self.outbox.poll_next(cx)).await
     }
 
@@ -362,16 +362,16 @@ impl Election {
     }
 
     /// This node's term, while it leads.
-    pub fn leadership(&self) -> Option<Leadership> {
+    pub fn term(&self) -> Option<Term> {
         let term = self.outbox.term().clone();
-        term.filter(Leadership::is_leader)
+        term.filter(Term::is_held)
     }
 
     /// Whether this node leads now (client-go's `IsLeader`): a term has started and not
     /// ended, and the node lease is held by this process's clocks. A local judgement: the
-    /// store stays the fence (see [`Leadership::is_leader`]).
+    /// store stays the fence (see [`Term::is_held`]).
     pub fn is_leader(&self) -> bool {
-        self.leadership().is_some()
+        self.term().is_some()
     }
 
     /// Hands the leadership to node `to` (client-go has no such call; a DynamoDB lock can
@@ -387,7 +387,7 @@ impl Election {
     pub async fn hand_off(&self, to: &str) -> Result<u64, Error> {
         let invalid = |what: String| Error::new(ErrorKind::InvalidInput, what).not_committed();
         let term = self
-            .leadership()
+            .term()
             .ok_or_else(|| invalid(format!("{}: this node does not lead", self.resource)))?;
         if to == self.node {
             return Err(invalid(format!("{to} is this node")));
@@ -413,7 +413,7 @@ impl Election {
         self.stop.send_replace(true);
     }
 
-    /// Ends the election — a term in progress ends (its [`Leadership::lost`] fires, with
+    /// Ends the election — a term in progress ends (its [`Term::lost`] fires, with
     /// [`StepDown::Resigned`]), the cell and then the lease are released — and returns once
     /// done, with every event not read yet ([`ElectionEnd::unread`]: the `Stopped` of a term
     /// whose `Started` was read is there unless it was read) and how the election ended.
@@ -444,8 +444,8 @@ impl Election {
 pub struct ElectionEnd {
     /// The events nobody read, in order. Every term whose `Started` was read has its
     /// `Stopped` either read before or here; a term that started and ended unread is
-    /// dropped as a pair (see [`LeaderEvent`]).
-    pub unread: Vec<LeaderEvent>,
+    /// dropped as a pair (see [`ElectionEvent`]).
+    pub unread: Vec<ElectionEvent>,
     /// `Ok` unless the election had failed before the stop (a corrupt cell head, refused
     /// credentials, an invalid name): the error that ended it.
     pub result: Result<(), Error>,
@@ -459,9 +459,9 @@ impl Drop for Election {
 }
 
 impl futures::Stream for Election {
-    type Item = LeaderEvent;
+    type Item = ElectionEvent;
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<LeaderEvent>> {
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ElectionEvent>> {
         self.outbox.poll_next(cx)
     }
 }
@@ -471,7 +471,7 @@ impl futures::Stream for Election {
 struct Outbox {
     queue: Mutex<queue::Queue>,
     leader: watch::Sender<Option<Leader>>,
-    term: Mutex<Option<Leadership>>,
+    term: Mutex<Option<Term>>,
 }
 
 impl Outbox {
@@ -487,11 +487,11 @@ impl Outbox {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn term(&self) -> MutexGuard<'_, Option<Leadership>> {
+    fn term(&self) -> MutexGuard<'_, Option<Term>> {
         self.term.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn push(&self, event: LeaderEvent) {
+    fn push(&self, event: ElectionEvent) {
         let waker = self.queue().push(event);
         if let Some(w) = waker {
             w.wake();
@@ -505,7 +505,7 @@ impl Outbox {
         }
     }
 
-    fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<LeaderEvent>> {
+    fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<ElectionEvent>> {
         self.queue().poll_next(cx)
     }
 
@@ -519,7 +519,7 @@ impl Outbox {
             news
         });
         if changed {
-            self.push(LeaderEvent::NewLeader(leader));
+            self.push(ElectionEvent::NewLeader(leader));
         }
     }
 }
@@ -529,23 +529,23 @@ impl Outbox {
 ///
 /// The term ends when the node lease is lost, when the store is found to name a later epoch
 /// (a refused write, or the leader's check of the head), or when the election is stopped or
-/// dropped; [`lost`](Self::lost) tells which. From then on [`is_leader`](Self::is_leader)
+/// dropped; [`lost`](Self::lost) tells which. From then on [`is_held`](Self::is_held)
 /// is `false` and writes through [`claim`](Self::claim) are refused.
 #[derive(Clone)]
-pub struct Leadership {
-    term: Arc<Term>,
+pub struct Term {
+    term: Arc<TermState>,
 }
 
-struct Term {
+struct TermState {
     claim: CellClaim,
     lease: Arc<Shared>,
     /// Set once, when the term's end is first known.
     ended: OnceLock<StepDown>,
 }
 
-impl fmt::Debug for Leadership {
+impl fmt::Debug for Term {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Leadership")
+        f.debug_struct("Term")
             .field("node", &self.node())
             .field("resource", &self.resource())
             .field("epoch", &self.epoch())
@@ -553,14 +553,14 @@ impl fmt::Debug for Leadership {
     }
 }
 
-impl Leadership {
+impl Term {
     fn new(claim: CellClaim, lease: Arc<Shared>) -> Self {
-        let term = Term {
+        let term = TermState {
             claim,
             lease,
             ended: OnceLock::new(),
         };
-        Leadership {
+        Term {
             term: Arc::new(term),
         }
     }
@@ -585,7 +585,7 @@ impl Leadership {
     /// held, judged at call time on the monotonic and the wall clock. A local judgement: the
     /// store remains the fence (a write through [`claim`](Self::claim) is refused once a
     /// later epoch exists, whatever this says).
-    pub fn is_leader(&self) -> bool {
+    pub fn is_held(&self) -> bool {
         self.term.ended.get().is_none() && self.term.claim.is_held()
     }
 
@@ -596,7 +596,7 @@ impl Leadership {
     }
 
     fn remaining_ms(&self) -> u64 {
-        if self.is_leader() {
+        if self.is_held() {
             self.term.lease.remaining_ms()
         } else {
             0

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use super::{HealthCheck, Leader, LeaderEvent, Leadership, Outbox, Settings, StepDown};
+use super::{ElectionEvent, HealthCheck, Leader, Outbox, Settings, StepDown, Term};
 use crate::error::{Error, ErrorKind};
 use crate::record::CellHead;
 use crate::runtime::claim::CellClaim;
@@ -214,11 +214,11 @@ impl Campaign {
 
     /// One term: reported, held until it ends, reported ended.
     async fn lead(&self, keeper: &LeaseKeeper, claim: CellClaim) -> StepDown {
-        let term = Leadership::new(claim, keeper.shared.clone());
+        let term = Term::new(claim, keeper.shared.clone());
         let epoch = term.epoch();
         info!(node = self.node(), resource = %self.resource, epoch, "leading");
         *self.outbox.term() = Some(term.clone());
-        self.outbox.push(LeaderEvent::Started(term.clone()));
+        self.outbox.push(ElectionEvent::Started(term.clone()));
         self.outbox.saw(Some(Leader {
             node: self.node().to_owned(),
             epoch,
@@ -226,7 +226,7 @@ impl Campaign {
         let (why, next) = self.hold(&term).await;
         *self.outbox.term() = None;
         info!(node = self.node(), resource = %self.resource, epoch, reason = ?why, "stepped down");
-        self.outbox.push(LeaderEvent::Stopped {
+        self.outbox.push(ElectionEvent::Stopped {
             epoch,
             reason: why.clone(),
         });
@@ -240,7 +240,7 @@ impl Campaign {
     /// every check period (never delaying the step-down: a check in flight is dropped when
     /// the term ends), resigns on stop. Returns why it ended and, if known, whom the store
     /// names now.
-    async fn hold(&self, term: &Leadership) -> (StepDown, Option<Option<Leader>>) {
+    async fn hold(&self, term: &Term) -> (StepDown, Option<Option<Leader>>) {
         let clock = self.fence.clock();
         let mut next_check = clock.mono_ms().saturating_add(self.settings.check_ms);
         let mut warned = false;
@@ -274,17 +274,17 @@ impl Campaign {
         }
     }
 
-    /// Reports [`LeaderEvent::SafeTimeLow`] when the remaining authority first drops to the
+    /// Reports [`ElectionEvent::SafeTimeLow`] when the remaining authority first drops to the
     /// warning; re-armed once a renewal restored it. Returns whether a warning stands.
-    fn warn_if_low(&self, term: &Leadership, warned: bool) -> bool {
+    fn warn_if_low(&self, term: &Term, warned: bool) -> bool {
         let remaining = term.remaining();
         if remaining.as_millis() > u128::from(self.settings.warning_ms) {
             return false;
         }
-        if !warned && term.is_leader() {
+        if !warned && term.is_held() {
             warn!(node = self.node(), resource = %self.resource, epoch = term.epoch(),
                   remaining_ms = remaining.as_millis() as u64, "leader's safe time runs low");
-            self.outbox.push(LeaderEvent::SafeTimeLow {
+            self.outbox.push(ElectionEvent::SafeTimeLow {
                 epoch: term.epoch(),
                 remaining,
                 safe_until: term.safe_until(),
@@ -295,7 +295,7 @@ impl Campaign {
 
     /// Reads the head: `Some(head)` if it no longer names this term (`None` inside: no
     /// head at all); `None` while it does, or if the read failed (tried again next period).
-    async fn check(&self, term: &Leadership) -> Option<Option<CellHead>> {
+    async fn check(&self, term: &Term) -> Option<Option<CellHead>> {
         let shared = &term.term.lease;
         let read = bounded(
             self.fence.clock(),
@@ -316,7 +316,7 @@ impl Campaign {
     /// write of it in flight) before that is reported.
     async fn deposed(
         &self,
-        term: &Leadership,
+        term: &Term,
         head: Option<CellHead>,
     ) -> (StepDown, Option<Option<Leader>>) {
         let leader = leader_of(head.as_ref());
@@ -331,7 +331,7 @@ impl Campaign {
     /// Ends the term on purpose (`why`) and releases the cell; if the release fails, the
     /// claim is closed instead (nothing more is sent through it), so the term's holders
     /// learn of the end at once either way.
-    async fn resign(&self, term: &Leadership, why: StepDown) -> (StepDown, Option<Option<Leader>>) {
+    async fn resign(&self, term: &Term, why: StepDown) -> (StepDown, Option<Option<Leader>>) {
         let why = term.end(why);
         match term.claim().release_shared().await {
             Ok(()) => (why, Some(None)),
