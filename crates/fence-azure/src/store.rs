@@ -393,7 +393,7 @@ impl ConditionalStore for AzureStore {
     }
 
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
-        self.list_keys(prefix).await
+        self.list_keys(prefix).await.map_err(|e| e.listing(prefix))
     }
 
     fn capabilities(&self) -> Capabilities {

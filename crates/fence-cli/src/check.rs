@@ -2,10 +2,12 @@
 //! (docs/protocol.md), each violation named by key, field and rule.
 //!
 //! The checks are stricter than fence's own readers, which accept what they can act on
-//! safely (a version-1 lease without a nonce, a `null` owner in a version-2 head): `check`
-//! reports everything a conforming writer would not have written, so an operator can trust a
-//! bucket another implementation wrote to. Seed and version-1 records are readable and are
-//! reported as notes, not violations.
+//! safely (a version-1 lease without a nonce): `check` reports everything a conforming writer
+//! would not have written, so an operator can trust a bucket another implementation wrote to.
+//! What fence's readers refuse (a `null` owner in a version-2 head, a live lease without
+//! `ttl_ms`, two members of one name, …) they refuse through the same functions of
+//! [`fence_core::record::rules`], in the same words. Seed and version-1 records are readable
+//! and are reported as notes, not violations.
 //!
 //! The `--json` shape (fields are only ever added):
 //!
@@ -35,6 +37,8 @@ use std::sync::Arc;
 
 use base64::Engine;
 use bytes::Bytes;
+use fence_core::decide::observe::MAX_RECORD_TTL_MS;
+use fence_core::record::{rules, HeadFormat};
 use fence_core::{ConditionalStore, ErrorKind, Key};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -43,59 +47,9 @@ use crate::exit::{describe, shown, Failure};
 
 mod assignment;
 
-/// The rules of docs/protocol.md §13.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Rule {
-    /// Not JSON, not an object, (a v1 data head) no header line, or a record the store will
-    /// not return whole (over its record limit).
-    Unparseable,
-    /// A field of the wrong JSON type.
-    WrongType,
-    /// A required field is absent.
-    MissingField,
-    /// `v` is not a version the protocol defines for the record.
-    UnknownVersion,
-    /// A negative, fractional, exponent or out-of-range number.
-    BadInteger,
-    /// A head whose epoch cannot be raised (or is 0).
-    EpochNotRaisable,
-    /// A missing or empty nonce where the version needs one.
-    BadNonce,
-    /// A lease under another node's key, an empty generation, an invalid node id.
-    BadIdentity,
-    /// More than one payload field, bad base64, a bad `blob`.
-    BadPayload,
-    /// A payload object the head names is missing or of another length.
-    MissingPayload,
-    /// A key of no known shape under `nodes/`, `cells/` or `fleet/`, or a name that is not a
-    /// valid segment.
-    BadName,
-    /// A log head breaking the log's rules, or a committed log record missing.
-    BadLog,
-    /// A seed or version-1 record: readable (a note, not a violation).
-    LegacyFormat,
-}
-
-impl Rule {
-    fn name(self) -> &'static str {
-        match self {
-            Rule::Unparseable => "unparseable",
-            Rule::WrongType => "wrong-type",
-            Rule::MissingField => "missing-field",
-            Rule::UnknownVersion => "unknown-version",
-            Rule::BadInteger => "bad-integer",
-            Rule::EpochNotRaisable => "epoch-not-raisable",
-            Rule::BadNonce => "bad-nonce",
-            Rule::BadIdentity => "bad-identity",
-            Rule::BadPayload => "bad-payload",
-            Rule::MissingPayload => "missing-payload",
-            Rule::BadName => "bad-name",
-            Rule::BadLog => "bad-log",
-            Rule::LegacyFormat => "legacy-format",
-        }
-    }
-}
+/// The rules of docs/protocol.md §13: fence-core's, which its readers apply too (a record
+/// `check` calls corrupt is one fence refuses, in the same words).
+pub use fence_core::record::rules::Rule;
 
 /// One finding.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -126,6 +80,10 @@ pub struct Report {
 }
 
 impl Report {
+    fn breach(&mut self, key: &str, b: rules::Breach) {
+        self.add(key, b.field, b.rule, b.detail);
+    }
+
     fn add(&mut self, key: &str, field: Option<&str>, rule: Rule, detail: impl Into<String>) {
         let f = Finding {
             key: key.to_owned(),
@@ -333,16 +291,19 @@ struct Fields<'a> {
 
 impl<'a> Fields<'a> {
     fn parse(report: &'a mut Report, key: &'a str, bytes: &[u8]) -> Option<Self> {
-        match serde_json::from_slice::<Value>(bytes) {
-            Ok(Value::Object(map)) => Some(Fields { report, key, map }),
-            Ok(_) => {
-                report.add(key, None, Rule::Unparseable, "not a JSON object");
+        match rules::parse_object(bytes) {
+            Ok(map) => Some(Fields { report, key, map }),
+            Err(breach) => {
+                report.breach(key, breach);
                 None
             }
-            Err(e) => {
-                report.add(key, None, Rule::Unparseable, format!("not JSON: {e}"));
-                None
-            }
+        }
+    }
+
+    /// Reports `breach` of a shared rule, if any.
+    fn breach(&mut self, breach: Option<rules::Breach>) {
+        if let Some(b) = breach {
+            self.report.breach(self.key, b);
         }
     }
 
@@ -419,7 +380,7 @@ fn check_lease(report: &mut Report, key: &str, node: &str, body: &[u8]) {
             );
         }
     }
-    f.u64("expires_ms", true, false);
+    let expires_ms = f.u64("expires_ms", true, false);
     f.string("addr", strict, !strict);
     if let Some(p) = f.u64("peer_protocol", strict, !strict) {
         if p > u64::from(u32::MAX) {
@@ -427,7 +388,18 @@ fn check_lease(report: &mut Report, key: &str, node: &str, body: &[u8]) {
         }
     }
     let generation = f.string("generation", strict, !strict);
-    f.u64("ttl_ms", false, !strict);
+    let ttl_ms = f.u64("ttl_ms", false, !strict);
+    if let Some(expires_ms) = expires_ms {
+        // A `ttl_ms` of the wrong type was named above.
+        if ttl_ms.is_some() || !f.map.contains_key("ttl_ms") {
+            f.breach(rules::lease_ttl(strict, expires_ms, ttl_ms));
+        }
+    }
+    if let Some(t) = ttl_ms.filter(|t| *t > MAX_RECORD_TTL_MS) {
+        let detail =
+            format!("{t} ms is longer than a century ({MAX_RECORD_TTL_MS} ms): readers ignore it");
+        f.add("ttl_ms", Rule::BadInteger, detail);
+    }
     if !strict {
         f.string("nonce", false, true);
         f.report.add(
@@ -477,9 +449,15 @@ impl Ctx<'_> {
             ),
             _ => {}
         }
-        check_owner(&mut f, v);
+        let format = match v {
+            None => HeadFormat::Seed,
+            Some(1) => HeadFormat::V1,
+            _ => HeadFormat::V2,
+        };
+        check_owner(&mut f, format);
         if let Some(epoch) = f.u64("epoch", true, false) {
-            if epoch == u64::MAX || (epoch == 0 && v == Some(2)) {
+            f.breach(rules::zero_epoch(format, epoch));
+            if epoch == u64::MAX {
                 f.add(
                     "epoch",
                     Rule::EpochNotRaisable,
@@ -583,11 +561,12 @@ fn check_nonce(f: &mut Fields<'_>, required: bool, what: &str) {
     }
 }
 
-fn check_owner(f: &mut Fields<'_>, v: Option<u64>) {
-    let required = v.is_some();
+fn check_owner(f: &mut Fields<'_>, format: HeadFormat) {
     // Version 2 writes "" for no owner; version 1 wrote null; the seed may leave it out.
-    if let Some(n) = f.string("node", required, v != Some(2)) {
-        if !n.is_empty() && !valid_name(&n) {
+    let node = rules::head_node(format, f.map.get("node").cloned());
+    let node = node.map_err(|b| f.breach(Some(b))).ok().flatten();
+    if let Some(n) = node {
+        if !valid_name(&n) {
             f.add(
                 "node",
                 Rule::BadIdentity,
@@ -656,8 +635,10 @@ pub fn log_problems(payload: &[u8], exists: impl Fn(&str) -> bool) -> Vec<String
     if payload.is_empty() {
         return Vec::new();
     }
-    let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(payload) else {
-        return vec!["the cell has log records but its data is not a log head".into()];
+    let map = match rules::parse_object(payload) {
+        Ok(map) => map,
+        Err(b) if b.rule == Rule::DuplicateMember => return vec![format!("a log head with {b}")],
+        Err(_) => return vec!["the cell has log records but its data is not a log head".into()],
     };
     let next = map.get("next").and_then(Value::as_u64);
     let runs = map.get("runs").and_then(Value::as_array);

@@ -26,15 +26,21 @@
 //! own (mounts propagate into it from the host, never out of it) and mounts a `/proc` of the
 //! new PID namespace, so that what the command reads in `/proc` agrees with the PIDs it is
 //! given; it also asks for SIGKILL when the gate dies. The gate then passes every signal from
-//! `fence run` to the init and exits with its status. It also watches over the init: should
-//! `fence run` die (the gate's parent-death signal) and the init not have ended the command
-//! within its orphan grace and TTL/3 more (it is stopped or stuck), the gate SIGKILLs it,
-//! which ends the namespace. Where any step is refused, the gate
-//! reports why and exits, and `fence run` falls back to [`crate::members::Tracked`] (or
-//! refuses, with `--containment=required`).
+//! `fence run` to the init and exits with its status.
+//!
+//! **The kill timer.** Before it starts the init, the gate arms a kernel timer that SIGKILLs
+//! the gate at the end of the lease's authority ([`crate::killtimer`]); `fence run` moves it
+//! on after every renewal. The gate's death kills the init, and the init's the namespace, so
+//! the namespace ends by the authority's end even if `fence run`, the gate and the init are
+//! all stopped. Should `fence run` die (the gate's parent-death signal, or the end of the
+//! deadline pipe), the timer moves to the init's orphan grace and TTL/3 more, if that is
+//! sooner: a stopped or stuck init does not keep the command running for the rest of the
+//! authority. Where any step is refused, the gate reports why and exits, and `fence run`
+//! falls back to [`crate::members::Tracked`] (or refuses, with `--containment=required`).
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use crate::reaper::{ReaperArgs, Role};
 
@@ -117,6 +123,24 @@ fn refuse(args: &ReaperArgs, why: &Uncontained) -> u8 {
 }
 
 async fn gate(args: &ReaperArgs) -> u8 {
+    // The kill timer first: from here on the namespace cannot outlive the lease's authority.
+    let mut kill = match args.kill {
+        Some(k) => match crate::killtimer::KillTimer::arm(k.at, k.deadline_fd) {
+            Ok(timer) => timer,
+            Err(e) => {
+                return refuse(
+                    args,
+                    &Uncontained(format!("cannot arm its kill timer: {e}")),
+                )
+            }
+        },
+        None => {
+            return refuse(
+                args,
+                &Uncontained("no boot clock for its kill timer".to_owned()),
+            )
+        }
+    };
     let started = crate::signals::Signals::install(&[]).and_then(|s| Ok((s, spawn_init(args)?)));
     let (mut signals, mut init) = match started {
         Ok(s) => s,
@@ -127,16 +151,10 @@ async fn gate(args: &ReaperArgs) -> u8 {
     let _ = nix::unistd::close(args.report_fd);
     let pid = nix::unistd::Pid::from_raw(init.id().map_or(0, |p| p as i32));
     crate::procs::signal_on_parent_death(GATE_PARENT_DEATH);
-    let clock = fence_core::Clock::system();
-    let mut watchdog = Watchdog::Armed;
     loop {
-        if watchdog == Watchdog::Armed && !supervisor_alive(args) {
-            watchdog = Watchdog::KillAt(clock.mono_ms() + orphan_deadline(args));
+        if !supervisor_alive(args) {
+            kill.orphan(orphan_deadline(args));
         }
-        let kill_at = match watchdog {
-            Watchdog::KillAt(at) => Some(at),
-            _ => None,
-        };
         tokio::select! {
             status = init.wait() => return status_code(status),
             s = signals.recv() => {
@@ -144,12 +162,7 @@ async fn gate(args: &ReaperArgs) -> u8 {
                     crate::procs::send_number(pid, s.0, false);
                 }
             }
-            () = clock.sleep_until(kill_at.unwrap_or(0)), if kill_at.is_some() => {
-                // The init has not ended the command in time after `fence run` died: it is
-                // stopped or stuck. Its death ends the namespace.
-                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
-                watchdog = Watchdog::Fired;
-            }
+            () = kill.follow(orphan_deadline(args)) => {}
         }
     }
 }
@@ -158,28 +171,17 @@ async fn gate(args: &ReaperArgs) -> u8 {
 /// from one `fence run` forwards by `fence run` no longer being the gate's parent.
 const GATE_PARENT_DEATH: nix::sys::signal::Signal = nix::sys::signal::Signal::SIGPWR;
 
-/// The gate's watch over the init once `fence run` is gone.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Watchdog {
-    /// `fence run` is alive.
-    Armed,
-    /// `fence run` is gone: SIGKILL the init at this instant (monotonic ms) if it is still
-    /// there.
-    KillAt(u64),
-    /// The init was sent SIGKILL.
-    Fired,
-}
-
 fn supervisor_alive(args: &ReaperArgs) -> bool {
     nix::unistd::getppid().as_raw() == args.supervisor
 }
 
-/// How long after `fence run`'s death the gate gives the init to end the command: its
-/// orphan grace (at most TTL/4) and the heartbeat silence (TTL/3) more. Together under 2/3 of
-/// a TTL, the least time before a peer can take over a lease renewed every TTL/3: a stopped
-/// or stuck init does not keep the command running beside the next holder.
-fn orphan_deadline(args: &ReaperArgs) -> u64 {
-    (args.orphan_grace + args.silence).as_millis() as u64
+/// How long after `fence run`'s death the gate's kill timer gives the init to end the
+/// command (if the authority does not end sooner): its orphan grace (at most TTL/4) and the
+/// heartbeat silence (TTL/3) more. Together under 2/3 of a TTL, the least time before a peer
+/// can take over a lease renewed every TTL/3: a stopped or stuck init does not keep the
+/// command running beside the next holder.
+pub fn orphan_deadline(args: &ReaperArgs) -> Duration {
+    args.orphan_grace + args.silence
 }
 
 fn status_code(status: std::io::Result<std::process::ExitStatus>) -> u8 {
@@ -198,6 +200,7 @@ fn status_code(status: std::io::Result<std::process::ExitStatus>) -> u8 {
 fn spawn_init(args: &ReaperArgs) -> std::io::Result<tokio::process::Child> {
     let init = ReaperArgs {
         role: Role::Init,
+        kill: None,
         ..args.clone()
     };
     let mut cmd = tokio::process::Command::new(crate::reaper::self_exe()?);

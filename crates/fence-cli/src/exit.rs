@@ -4,11 +4,11 @@
 //! |---|---|
 //! | 0 | success (`probe`: the store is honest) |
 //! | 1 | a check failed: `demo` saw a broken invariant, `probe` caught a contract violation |
-//! | 2 | usage: bad arguments, bad store URL (or bucket name), missing store directory, invalid lease name, missing store configuration (no credential source, no account) |
+//! | 2 | usage: bad arguments, bad store URL (or bucket name), missing store directory, invalid lease name, missing store configuration (no credential source, no account); `release` without proof that `FENCE_HOLDER` names this lease's holder (nothing signalled) |
 //! | 3 | `get`: no such key in the cell; `status NAME`, `break`: no such lease |
 //! | 69 | the store failed: unreachable, denied, timed out, no credentials from a metadata endpoint, corrupt record (`status`: some record is bad; `probe`: could not tell) |
 //! | 75 | busy: the lease is held by another process not yet seen dead (`run` or `acquire` without a wait, or its wait ran out; `--conflict-exit-code` changes it); `break`: the holder looks alive |
-//! | 76 | fenced: `put` with an epoch that is no longer current; `run` lost its lease while the command ran (the command was terminated; `--fenced-exit-code` changes it); `release`: the lease was lost before it |
+//! | 76 | fenced: `put` with an epoch that is no longer current; `run` lost its lease while the command ran (the command was terminated; `--fenced-exit-code` changes it); `release`: the lease was lost before it (or its holder was killed) |
 //! | 126, 127 | `run`: the command could not be executed / was not found |
 //!
 //! Otherwise `run` exits with its command's code, or 128 + N if a signal N killed it.
@@ -54,7 +54,7 @@ impl Failure {
     pub fn new(code: u8, message: impl Into<String>) -> Self {
         Failure {
             code,
-            message: one_line(&message.into()),
+            message: fence::message::one_line(&message.into()),
         }
     }
 
@@ -111,10 +111,11 @@ impl fmt::Display for Failure {
 impl From<Error> for Failure {
     /// A write whose outcome is unknown (it may have landed) exits 69 whatever its kind:
     /// 75 and 76 say the store proved nothing was written. Missing credentials are said as
-    /// such, with what to set ([`crate::stores::credential_failure`]).
+    /// such, with what to set ([`fence::missing_credentials`]): exit 2 when no source could
+    /// be tried, 69 when a service asked (a metadata endpoint) gave none.
     fn from(e: Error) -> Self {
-        if let Some(f) = crate::stores::credential_failure(&e) {
-            return f;
+        if let Some(missing) = fence::missing_credentials(&e) {
+            return Failure::new(code_of(missing.kind()), describe(&missing));
         }
         let code = if e.is_ambiguous() {
             STORE
@@ -155,120 +156,7 @@ fn head(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
-/// Longest part of one cause that a message repeats (HTTP bodies can be long).
-const CAUSE_CHARS: usize = 300;
-
-/// One plain line for `e`: what failed, then each underlying cause that adds something (an
-/// unreachable endpoint, missing credentials, the store's error code and message), never Rust
-/// debug text or HTTP-client internals.
-///
-/// ```
-/// use fence_core::{Error, ErrorKind};
-/// let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
-/// let e = Error::new(ErrorKind::Unavailable, "listing failed").with_source(io).not_committed();
-/// assert_eq!(fence_cli::exit::describe(&e), "store unavailable: listing failed: connection refused");
-/// ```
-pub fn describe(e: &Error) -> String {
-    with_causes(e.to_string(), std::error::Error::source(e))
-}
-
-/// `line`, then `: ` and each of `cause` and its sources that adds something, plainly.
-pub(crate) fn with_causes(
-    mut line: String,
-    mut cause: Option<&(dyn std::error::Error + 'static)>,
-) -> String {
-    let mut seen: Vec<String> = vec![line.clone()];
-    while let Some(c) = cause {
-        let text = one_line(&c.to_string());
-        // Error chains often repeat their cause in their own text: skip what was said.
-        if !text.is_empty() && !seen.iter().any(|s| s.contains(&text)) {
-            line.push_str(": ");
-            line.push_str(&plain_cause(&text));
-            seen.push(text);
-        }
-        cause = c.source();
-    }
-    line
-}
-
-/// A cause as an operator reads it: an HTTP error answer as its status, error code and message
-/// (`HTTP 403 Forbidden: SignatureDoesNotMatch: The request signature …`), a transport failure
-/// as the server asked (scheme, host and port) and what failed, without the client's request
-/// line and timing; at most 300 characters, cut at a character boundary and marked `…`.
-///
-/// ```
-/// use fence_cli::exit::plain_cause;
-/// let text = "Generic S3 error: Error performing GET http://h/b?list-type=2 in 10ms - Server \
-///     returned non-2xx status code: 403 Forbidden: <Error><Code>SignatureDoesNotMatch</Code>\
-///     <Message>The request signature &amp; more</Message></Error>";
-/// assert_eq!(
-///     plain_cause(text),
-///     "HTTP 403 Forbidden: SignatureDoesNotMatch: The request signature & more"
-/// );
-/// let text = "Generic S3 error: Error performing GET http://127.0.0.1:9/b?x=1 in 51µs - HTTP \
-///     error: error sending request";
-/// assert_eq!(plain_cause(text), "http://127.0.0.1:9: HTTP error: error sending request");
-/// ```
-pub fn plain_cause(text: &str) -> String {
-    const STATUS: &str = "Server returned non-2xx status code: ";
-    let plain = if let Some(at) = text.find(STATUS) {
-        http_answer(&text[at + STATUS.len()..])
-    } else if let Some((request, failure)) = text
-        .find("Error performing ")
-        .and_then(|at| text[at..].split_once(" - "))
-    {
-        match origin(request) {
-            Some(server) => format!("{server}: {failure}"),
-            None => failure.to_owned(),
-        }
-    } else {
-        text.to_owned()
-    };
-    if plain.chars().count() <= CAUSE_CHARS {
-        return plain;
-    }
-    let cut: String = plain.chars().take(CAUSE_CHARS).collect();
-    format!("{cut}…")
-}
-
-/// `scheme://host[:port]` of the URL in `Error performing GET <url> in …`, if there is one.
-fn origin(request: &str) -> Option<&str> {
-    let url = request.split_whitespace().find(|w| w.contains("://"))?;
-    let (scheme, rest) = url.split_once("://")?;
-    let host = rest.split(['/', '?']).next()?;
-    Some(&url[..scheme.len() + 3 + host.len()])
-}
-
-/// `403 Forbidden: <Error><Code>C</Code><Message>M</Message></Error>` → `HTTP 403 Forbidden:
-/// C: M`.
-fn http_answer(answer: &str) -> String {
-    let (status, body) = answer.split_once(": ").unwrap_or((answer, ""));
-    let mut out = format!("HTTP {}", status.trim().trim_end_matches(':'));
-    for name in ["Code", "Message"] {
-        if let Some(value) = xml_text(body, name) {
-            out.push_str(": ");
-            out.push_str(&value);
-        }
-    }
-    out
-}
-
-/// The unescaped text of the first `<name>` element in `body`, if it has any.
-fn xml_text(body: &str, name: &str) -> Option<String> {
-    let open = format!("<{name}>");
-    let start = body.find(&open)? + open.len();
-    let end = body[start..]
-        .find(&format!("</{name}>"))
-        .map_or(body.len(), |n| start + n);
-    let text = body[start..end]
-        .replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&quot;", "\"")
-        .replace("&apos;", "'")
-        .replace("&amp;", "&");
-    let text = one_line(&text);
-    (!text.is_empty()).then_some(text)
-}
+pub use fence::message::{describe, plain_cause};
 
 /// Why a lease was lost, in words.
 ///
@@ -315,8 +203,4 @@ pub fn code_of(kind: ErrorKind) -> u8 {
         ErrorKind::InvalidKey | ErrorKind::InvalidInput => USAGE,
         _ => STORE,
     }
-}
-
-fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }

@@ -5,10 +5,12 @@
 //! without spawning the binary.
 //!
 //! - [`run`]: hold a lease while a command runs (`fence run`), with [`tree`], [`reaper`],
-//!   [`contain`], [`members`], [`signals`] and [`procs`] keeping every process of the
-//!   command together; [`take`] takes the lease (waits, `--limit` slots, cells no `fence
+//!   [`contain`], [`members`], [`killtimer`], [`signals`] and [`procs`] keeping every
+//!   process of the command together; [`take`] takes the lease (waits, `--limit` slots, cells no `fence
 //!   run` holds) and [`sightings`] keeps what a run saw of a busy lease for the next run on
 //!   this host (cron);
+//! - [`script`]: a lease held across a section of a shell script (`fence acquire`, `fence
+//!   release`), [`holder`] proving to `fence release` which process holds it;
 //! - [`kv`]: fenced writes and reads of named values in a cell (`fence put`, `fence get`);
 //! - [`status`]: leases and cells (`fence status`);
 //! - [`check`]: every record checked against the wire protocol (`fence check`);
@@ -47,6 +49,8 @@ pub mod check;
 pub mod contain;
 pub mod demo;
 pub mod exit;
+pub mod holder;
+pub mod killtimer;
 pub mod kv;
 mod link;
 pub mod members;

@@ -152,7 +152,8 @@ enum Cmd {
         #[arg(long, short)]
         verbose: bool,
         /// Hold the lease for this process (`fence acquire`'s holder; internal).
-        #[arg(long, hide = true, value_name = "PID")]
+        #[arg(long, hide = true, value_name = "PID",
+              value_parser = clap::value_parser!(i32).range(1..))]
         for_pid: Option<i32>,
         /// The command and its arguments, after `--` (none: hold the lease until a signal).
         #[arg(last = true, num_args = 0.., value_parser = clap::value_parser!(OsString))]
@@ -185,11 +186,12 @@ enum Cmd {
         #[command(flatten)]
         taking: Taking,
         /// The script's process, whose end releases the lease (default: the parent process).
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
         pid: Option<i32>,
     },
-    /// Releases a lease `fence acquire` took: exit 0 if its holder held it to the end, 76 if
-    /// it was lost meanwhile.
+    /// Releases a lease `fence acquire` took in this script: exit 0 if its holder held it to
+    /// the end, 76 if it was lost meanwhile. Signals only the holder FENCE_HOLDER proves;
+    /// refuses (exit 2) without that proof.
     #[command(after_help = "Example:\n  fence release   # after eval \"$(fence acquire …)\"")]
     Release {
         /// Store URL.
@@ -198,9 +200,14 @@ enum Cmd {
         /// The lease (cell) name (a slot's own name with --limit).
         #[arg(long, env = "FENCE_LEASE")]
         lease: String,
-        /// The holder's pid (default: FENCE_HOLDER, else the one the lease record names).
-        #[arg(long, env = "FENCE_HOLDER")]
-        holder: Option<i32>,
+        /// The holder's token, as `fence acquire` exports it (default: FENCE_HOLDER).
+        #[arg(
+            long,
+            env = "FENCE_HOLDER",
+            value_name = "TOKEN",
+            hide_env_values = true
+        )]
+        holder: Option<String>,
         /// How long to wait for the holder to let go.
         #[arg(long, default_value = "30s", value_parser = duration)]
         timeout: Duration,
@@ -332,6 +339,10 @@ enum Cmd {
         silence_ms: u64,
         #[arg(long)]
         foreground: bool,
+        #[arg(long, requires = "deadline_fd")]
+        kill_at_boot_ms: Option<u64>,
+        #[arg(long, requires = "kill_at_boot_ms")]
+        deadline_fd: Option<i32>,
         #[arg(last = true, num_args = 1.., value_parser = clap::value_parser!(OsString))]
         command: Vec<OsString>,
     },
@@ -350,6 +361,10 @@ enum Cmd {
 impl Cmd {
     fn name(&self) -> &'static str {
         match self {
+            // `fence acquire`'s holder speaks as `fence acquire`.
+            Cmd::Run {
+                for_pid: Some(_), ..
+            } => "acquire",
             Cmd::Run { .. } => "run",
             Cmd::Put { .. } => "put",
             Cmd::Get { .. } => "get",
@@ -447,6 +462,8 @@ fn main() -> ExitCode {
             orphan_grace_ms,
             silence_ms,
             foreground,
+            kill_at_boot_ms,
+            deadline_fd,
             command,
         } => ExitCode::from(reaper::reaper_main(reaper::ReaperArgs {
             role,
@@ -457,6 +474,9 @@ fn main() -> ExitCode {
             orphan_grace: Duration::from_millis(orphan_grace_ms),
             silence: Duration::from_millis(silence_ms),
             foreground,
+            kill: kill_at_boot_ms
+                .zip(deadline_fd)
+                .map(|(at, deadline_fd)| reaper::KillArgs { at, deadline_fd }),
             command,
         })),
         command => serve(command, cli.file_mode),
@@ -607,7 +627,7 @@ async fn dispatch(cmd: Cmd, file_mode: Option<u32>) -> Result<u8, Failure> {
         } => {
             names::check_lease(&lease)?;
             let store = stores::open_shared(&store, None, reading)?;
-            script::release(&store.store, &lease, holder, timeout).await
+            script::release(&store.url, &lease, holder.as_deref(), timeout).await
         }
         Cmd::Put {
             store,

@@ -28,6 +28,9 @@
 //! itself already), and N counts the SIGCONTs passed on for `fence run` so far, so that a stop
 //! `fence run` has continued the command past before it read the line is not acted on.
 //!
+//! A third pipe carries the deadlines of the kill timer ([`crate::killtimer`]) of the process
+//! `fence run` starts: the tracker's own, or in a namespace the gate's (the init has none).
+//!
 //! When the command exits, when asked, or when `fence run` dies, every process of the command
 //! gets SIGTERM (and SIGCONT, so stopped ones see it), and SIGKILL after the grace period,
 //! again and again until none is left — SIGKILL at once if they are frozen for want of
@@ -46,6 +49,8 @@ use nix::sys::signal::Signal;
 use nix::unistd::{getppid, Pid};
 use tokio::sync::mpsc;
 
+use crate::contain::orphan_deadline;
+use crate::killtimer::KillTimer;
 use crate::members::{Members, Namespace, Tracked};
 use crate::procs::{self, LeaderState};
 use crate::signals::{Caught, Signals};
@@ -132,8 +137,21 @@ pub struct ReaperArgs {
     pub silence: Duration,
     /// Whether `fence run` was the foreground of its terminal (the command gets the terminal).
     pub foreground: bool,
+    /// The kill timer of the process `fence run` starts ([`crate::killtimer`]): its first
+    /// deadline (`CLOCK_BOOTTIME` ms) and the read end of the pipe that moves it. `None` for
+    /// the init, and where the host has no such clock.
+    pub kill: Option<KillArgs>,
     /// The command.
     pub command: Vec<OsString>,
+}
+
+/// Where the kill timer starts and how `fence run` moves it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KillArgs {
+    /// The first deadline (`CLOCK_BOOTTIME` ms).
+    pub at: u64,
+    /// The read end of the deadline pipe (an inherited file descriptor number).
+    pub deadline_fd: i32,
 }
 
 impl ReaperArgs {
@@ -154,6 +172,10 @@ impl ReaperArgs {
         .collect();
         if self.foreground {
             argv.push("--foreground".into());
+        }
+        if let Some(kill) = self.kill {
+            argv.push(format!("--kill-at-boot-ms={}", kill.at).into());
+            argv.push(format!("--deadline-fd={}", kill.deadline_fd).into());
         }
         argv.push("--".into());
         argv.extend(self.command.iter().cloned());
@@ -298,6 +320,15 @@ impl Reaper {
         } else {
             &[]
         };
+        // The tracker's kill timer, before the command starts (the init has none: the gate's
+        // is the namespace's).
+        let mut kill = args.kill.and_then(|k| {
+            KillTimer::arm(k.at, k.deadline_fd)
+                .inspect_err(|e| {
+                    eprintln!("fence run: warning: the supervising process has no kill timer: {e}")
+                })
+                .ok()
+        });
         let setup = Signals::install(extra).and_then(|signals| {
             let chld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())?;
             Ok((signals, chld, spawn_exec_stage(&args)?))
@@ -328,9 +359,13 @@ impl Reaper {
                 s = signals.recv() => reaper.on_signal(s),
                 _ = chld.recv() => {}
                 _ = reaper.clock.sleep(reaper.tick()) => {}
+                () = follow(&mut kill, orphan_deadline(&reaper.args)) => {}
             }
             if let Some(code) = reaper.step() {
                 return code;
+            }
+            if let Some(kill) = kill.as_mut().filter(|_| !reaper.supervisor_alive()) {
+                kill.orphan(orphan_deadline(&reaper.args));
             }
         }
     }
@@ -477,6 +512,14 @@ impl Reaper {
                 self.end(self.args.grace);
             }
         }
+    }
+}
+
+/// Applies the next deadline `fence run` sends for the kill timer, if there is one.
+async fn follow(kill: &mut Option<KillTimer>, orphan_limit: Duration) {
+    match kill {
+        Some(kill) => kill.follow(orphan_limit).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -20,13 +20,13 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use fence_core::{CellClaim, Clock, LeaseKeeper};
+use fence_core::{CellClaim, Clock, ErrorKind, LeaseKeeper};
 use nix::sys::signal::Signal;
 
 use crate::contain::Containment;
 use crate::exit::{describe, lease_lost, shown, Failure, CANNOT_EXECUTE, OK, STORE};
 use crate::names::check_lease;
-use crate::script::{self, Watched};
+use crate::script;
 use crate::signals::{stop_self, terminates, Caught, Signals};
 use crate::stores::OpenedStore;
 use crate::take::{self, Taken};
@@ -77,6 +77,16 @@ impl RunOptions {
         shown(&self.lease)
     }
 
+    /// How this process's messages begin: `fence acquire` for its holder (`for_pid`), else
+    /// `fence run`.
+    pub fn said_as(&self) -> &'static str {
+        if self.for_pid.is_some() {
+            "fence acquire"
+        } else {
+            "fence run"
+        }
+    }
+
     /// The grace period when `fence run` itself is gone: at most TTL/4, so a holder that was
     /// renewing (every TTL/3) has its tree gone before its lease can expire.
     fn orphan_grace(&self) -> Duration {
@@ -88,29 +98,45 @@ impl RunOptions {
 ///
 /// The node lease's record stays after release (marked released): every run of the lease
 /// uses the same node id, so records do not pile up.
-struct Held {
-    keeper: LeaseKeeper,
-    claim: CellClaim,
+pub(crate) struct Held {
+    pub(crate) keeper: LeaseKeeper,
+    pub(crate) claim: CellClaim,
     /// The slot, with `--limit`.
-    slot: Option<u32>,
+    pub(crate) slot: Option<u32>,
+    /// How warnings begin ([`RunOptions::said_as`]).
+    said_as: &'static str,
 }
 
 impl Held {
-    /// Releases the cell (keeping its epoch), then the node lease.
-    async fn release(self) {
-        let cell = self.claim.cell().to_owned();
-        if let Err(e) = self.claim.release().await {
-            errln!(
-                "fence run: warning: could not release lease {}: {}",
+    /// Releases the cell (keeping its epoch), then the node lease; says on stderr if the cell
+    /// could not be released.
+    pub(crate) async fn release(self) {
+        let (cell, said_as) = (self.claim.cell().to_owned(), self.said_as);
+        match self.release_quietly().await {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::Fenced => errln!(
+                "{said_as}: warning: lease {} was no longer this process's when it released it: {}",
                 shown(&cell),
                 describe(&e)
-            );
+            ),
+            Err(e) => errln!(
+                "{said_as}: warning: could not release lease {}: {}",
+                shown(&cell),
+                describe(&e)
+            ),
         }
+    }
+
+    /// Releases the cell (keeping its epoch), then the node lease; the cell's release's
+    /// error, if any (the node lease is released whatever it was).
+    pub(crate) async fn release_quietly(self) -> Result<(), fence_core::Error> {
+        let released = self.claim.release().await;
         self.keeper.release().await;
+        released
     }
 
     /// Gives up a lost lease.
-    async fn abandon(self) {
+    pub(crate) async fn abandon(self) {
         drop(self.claim);
         self.keeper.release().await;
     }
@@ -135,9 +161,12 @@ pub async fn run(opts: RunOptions) -> Result<u8, Failure> {
         keeper,
         claim,
         slot,
+        said_as: opts.said_as(),
     };
-    if opts.command.is_empty() {
-        return hold(held, signals, &opts).await;
+    match (opts.command.is_empty(), opts.for_pid) {
+        (true, Some(script)) => return script::hold_for(held, signals, &opts, script).await,
+        (true, None) => return hold(held, signals, &opts).await,
+        (false, _) => {}
     }
     supervise(held, signals, &opts).await
 }
@@ -158,7 +187,7 @@ pub(crate) async fn until_terminating(signals: &mut Signals) -> Caught {
 /// Resolves once the lease is lost, with the reason in words. Besides the keeper's own
 /// verdict, looks at the monotonic authority now and then (after a pause of this process, the
 /// keeper's timer and this check race; either one ends the command).
-async fn lease_gone(keeper: &LeaseKeeper, ttl: Duration) -> String {
+pub(crate) async fn lease_gone(keeper: &LeaseKeeper, ttl: Duration) -> String {
     let clock = Clock::system();
     let every = (ttl / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
     tokio::select! {
@@ -171,37 +200,12 @@ async fn lease_gone(keeper: &LeaseKeeper, ttl: Duration) -> String {
     }
 }
 
-/// No command: prints the epoch and holds the lease until a signal (exit 0) or its loss —
-/// or, for a script (`for_pid`), until that process ends.
+/// No command: prints the epoch and holds the lease until a signal (exit 0) or its loss
+/// (`fence acquire`'s holder is [`script::hold_for`]).
 async fn hold(held: Held, mut signals: Signals, opts: &RunOptions) -> Result<u8, Failure> {
-    let script = match opts.for_pid.map(Watched::new) {
-        None => None,
-        Some(Some(script)) => Some(script),
-        Some(None) => {
-            // The script ended before the lease was taken: nobody to hold it for.
-            held.release().await;
-            return Ok(OK);
-        }
-    };
-    match script {
-        // `fence acquire` is gone (Ctrl-C): nobody will eval the epoch, so nobody holds it.
-        Some(_) if !report_to_acquire(&held) => {
-            held.release().await;
-            return Ok(OK);
-        }
-        Some(_) => {}
-        None => outln!("{}", held.claim.epoch()),
-    }
-    let every = (opts.ttl / 10).clamp(Duration::from_millis(10), Duration::from_millis(250));
-    let script_ended = async {
-        match &script {
-            Some(s) => s.ended(every).await,
-            None => std::future::pending().await,
-        }
-    };
+    outln!("{}", held.claim.epoch());
     let lost = tokio::select! {
         _ = until_terminating(&mut signals) => None,
-        () = script_ended => None,
         why = lease_gone(&held.keeper, opts.ttl) => Some(why),
     };
     match lost {
@@ -211,32 +215,12 @@ async fn hold(held: Held, mut signals: Signals, opts: &RunOptions) -> Result<u8,
         }
         Some(why) => {
             held.abandon().await;
-            let told = script.map_or(String::new(), |s| {
-                s.terminate();
-                format!("; sent SIGTERM to the script (pid {})", s.pid())
-            });
             Err(Failure::new(
                 opts.fenced_exit_code,
-                format!("lease {} lost: {why}{told}", opts.lease_shown()),
+                format!("lease {} lost: {why}", opts.lease_shown()),
             ))
         }
     }
-}
-
-/// Tells `fence acquire` what was taken, then lets go of stdout (its end of the pipe sees
-/// EOF, so `$(fence acquire …)` returns while this holder runs on). `false` if `fence
-/// acquire` is no longer there to read it (the write fails: SIGPIPE is ignored in Rust
-/// programs).
-fn report_to_acquire(held: &Held) -> bool {
-    use std::io::Write;
-    let line = script::report_line(held.claim.epoch(), held.slot, held.claim.cell());
-    let mut out = std::io::stdout().lock();
-    let told = writeln!(out, "{line}").and_then(|()| out.flush()).is_ok();
-    drop(out);
-    if let Ok(null) = std::fs::File::options().write(true).open("/dev/null") {
-        let _ = nix::unistd::dup2_stdout(&null);
-    }
-    told
 }
 
 /// Runs the command's tree to its end; releases the lease only once the tree is gone.
@@ -278,6 +262,35 @@ fn tree_spec(held: &Held, opts: &RunOptions) -> TreeSpec {
         orphan_grace: opts.orphan_grace(),
         silence: opts.ttl / 3,
         containment: opts.containment,
+        kill_at: kill_at(&held.keeper, opts.ttl),
+    }
+}
+
+/// When the kernel kills the command's processes unless a renewal moves it on
+/// ([`crate::killtimer`]; `CLOCK_BOOTTIME` ms): the authority's end, less
+/// [`kill_margin`]. `None` where the host has no such clock.
+fn kill_at(keeper: &LeaseKeeper, ttl: Duration) -> Option<u64> {
+    crate::killtimer::boot_ms_in(keeper.remaining().saturating_sub(kill_margin(ttl)))
+}
+
+/// How long before the authority's end the kill timer fires: TTL/20, at most 250 ms. The
+/// kernel kills at once, but the processes must be gone before a peer can take over, which
+/// it may from the authority's end on (it waits a TTL from when it first saw the last
+/// renewal, which was sent after the authority's anchor). Twice this before the end, a
+/// `fence run` that can act ends the command itself, with `--grace`, and so first.
+fn kill_margin(ttl: Duration) -> Duration {
+    (ttl / 20).min(Duration::from_millis(250))
+}
+
+/// How long to the next heartbeat: TTL/10, but only 10 ms once a renewal is due (normally
+/// TTL/3 into the lease, when 2/3 are left) and has not landed yet, so that the new end of
+/// the authority reaches the kill timer as soon as it lands.
+fn beat_after(keeper: &LeaseKeeper, ttl: Duration) -> Duration {
+    let beat = (ttl / 10).max(Duration::from_millis(5));
+    if keeper.remaining() < ttl * 2 / 3 {
+        beat.min(Duration::from_millis(10))
+    } else {
+        beat
     }
 }
 
@@ -322,22 +335,34 @@ async fn watch(
     opts: &RunOptions,
 ) -> (std::io::Result<ExitStatus>, Option<String>) {
     let clock = Clock::system();
-    let beat = (opts.ttl / 10).max(Duration::from_millis(5));
     let mut lost: Option<String> = None;
     let mut next_beat = clock.mono_ms();
     loop {
         tokio::select! {
-            status = tree.wait() => return (status, lost),
+            status = tree.wait() => {
+                if lost.is_none() && status.as_ref().is_ok_and(|s| tree.killed_by_timer(s)) {
+                    eprintln!(
+                        "fence run: lease {} lost while the command ran: {AUTHORITY_RAN_OUT}; the kernel killed the command's processes at its end",
+                        opts.lease_shown()
+                    );
+                    lost = Some(AUTHORITY_RAN_OUT.to_owned());
+                }
+                return (status, lost);
+            }
             s = signals.recv() => on_signal(tree, &held.keeper, &mut lost, s, opts),
             status = held.keeper.lost(), if lost.is_none() => {
                 lose(tree, &mut lost, lease_lost(&status), opts);
             }
             () = clock.sleep_until(next_beat), if lost.is_none() => {
-                next_beat = clock.mono_ms() + beat.as_millis() as u64;
-                if held.keeper.is_held() {
+                next_beat = clock.mono_ms() + beat_after(&held.keeper, opts.ttl).as_millis() as u64;
+                if held.keeper.remaining() > 2 * kill_margin(opts.ttl) {
                     tree.heartbeat();
+                    if let Some(at) = kill_at(&held.keeper, opts.ttl) {
+                        tree.kill_at(at);
+                    }
                 } else {
-                    lose(tree, &mut lost, AUTHORITY_RAN_OUT.to_owned(), opts);
+                    // Ended by us, with `--grace`, rather than by the kill timer a moment later.
+                    lose(tree, &mut lost, AUTHORITY_RUNNING_OUT.to_owned(), opts);
                 }
             }
         }
@@ -365,6 +390,7 @@ async fn exit_code(tree: &mut CommandTree, status: std::io::Result<ExitStatus>) 
 }
 
 const AUTHORITY_RAN_OUT: &str = "its authority ran out before a renewal got through";
+const AUTHORITY_RUNNING_OUT: &str = "its authority was running out and no renewal had got through";
 
 /// The lease is lost: says so (the one line of this failure) and asks for the command's end.
 fn lose(tree: &mut CommandTree, lost: &mut Option<String>, why: String, opts: &RunOptions) {

@@ -184,8 +184,9 @@ fn fnv1a(text: &str) -> u64 {
     })
 }
 
-/// This user's directory for sightings, made if missing.
-fn private_dir() -> Result<PathBuf, String> {
+/// This user's private directory for what `fence` keeps on this host between runs
+/// (sightings, [`crate::holder`] files), made if missing.
+pub(crate) fn private_dir() -> Result<PathBuf, String> {
     let uid = nix::unistd::geteuid().as_raw();
     let runtime = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
@@ -204,7 +205,7 @@ fn private_dir() -> Result<PathBuf, String> {
 }
 
 /// `dir` if it is a real directory of this user that nobody else can write.
-fn checked_dir(dir: PathBuf) -> Result<PathBuf, String> {
+pub(crate) fn checked_dir(dir: PathBuf) -> Result<PathBuf, String> {
     let meta = std::fs::symlink_metadata(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let uid = nix::unistd::geteuid().as_raw();
     if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
@@ -218,7 +219,7 @@ fn checked_dir(dir: PathBuf) -> Result<PathBuf, String> {
 
 /// The bytes of `path` if it is a regular file of this user, not a symlink, not writable by
 /// others, and small.
-fn read_private(path: &Path) -> Option<Vec<u8>> {
+pub(crate) fn read_private(path: &Path) -> Option<Vec<u8>> {
     let mut file = File::options()
         .read(true)
         .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
@@ -238,7 +239,7 @@ fn read_private(path: &Path) -> Option<Vec<u8>> {
 }
 
 /// Writes `body` to `path` atomically (a new file of mode 0600, renamed over it).
-fn write_private(path: &Path, body: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_private(path: &Path, body: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
     let written = OpenOptions::new()
         .write(true)

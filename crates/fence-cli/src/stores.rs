@@ -1,14 +1,17 @@
-//! Stores named by URL: `file:///path`, `memory://`, `s3://bucket/prefix`, `gs://bucket/prefix`,
-//! `az://container/prefix` (or `azure://`), `opendal+<service>://name/prefix`.
+//! Stores named by URL (`file:///path`, `memory://`, `s3://bucket/prefix`,
+//! `gs://bucket/prefix`, `az://container/prefix`, `opendal+<service>://name/prefix`), opened
+//! by the fence library ([`fence::OpenOptions`], which reads each backend's variables and
+//! names the credentials to set). What the command adds: `memory://` refused where a store is
+//! shared with other processes, `--file-mode` and read-only opens, the demo's own directory,
+//! the directories a probe leaves, and the library's errors as exit codes.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fence_core::{ConditionalStore, MemoryStore};
-use fence_fs::FsStore;
+use fence_core::{ConditionalStore, Error, ErrorKind};
 
-use crate::exit::{shown, Failure, STORE};
+use crate::exit::{shown, Failure, STORE, USAGE};
 
 /// An opened store and the URL that names it for other processes (`FENCE_STORE`): a
 /// `file://` URL is made absolute.
@@ -56,12 +59,6 @@ pub fn parse_file_mode(text: &str) -> Result<u32, String> {
             shown(text)
         )),
     }
-}
-
-/// The directory mode that goes with file mode `file`: execute where read is allowed
-/// (0600 → 0700, 0640 → 0750, 0660 → 0770).
-pub fn dir_mode_for(file: u32) -> u32 {
-    file | ((file & 0o444) >> 2)
 }
 
 /// Opens the store named by `url` for a command that shares it with other processes (`run`,
@@ -141,8 +138,8 @@ impl OpenedStore {
 /// Opens the store named by `url`. `lease_ttl` tunes the transport timeouts of remote stores.
 ///
 /// Errors: exit 2 for an unknown scheme, a malformed URL, a relative `file://` path, a missing
-/// directory or missing configuration (what to set is in the message); exit 69 when the
-/// store cannot be opened.
+/// directory, missing configuration (what to set is in the message) or a backend not built
+/// into this binary; exit 69 when the store cannot be opened.
 ///
 /// ```
 /// let dir = tempfile::tempdir().unwrap();
@@ -163,405 +160,31 @@ pub fn open_with(
     lease_ttl: Option<Duration>,
     access: FileAccess,
 ) -> Result<OpenedStore, Failure> {
-    if url == "memory://" {
-        return Ok(OpenedStore {
-            store: Arc::new(MemoryStore::new()),
-            url: url.to_owned(),
-            root: None,
-            file_mode: None,
-        });
-    }
-    if let Some(path) = url.strip_prefix("file://") {
-        return open_dir(Path::new(path), access);
-    }
-    if url.starts_with("s3://") {
-        return open_s3(url, lease_ttl);
-    }
-    if url.starts_with("gs://") {
-        return open_gcs(url, lease_ttl);
-    }
-    if url.starts_with("az://") || url.starts_with("azure://") {
-        return open_azure(url, lease_ttl);
-    }
-    if url.starts_with("opendal+") {
-        return open_opendal(url, lease_ttl);
-    }
-    Err(Failure::usage(format!(
-        "unsupported store URL {}: use file:///path, memory://, s3://bucket/prefix, gs://bucket/prefix, az://container/prefix or opendal+s3://bucket/prefix",
-        shown(url)
-    )))
-}
-
-/// Opens an existing directory as a [`FsStore`]: only an absolute path, so one URL names one
-/// lock domain whatever the working directory.
-fn open_dir(path: &Path, access: FileAccess) -> Result<OpenedStore, Failure> {
-    if path.as_os_str().is_empty() {
-        return Err(Failure::usage(
-            "file:// URL without a path (use file:///abs/path)",
-        ));
-    }
-    if !path.is_absolute() {
-        return Err(Failure::usage(format!(
-            "file:// URL with a relative path {}: use file:///abs/path (three slashes), so the URL \
-             names the same directory from every working directory",
-            shown(&path.display().to_string())
-        )));
-    }
-    if !path.is_dir() {
-        return Err(Failure::usage(format!(
-            "store directory {} does not exist or is not a directory (create it first: mkdir -p)",
-            shown(&path.display().to_string())
-        )));
-    }
-    let abs = std::fs::canonicalize(path).map_err(|e| {
-        Failure::usage(format!(
-            "cannot resolve store directory {}: {e}",
-            shown(&path.display().to_string())
-        ))
-    })?;
-    let mut options = FsStore::options().read_only(access.read_only);
+    let mut options = fence::OpenOptions::new().read_only(access.read_only);
     if let Some(mode) = access.file_mode {
-        options = options.file_mode(mode).dir_mode(dir_mode_for(mode));
-    }
-    let store = options.open(&abs)?;
-    Ok(OpenedStore {
-        store: Arc::new(store),
-        url: format!("file://{}", abs.display()),
-        root: Some(abs),
-        file_mode: access.file_mode,
-    })
-}
-
-/// Without a credential source, object_store asks the instance metadata service, whose
-/// credentials sign only for AWS: for another endpoint (SeaweedFS, MinIO, moto, …) refuse
-/// that up front, naming the sources and what to set.
-#[cfg(feature = "s3")]
-fn check_s3_credentials(builder: &fence_s3::S3StoreBuilder) -> Result<(), Failure> {
-    use fence_s3::CredentialSource;
-    let source = builder.credential_source();
-    let CredentialSource::InstanceMetadata { .. } = source else {
-        return Ok(());
-    };
-    let Some(endpoint) = builder.endpoint().filter(|e| !is_aws(e)) else {
-        return Ok(());
-    };
-    Err(Failure::usage(format!(
-        "no AWS credentials for the endpoint {}: none in the environment (AWS_ACCESS_KEY_ID with \
-         AWS_SECRET_ACCESS_KEY, AWS_WEB_IDENTITY_TOKEN_FILE, AWS_CONTAINER_CREDENTIALS_*), and \
-         the instance metadata service is not asked, since its credentials sign only for AWS: \
-         set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_SKIP_SIGNATURE=true for a \
-         store that checks no signatures)",
-        shown(&endpoint)
-    )))
-}
-
-/// Whether `endpoint`'s host is AWS's.
-#[cfg(feature = "s3")]
-fn is_aws(endpoint: &str) -> bool {
-    let rest = endpoint.split_once("://").map_or(endpoint, |(_, r)| r);
-    let host = rest.split(['/', ':']).next().unwrap_or_default();
-    let host = host.to_ascii_lowercase();
-    host.ends_with(".amazonaws.com") || host.ends_with(".amazonaws.com.cn")
-}
-
-/// The failure for an error caused by missing credentials, if `e` was: it names every source
-/// tried and what to set (exit 2 when there was none to try, 69 when a service asked for
-/// them, the instance metadata or managed identity endpoint, gave none).
-pub fn credential_failure(e: &fence_core::Error) -> Option<Failure> {
-    #[cfg(feature = "s3")]
-    {
-        use crate::exit::{with_causes, USAGE};
-        use fence_s3::{CredentialSource, CredentialsUnavailable};
-        let mut cause = std::error::Error::source(e);
-        while let Some(c) = cause {
-            if let Some(missing) = c.downcast_ref::<CredentialsUnavailable>() {
-                let (code, advice) = match missing.source_tried() {
-                    CredentialSource::InstanceMetadata { disabled, .. } => (
-                        if *disabled { USAGE } else { STORE },
-                        "; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (from an AWS CLI \
-                         profile: eval \"$(aws configure export-credentials --format env)\")",
-                    ),
-                    _ => (STORE, ""),
-                };
-                let line = with_causes(missing.to_string(), std::error::Error::source(missing));
-                return Some(Failure::new(code, format!("{line}{advice}")));
-            }
-            cause = c.source();
-        }
-    }
-    #[cfg(feature = "azure")]
-    {
-        use crate::exit::with_causes;
-        let mut cause = std::error::Error::source(e);
-        while let Some(c) = cause {
-            if let Some(missing) = c.downcast_ref::<fence_azure::CredentialsUnavailable>() {
-                let line = with_causes(missing.to_string(), std::error::Error::source(missing));
-                return Some(Failure::new(
-                    STORE,
-                    format!("{line}; set AZURE_STORAGE_ACCOUNT_KEY (or another credential above)"),
-                ));
-            }
-            cause = c.source();
-        }
-    }
-    let _ = e;
-    None
-}
-
-#[cfg(feature = "s3")]
-fn open_s3(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Failure> {
-    let mut builder = fence_s3::S3Store::from_env().with_url(url);
-    check_s3_credentials(&builder)?;
-    if let Some(ttl) = lease_ttl {
-        builder = builder.with_lease_ttl(ttl);
-    }
-    let store = builder.build()?;
-    Ok(OpenedStore {
-        store: Arc::new(store),
-        url: url.to_owned(),
-        root: None,
-        file_mode: None,
-    })
-}
-
-#[cfg(not(feature = "s3"))]
-fn open_s3(_url: &str, _lease_ttl: Option<Duration>) -> Result<OpenedStore, Failure> {
-    Err(Failure::usage(
-        "s3:// stores are not built into this fence binary (rebuild with the `s3` feature)",
-    ))
-}
-
-/// The GCS emulator endpoint from `FENCE_GCS_ENDPOINT` or `STORAGE_EMULATOR_HOST` (spoken to
-/// anonymously), if set: `http(s)://host[:port]` or `host:port`.
-#[cfg(feature = "gcs")]
-fn gcs_endpoint() -> Result<Option<String>, Failure> {
-    let Some((var, raw)) = ["FENCE_GCS_ENDPOINT", "STORAGE_EMULATOR_HOST"]
-        .into_iter()
-        .find_map(|v| Some((v, std::env::var(v).ok().filter(|e| !e.is_empty())?)))
-    else {
-        return Ok(None);
-    };
-    let endpoint = if raw.contains("://") {
-        raw.clone()
-    } else {
-        format!("http://{raw}")
-    };
-    check_endpoint(&endpoint).map_err(|why| {
-        Failure::usage(format!(
-            "{var}={} is not an emulator endpoint ({why}): set it to the emulator's base URL, \
-             e.g. {var}=http://127.0.0.1:4443",
-            shown(&raw)
-        ))
-    })?;
-    Ok(Some(endpoint))
-}
-
-/// Whether `endpoint` is `http(s)://host[:port]` with nothing after it but an optional `/`.
-#[cfg(feature = "gcs")]
-fn check_endpoint(endpoint: &str) -> Result<(), String> {
-    let parsed = url::Url::parse(endpoint).map_err(|e| e.to_string())?;
-    if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(format!("scheme {} is not http or https", parsed.scheme()));
-    }
-    if parsed.host_str().is_none_or(str::is_empty) {
-        return Err("no host".into());
-    }
-    if parsed.path() != "/" || parsed.query().is_some() || parsed.fragment().is_some() {
-        return Err("only scheme, host and port are allowed".into());
-    }
-    Ok(())
-}
-
-/// Without an emulator endpoint, gs:// means real GCS: this binary needs Google's default
-/// credentials for that, which only the `gcs-auth` feature brings.
-#[cfg(feature = "gcs")]
-fn check_gcs_credentials(endpoint: Option<&str>) -> Result<(), Failure> {
-    if endpoint.is_some() || cfg!(feature = "gcs-auth") {
-        return Ok(());
-    }
-    Err(Failure::usage(
-        "gs:// has no credentials in this fence binary: for an emulator set FENCE_GCS_ENDPOINT \
-         (e.g. http://127.0.0.1:4443); for real GCS rebuild fence with `--features gcs-auth` and \
-         provide Google's default credentials (GOOGLE_APPLICATION_CREDENTIALS)",
-    ))
-}
-
-#[cfg(feature = "gcs")]
-fn open_gcs(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Failure> {
-    let endpoint = gcs_endpoint()?;
-    check_gcs_credentials(endpoint.as_deref())?;
-    let mut builder = fence_gcs::GcsStore::builder().with_url(url);
-    if let Some(endpoint) = endpoint {
-        builder = builder.with_endpoint(endpoint).with_anonymous();
+        options = options.file_mode(mode);
     }
     if let Some(ttl) = lease_ttl {
-        builder = builder.with_lease_ttl(ttl);
+        options = options.lease_ttl(ttl);
     }
-    let store = builder.build()?;
+    let opened = options.open(url).map_err(open_failure)?;
     Ok(OpenedStore {
-        store: Arc::new(store),
-        url: url.to_owned(),
-        root: None,
-        file_mode: None,
+        store: opened.store,
+        url: opened.url,
+        root: opened.root,
+        file_mode: opened.file_mode,
     })
 }
 
-#[cfg(not(feature = "gcs"))]
-fn open_gcs(_url: &str, _lease_ttl: Option<Duration>) -> Result<OpenedStore, Failure> {
-    Err(Failure::usage(
-        "gs:// stores are not built into this fence binary (rebuild with the `gcs` feature)",
-    ))
-}
-
-/// Azure Blob from object_store's `AZURE_*` variables (`AZURE_STORAGE_ACCOUNT_NAME`,
-/// `AZURE_STORAGE_ACCOUNT_KEY`, …; `AZURE_STORAGE_USE_EMULATOR=true` with
-/// `AZURITE_BLOB_STORAGE_URL` for Azurite).
-#[cfg(feature = "azure")]
-fn open_azure(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Failure> {
-    let mut builder = fence_azure::AzureStore::from_env().with_url(url);
-    if let Some(ttl) = lease_ttl {
-        builder = builder.with_lease_ttl(ttl);
+/// A store that cannot be opened: as any error, but a backend this binary lacks, or an
+/// OpenDAL service that cannot fence, is a usage error (exit 2) like a bad URL.
+fn open_failure(e: Error) -> Failure {
+    let unsupported = e.kind() == ErrorKind::Unsupported;
+    let failure = Failure::from(e);
+    match unsupported {
+        true => Failure::new(USAGE, failure.message),
+        false => failure,
     }
-    let store = builder.build()?;
-    Ok(OpenedStore {
-        store: Arc::new(store),
-        url: url.to_owned(),
-        root: None,
-        file_mode: None,
-    })
-}
-
-#[cfg(not(feature = "azure"))]
-fn open_azure(_url: &str, _lease_ttl: Option<Duration>) -> Result<OpenedStore, Failure> {
-    Err(Failure::usage(
-        "az:// stores are not built into this fence binary (rebuild with the `azure` feature)",
-    ))
-}
-
-/// `opendal+<service>://<bucket or container>/<prefix>` through fence-opendal: OpenDAL's s3,
-/// azblob or gcs service, configured from `OPENDAL_<SERVICE>_<KEY>` variables (OpenDAL's
-/// config keys, e.g. `OPENDAL_S3_ENDPOINT`, `OPENDAL_AZBLOB_ACCOUNT_KEY`) and whatever the
-/// service's own builder reads (the S3 service: `AWS_*`).
-#[cfg(feature = "opendal")]
-fn open_opendal(url: &str, lease_ttl: Option<Duration>) -> Result<OpenedStore, Failure> {
-    let malformed = || {
-        Failure::usage(format!(
-            "malformed OpenDAL store URL {}: use opendal+s3://bucket/prefix, \
-             opendal+azblob://container/prefix or opendal+gcs://bucket/prefix",
-            shown(url)
-        ))
-    };
-    let (scheme, rest) = url["opendal+".len()..]
-        .split_once("://")
-        .ok_or_else(malformed)?;
-    let (name, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-    if name.is_empty() || name.contains(['?', '#', '@']) {
-        return Err(malformed());
-    }
-    let mut config = opendal_config(scheme);
-    check_opendal_credentials(scheme, &config)?;
-    config.push(("root".into(), format!("/{prefix}")));
-    let op = opendal_operator(scheme, name, config)?;
-    let mut builder = fence_opendal::OpendalStore::builder(op);
-    if let Some(ttl) = lease_ttl {
-        builder = builder.with_lease_ttl(ttl);
-    }
-    let store = builder.build()?;
-    Ok(OpenedStore {
-        store: Arc::new(store),
-        url: url.to_owned(),
-        root: None,
-        file_mode: None,
-    })
-}
-
-#[cfg(not(feature = "opendal"))]
-fn open_opendal(_url: &str, _lease_ttl: Option<Duration>) -> Result<OpenedStore, Failure> {
-    Err(Failure::usage(
-        "opendal+ stores are not built into this fence binary (rebuild with the `opendal` feature)",
-    ))
-}
-
-/// The `OPENDAL_<SCHEME>_<KEY>` variables as OpenDAL config pairs (`key` lower-cased); the
-/// URL names the bucket (container) and the root.
-#[cfg(feature = "opendal")]
-fn opendal_config(scheme: &str) -> Vec<(String, String)> {
-    let prefix = format!("OPENDAL_{}_", scheme.to_ascii_uppercase());
-    std::env::vars()
-        .filter_map(|(k, v)| Some((k.strip_prefix(&prefix)?.to_ascii_lowercase(), v)))
-        .filter(|(k, _)| !matches!(k.as_str(), "root" | "bucket" | "container"))
-        .collect()
-}
-
-/// Without explicit credentials OpenDAL's builders fall back to a cloud metadata service
-/// (EC2 IMDS, the GCE metadata server, Azure's managed identity), which serves only that
-/// cloud: refused up front for a custom endpoint, with what to set.
-#[cfg(feature = "opendal")]
-fn check_opendal_credentials(scheme: &str, config: &[(String, String)]) -> Result<(), Failure> {
-    let has = |k: &str| config.iter().any(|(key, v)| key == k && !v.is_empty());
-    let env = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty());
-    let unsigned = config
-        .iter()
-        .any(|(k, v)| k == "skip_signature" && (v == "true" || v == "1"));
-    let (custom_endpoint, credentials, what) = match scheme {
-        "s3" => (
-            has("endpoint") || env("AWS_ENDPOINT_URL") || env("AWS_ENDPOINT"),
-            has("access_key_id") || env("AWS_ACCESS_KEY_ID") || env("AWS_WEB_IDENTITY_TOKEN_FILE"),
-            "OPENDAL_S3_ACCESS_KEY_ID and OPENDAL_S3_SECRET_ACCESS_KEY (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)",
-        ),
-        "gcs" => (
-            has("endpoint"),
-            has("credential") || has("credential_path") || has("token"),
-            "OPENDAL_GCS_CREDENTIAL_PATH (or OPENDAL_GCS_TOKEN)",
-        ),
-        _ => (
-            true,
-            has("account_key") || has("sas_token"),
-            "OPENDAL_AZBLOB_ACCOUNT_NAME and OPENDAL_AZBLOB_ACCOUNT_KEY (or OPENDAL_AZBLOB_SAS_TOKEN)",
-        ),
-    };
-    if custom_endpoint && !credentials && !unsigned {
-        return Err(Failure::usage(format!(
-            "opendal+{scheme}:// needs explicit credentials here: set {what}, or \
-             OPENDAL_{}_SKIP_SIGNATURE=true for a store that checks none",
-            scheme.to_ascii_uppercase()
-        )));
-    }
-    Ok(())
-}
-
-#[cfg(feature = "opendal")]
-fn opendal_operator(
-    scheme: &str,
-    name: &str,
-    config: Vec<(String, String)>,
-) -> Result<opendal::Operator, Failure> {
-    use opendal::services::{Azblob, Gcs, S3};
-    use opendal::Operator;
-    let named = |key: &str, mut config: Vec<(String, String)>| {
-        config.push((key.to_string(), name.to_string()));
-        config
-    };
-    let op = match scheme {
-        "s3" => Operator::from_iter::<S3>(named("bucket", config)),
-        "gcs" => Operator::from_iter::<Gcs>(named("bucket", config)),
-        "azblob" => Operator::from_iter::<Azblob>(named("container", config)),
-        other => {
-            return Err(Failure::usage(format!(
-                "OpenDAL service {} is not a fence store in this binary: opendal+s3, \
-                 opendal+azblob and opendal+gcs are (services without compare-and-swap, such \
-                 as fs, memory, oss, cos, webdav, cannot fence anything)",
-                shown(other)
-            )))
-        }
-    };
-    op.map_err(|e| {
-        Failure::usage(format!(
-            "OpenDAL refused the opendal+{scheme}:// configuration ({}): {}",
-            e.kind(),
-            shown(e.message())
-        ))
-    })
 }
 
 /// Opens the demo's store: the given URL, or local files in a fresh directory
@@ -574,7 +197,7 @@ pub fn open_demo(url: Option<&str>, access: FileAccess) -> Result<OpenedStore, F
             std::fs::create_dir_all(&dir).map_err(|e| {
                 Failure::new(STORE, format!("cannot create {}: {e}", dir.display()))
             })?;
-            open_dir(&dir, access)
+            open_with(&format!("file://{}", dir.display()), None, access)
         }
     }
 }

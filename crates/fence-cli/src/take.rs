@@ -82,7 +82,8 @@ pub async fn take(opts: &RunOptions, signals: &mut Signals) -> Result<Taken, Fai
     };
     if taker.announced || opts.verbose {
         errln!(
-            "fence run: acquired lease {} at epoch {}",
+            "{}: acquired lease {} at epoch {}",
+            opts.said_as(),
             shown(taken.claim.cell()),
             taken.claim.epoch()
         );
@@ -167,7 +168,8 @@ impl Taker<'_> {
             _ => String::new(),
         };
         errln!(
-            "fence run: waiting for lease {}{most}: {whom}",
+            "{}: waiting for lease {}{most}: {whom}",
+            self.opts.said_as(),
             self.opts.lease_shown()
         );
     }
@@ -345,6 +347,9 @@ impl Taker<'_> {
                 return Err(self.foreign_owner(slot, owner.as_deref(), &busy));
             }
             let whom = match &owner {
+                Some(o) if o == slot.node() => {
+                    "another fence run of it took its cell first".to_owned()
+                }
                 Some(o) => format!(
                     "its cell is held by node {}, which is not a fence run of it",
                     shown(o)
@@ -364,7 +369,8 @@ impl Taker<'_> {
         }
         self.said_retrying = true;
         errln!(
-            "fence run: claiming lease {} failed ({}); retrying while the wait lasts",
+            "{}: claiming lease {} failed ({}); retrying while the wait lasts",
+            self.opts.said_as(),
             shown(&slot.cell),
             describe(e)
         );
@@ -396,6 +402,16 @@ impl Taker<'_> {
                 format!("lease {lease} is busy{waited}: {}", describe(busy)),
             );
         };
+        if owner == slot.node() {
+            // A claim that lost its race to another `fence run` of the same lease (the
+            // same node name: say, one that waited while this one was stopped).
+            return Failure::new(
+                self.opts.conflict_exit_code,
+                format!(
+                    "lease {lease} is busy{waited}: another fence run of it took its cell first"
+                ),
+            );
+        }
         let when = match next_run_in(&slot.fence, owner) {
             Some(s) => format!(
                 "; fence run takes the cell over once that node's lease record has stayed \

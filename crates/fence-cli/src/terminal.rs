@@ -13,63 +13,11 @@
 //!
 //! Written here because what is dangerous is a property of terminals, not of a data format:
 //! serde_json escapes only what JSON requires (below U+0020, `"` and `\`) and leaves DEL and
-//! C1 raw, and `{:?}` formatting leaves the bidi controls raw.
+//! C1 raw, and `{:?}` formatting leaves the bidi controls raw. [`escape`] itself lives in the
+//! fence library ([`fence::message::escape`]), so the Python package escapes its messages as
+//! this command does.
 
-use std::borrow::Cow;
-use std::fmt::Write as _;
-
-/// Whether `c` must not reach a terminal raw.
-///
-/// ```
-/// use fence_cli::terminal::is_unsafe;
-/// assert!(is_unsafe('\u{1b}') && is_unsafe('\u{9b}') && is_unsafe('\u{202e}'));
-/// assert!(!is_unsafe('é') && !is_unsafe('日') && !is_unsafe('\\'));
-/// ```
-pub fn is_unsafe(c: char) -> bool {
-    matches!(
-        c,
-        '\u{0}'..='\u{1f}'
-            | '\u{7f}'..='\u{9f}'
-            | '\u{ad}'
-            | '\u{61c}'
-            | '\u{180e}'
-            | '\u{200b}'..='\u{200f}'
-            | '\u{2028}'..='\u{202e}'
-            | '\u{2060}'..='\u{2069}'
-            | '\u{feff}'
-            | '\u{fff9}'..='\u{fffb}'
-            | '\u{e0000}'..='\u{e007f}'
-    )
-}
-
-/// `text` with every [unsafe](is_unsafe) character written as `\uXXXX`; borrowed when there
-/// is none.
-///
-/// ```
-/// use fence_cli::terminal::escape;
-/// assert_eq!(escape("run.jobs"), "run.jobs");
-/// assert_eq!(escape("\u{1b}]0;x\u{7}"), r"\u001b]0;x\u0007");
-/// assert_eq!(escape("a\u{9b}2Jb"), r"a\u009b2Jb");
-/// // In JSON the escape stands for the same character.
-/// let json = escape("\"\u{9b}\"");
-/// assert_eq!(serde_json::from_str::<String>(&json).unwrap(), "\u{9b}");
-/// ```
-pub fn escape(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(is_unsafe) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        if is_unsafe(c) {
-            for unit in c.encode_utf16(&mut [0; 2]) {
-                let _ = write!(out, "\\u{unit:04x}");
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    Cow::Owned(out)
-}
+pub use fence::message::{escape, is_unsafe};
 
 /// [`escape`] line by line: the line breaks of `text` stay, everything else unsafe is
 /// escaped. For multi-line output made by `fence` itself (a table, pretty JSON, a report)

@@ -1,6 +1,7 @@
 //! `fence run`'s side of the command's processes: starts the supervising process
 //! ([`crate::reaper`]) in the containment asked for ([`crate::contain`]), passes signals to
-//! it, asks it to end the command, and waits until every process of the command is gone.
+//! it, moves its kill timer on ([`crate::killtimer`]), asks it to end the command, and waits
+//! until every process of the command is gone.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -19,9 +20,9 @@ use tokio::process::{Child, Command};
 
 use crate::contain::{Containment, Uncontained, UNCONTAINED};
 use crate::members::{Members, Tracked};
-use crate::procs;
-use crate::reaper::{self_exe, self_name, ReaperArgs, Role};
+use crate::reaper::{self_exe, self_name, KillArgs, ReaperArgs, Role};
 use crate::signals::{stop_self, Caught};
+use crate::{killtimer, procs};
 
 /// How the command is started.
 #[derive(Debug, Clone)]
@@ -39,6 +40,10 @@ pub struct TreeSpec {
     pub silence: Duration,
     /// In a PID namespace of its own, or tracked.
     pub containment: Containment,
+    /// When the kill timer of the process `fence run` starts first fires (`CLOCK_BOOTTIME`
+    /// ms; [`crate::killtimer`]): the lease's authority's end, less a margin. `None` where
+    /// the host has no such clock.
+    pub kill_at: Option<u64>,
 }
 
 /// Why the command did not start.
@@ -82,7 +87,20 @@ pub struct CommandTree {
     end_by: Option<u64>,
     /// SIGCONTs passed on to the command.
     continues: u64,
+    /// The write end of the deadline pipe of the kill timer.
+    deadlines: Option<File>,
+    /// The last deadline the kill timer was given (`CLOCK_BOOTTIME` ms).
+    kill_at: Option<u64>,
     clock: Clock,
+}
+
+/// A pipe to the supervising process (or the gate) that never blocks our writes: ours (the
+/// write end, closed on exec) and theirs (inherited).
+fn nonblocking_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let (ours, theirs) = pipe_pair(false)?;
+    let flags = OFlag::from_bits_truncate(fcntl(&ours, FcntlArg::F_GETFL)?);
+    fcntl(&ours, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    Ok((ours, theirs))
 }
 
 /// A pipe whose `ours` end is closed on exec and whose `theirs` end is inherited.
@@ -138,11 +156,13 @@ impl CommandTree {
 
     /// Starts `fence __reaper` in `role`, in a process group of its own.
     fn spawn(spec: &TreeSpec, role: Role) -> std::io::Result<CommandTree> {
-        let (control, control_theirs) = pipe_pair(false)?;
         // A stuck reaper must not block us: a full pipe just drops a heartbeat.
-        let flags = OFlag::from_bits_truncate(fcntl(&control, FcntlArg::F_GETFL)?);
-        fcntl(&control, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+        let (control, control_theirs) = nonblocking_pipe()?;
         let (report, report_theirs) = pipe_pair(true)?;
+        let deadlines = match spec.kill_at {
+            Some(at) => Some((at, nonblocking_pipe()?)),
+            None => None,
+        };
         let foreground = procs::in_foreground();
         let args = ReaperArgs {
             role,
@@ -153,6 +173,10 @@ impl CommandTree {
             orphan_grace: spec.orphan_grace,
             silence: spec.silence,
             foreground,
+            kill: deadlines.as_ref().map(|(at, (_, theirs))| KillArgs {
+                at: *at,
+                deadline_fd: theirs.as_raw_fd(),
+            }),
             command: spec.command.clone(),
         };
         let reaper = Command::new(self_exe()?)
@@ -162,6 +186,8 @@ impl CommandTree {
             .process_group(0)
             .spawn()?;
         drop((control_theirs, report_theirs));
+        let kill_at = deadlines.as_ref().map(|(at, _)| *at);
+        let deadlines = deadlines.map(|(_, (ours, _theirs))| File::from(ours));
         let pid = Pid::from_raw(reaper.id().unwrap_or(0) as i32);
         let report = BufReader::new(Receiver::from_owned_fd(report)?).lines();
         Ok(CommandTree {
@@ -176,6 +202,8 @@ impl CommandTree {
             ending: false,
             end_by: None,
             continues: 0,
+            deadlines,
+            kill_at,
             clock: Clock::system(),
         })
     }
@@ -216,9 +244,39 @@ impl CommandTree {
     /// or stuck), it is killed.
     pub fn terminate(&mut self) {
         let _ = self.control.write_all(b"T");
-        self.ending = true;
-        let by = self.clock.mono_ms() + (self.grace + TERMINATE_SLACK).as_millis() as u64;
+        let first = !std::mem::replace(&mut self.ending, true);
+        let limit = self.grace + TERMINATE_SLACK;
+        let by = self.clock.mono_ms() + limit.as_millis() as u64;
         self.end_by = Some(self.end_by.map_or(by, |old| old.min(by)));
+        // The same limit for the kernel, in case we are stopped before we can keep it.
+        if let Some(at) = killtimer::boot_ms_in(limit).filter(|_| first) {
+            self.kill_at(at);
+        }
+    }
+
+    /// Moves the kill timer to `at` (`CLOCK_BOOTTIME` ms), unless it is there already (give
+    /// or take the few ms by which two readings of one instant differ). A full pipe (its
+    /// reader stopped for a very long time) drops the line, which is sent again next time.
+    pub fn kill_at(&mut self, at: u64) {
+        let Some(pipe) = self.deadlines.as_mut() else {
+            return;
+        };
+        let moved = self.kill_at.is_none_or(|old| old.abs_diff(at) > 2);
+        if moved && pipe.write_all(format!("{at}\n").as_bytes()).is_ok() {
+            self.kill_at = Some(at);
+        }
+    }
+
+    /// Whether the supervising process (or the gate) was killed by its kill timer: SIGKILL,
+    /// and the last deadline we gave it has passed. The command's processes were then killed
+    /// by the kernel, at the end of the lease's authority or of an end we asked for.
+    pub fn killed_by_timer(&self, status: &ExitStatus) -> bool {
+        use std::os::unix::process::ExitStatusExt;
+        let passed = self
+            .kill_at
+            .zip(killtimer::boot_ms_in(Duration::ZERO))
+            .is_some_and(|(at, now)| now >= at);
+        passed && status.signal() == Some(Signal::SIGKILL as i32)
     }
 
     /// Tells the supervising process that the lease still holds.

@@ -295,7 +295,8 @@ fn the_test_servers_block_in_cli_md_works_as_written() {
     }
 }
 
-/// README's `[dependencies]` snippet names crates of this workspace at their paths.
+/// README's `[dependencies]` snippet is one crate of this workspace, at its path, with
+/// features that crate has.
 #[test]
 fn the_dependencies_snippet_in_readme_names_real_crates() {
     let readme = repo_file("README.md");
@@ -311,7 +312,13 @@ fn the_dependencies_snippet_in_readme_names_real_crates() {
         let manifest = std::fs::read_to_string(root.join(path).join("Cargo.toml"))
             .unwrap_or_else(|e| panic!("{path}: {e}"));
         assert!(manifest.contains(&format!("name = \"{name}\"")), "{line}");
+        let features = rest.split_once("features = [").map_or("", |(_, f)| f);
+        for feature in features.split(']').next().unwrap().split(',') {
+            let feature = feature.trim().trim_matches('"');
+            let declared = format!("\n{feature} = [");
+            assert!(manifest.contains(&declared), "{line}: no feature {feature}");
+        }
         crates += 1;
     }
-    assert!(crates >= 2, "no crate in the snippet");
+    assert_eq!(crates, 1, "the snippet is one crate of this workspace");
 }

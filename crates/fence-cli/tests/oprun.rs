@@ -240,22 +240,21 @@ fn a_sighting_from_another_time_namespace_is_not_used() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_bad_sighting_file_is_ignored() {
     use fence_cli::sightings::Sightings;
-    use fence_core::{CasGuard, Clock, ConditionalStore, Fence, MemoryStore, NodeLeaseRecord};
+    use fence_core::{CasGuard, Clock, ConditionalStore, Fence, Key, MemoryStore};
     use std::os::unix::fs::PermissionsExt;
     if Clock::host().host_instant_of(0).is_none() {
         return; // no host clock here (not Linux)
     }
     let dir = tempfile::tempdir().unwrap();
     let store: std::sync::Arc<dyn ConditionalStore> = std::sync::Arc::new(MemoryStore::new());
-    let record = NodeLeaseRecord {
-        node: "run.x".into(),
-        expires_ms: fence_core::now_ms() + 3_600_000,
-        addr: "pid:1@elsewhere".into(),
-        peer_protocol: 1,
-        generation: "dead".into(),
-    };
-    fence_core::Ownership::new(store.clone(), "run.x")
-        .cas_node_lease(CasGuard::Absent, &record)
+    // A dead holder of TTL 200 ms whose wall clock ran an hour ahead.
+    let record = format!(
+        r#"{{"v":1,"node":"run.x","expires_ms":{},"addr":"pid:1@elsewhere","peer_protocol":1,"generation":"dead","nonce":"dead-1","ttl_ms":200}}"#,
+        fence_core::now_ms() + 3_600_000
+    );
+    let key = Key::new("nodes/run.x.json").unwrap();
+    store
+        .put(&key, record.into(), CasGuard::Absent)
         .await
         .unwrap();
     let process = || {
@@ -389,14 +388,7 @@ async fn the_seed_record_on_s3_is_continued_at_epoch_8() {
         return;
     };
     let url = s3.fresh_url();
-    let direct = fence_s3::S3StoreBuilder::new()
-        .with_url(&url)
-        .with_endpoint(&s3.endpoint)
-        .with_region("us-east-1")
-        .with_credentials(&s3.key_id, &s3.secret)
-        .with_allow_http(true)
-        .build()
-        .unwrap();
+    let direct = s3.direct(&url);
     seed(&direct).await;
     let rt = Runtime::new();
     let args = [
@@ -549,6 +541,33 @@ fn probe_first_runs_the_command_on_an_honest_store_and_leaves_nothing() {
     assert!(ran.exists());
     assert!(
         !store.path("fence-probe").exists(),
+        "the probe's keys are removed"
+    );
+}
+
+/// S3 stores have no conditional delete: the probe removes its own scratch keys with a plain
+/// DELETE, so a cron job's `--probe` runs do not pile them up.
+#[cfg(feature = "s3")]
+#[tokio::test]
+async fn probe_first_on_seaweedfs_leaves_nothing_under_its_prefix() {
+    let test = "probe_first_on_seaweedfs_leaves_nothing_under_its_prefix";
+    let Some(s3) = common::S3Env::seaweed(test) else {
+        return;
+    };
+    let url = s3.fresh_url();
+    let args = [
+        "run", "--store", &url, "--lease", "p", "--probe", "--", "true",
+    ];
+    let out = s3.fence(&s3.endpoint, &args).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let direct = s3.direct(&url);
+    let probe = fence_core::Key::new("fence-probe").unwrap();
+    let left = fence_core::ConditionalStore::list(&direct, Some(&probe))
+        .await
+        .unwrap();
+    assert_eq!(
+        left,
+        Vec::<fence_core::Key>::new(),
         "the probe's keys are removed"
     );
 }

@@ -404,9 +404,36 @@ fn bad_records() -> Vec<(&'static str, &'static str, Rule, Option<&'static str>)
         ),
         (
             "cells/c/own.json",
+            r#"{"v":2,"node":"n","epoch":0,"nonce":"x"}"#,
+            Rule::EpochNotRaisable,
+            Some("epoch"),
+        ),
+        (
+            "cells/c/own.json",
             r#"{"v":2,"node":"n","epoch":1}"#,
             Rule::BadNonce,
             Some("nonce"),
+        ),
+        // Issue 35: a first-wins reader reads owner "", a last-wins reader owner "n".
+        (
+            "cells/c/own.json",
+            r#"{"v":2,"node":"","epoch":1,"nonce":"x","node":"n"}"#,
+            Rule::DuplicateMember,
+            None,
+        ),
+        // Issue 35: a live lease without its holder's TTL (a peer with a shorter TTL took
+        // it over early), or with one longer than a century.
+        (
+            "nodes/a.json",
+            r#"{"v":1,"node":"a","expires_ms":1,"addr":"","peer_protocol":1,"generation":"g","nonce":"x"}"#,
+            Rule::MissingField,
+            Some("ttl_ms"),
+        ),
+        (
+            "nodes/a.json",
+            r#"{"v":1,"node":"a","expires_ms":1,"addr":"","peer_protocol":1,"generation":"g","nonce":"x","ttl_ms":3153600000001}"#,
+            Rule::BadInteger,
+            Some("ttl_ms"),
         ),
         (
             "cells/c/own.json",
@@ -518,7 +545,7 @@ fn schema_can_say(rule: Rule, key: &str) -> bool {
     !key_bound
         && !matches!(
             rule,
-            Rule::MissingPayload | Rule::BadName | Rule::Unparseable
+            Rule::MissingPayload | Rule::BadName | Rule::Unparseable | Rule::DuplicateMember
         )
 }
 

@@ -121,6 +121,24 @@ impl Error {
         self
     }
 
+    /// Names `prefix` unless the error already names a key: what a failed listing of
+    /// `prefix` returns, so that the caller can say which listing failed (a listing of the
+    /// whole store, `None`, names nothing).
+    ///
+    /// ```
+    /// use fence_core::{Error, ErrorKind, Key};
+    /// let cells = Key::new("cells").unwrap();
+    /// let err = Error::new(ErrorKind::PermissionDenied, "access denied").listing(Some(&cells));
+    /// assert_eq!(err.key(), Some(&cells));
+    /// ```
+    #[must_use]
+    pub fn listing(self, prefix: Option<&Key>) -> Self {
+        match (&self.key, prefix) {
+            (None, Some(p)) => self.with_key(p),
+            _ => self,
+        }
+    }
+
     /// Chains the backend's own error. It must not contain secrets.
     #[must_use]
     pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {

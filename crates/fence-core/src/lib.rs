@@ -11,8 +11,13 @@
 //!   the epoch: a stale writer is rejected by the store even if its clock or its lease check
 //!   is wrong (protects the data).
 //!
+//! Applications add the `fence` crate instead (crates/fence): it re-exports this API
+//! (`fence::Fence`, `fence::ErrorKind`, …) and opens stores by URL.
+//!
 //! Layers: [`store`] (the [`ConditionalStore`] contract) → [`record`] and [`ownership`]
 //! (records and keys) → [`decide`] (the pure decision core) → [`runtime`] (the tokio driver).
+//! [`keymap`] is the key map of `fence put`/`fence get` and the Python package, over
+//! [`runtime`]'s fenced read-modify-write.
 #![deny(missing_docs)]
 
 pub mod clock;
@@ -20,6 +25,7 @@ pub mod decide;
 pub mod error;
 mod flaws;
 pub mod key;
+pub mod keymap;
 pub mod memory;
 pub mod ownership;
 pub mod record;
@@ -45,8 +51,3 @@ pub use store::DEFAULT_RECORD_LIMIT;
 pub use store::{
     Capabilities, CasGuard, ConditionalStore, DeleteOutcome, PutOutcome, Stored, Version,
 };
-
-/// The README's example, compiled as a doctest so it cannot rot.
-#[doc = include_str!("../../../README.md")]
-#[cfg(doctest)]
-pub struct ReadmeDoctests;

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::clock::Entropy;
+use crate::clock::{now_ms, Entropy};
+use crate::decide::observe::MAX_RECORD_TTL_MS;
 use crate::error::{Commit, Error, ErrorKind};
 use crate::key::Key;
 use crate::record::legacy::DataBody;
@@ -237,23 +238,32 @@ impl Ownership {
     /// the record being replaced is read first (its unknown fields are kept; a version other
     /// than `etag` answers `Rejected` without writing): two requests. The runtime's keeper
     /// renews in one.
+    ///
+    /// The record states its holder's TTL (`ttl_ms`, which docs/protocol.md requires of a
+    /// lease that is not released): the seed's API takes an expiry, not a TTL, so it is what
+    /// is left of `expires_ms` by this machine's wall clock when the body is built. A release
+    /// (`expires_ms: 0`) keeps the TTL of the record it replaces.
     pub async fn cas_node_lease(
         &self,
         guard: CasGuard,
         record: &NodeLeaseRecord,
     ) -> Result<LeaseCasOutcome, LeaseCasError> {
-        let extra = match &guard {
-            CasGuard::Absent => Extra::new(),
+        let (extra, replaced_ttl) = match &guard {
+            CasGuard::Absent => (Extra::new(), None),
             CasGuard::Match(v) => match self.read_lease_body(&record.node).await {
-                Ok(Some((body, current))) if current == *v => body.extra,
+                Ok(Some((body, current))) if current == *v => (body.extra, body.ttl_ms),
                 Ok(_) => return Ok(LeaseCasOutcome::Rejected),
                 Err(e) => return Err(LeaseCasError::NotCommitted(e.not_committed())),
             },
         };
+        let ttl_ms = match record.expires_ms {
+            0 => replaced_ttl,
+            expires_ms => Some(expires_ms.saturating_sub(now_ms()).min(MAX_RECORD_TTL_MS)),
+        };
         let body = LeaseBody {
             record: record.clone(),
             nonce: self.fresh_nonce(),
-            ttl_ms: None,
+            ttl_ms,
             extra,
         };
         match self.put_lease_body(guard, &body).await {

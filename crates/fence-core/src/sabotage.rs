@@ -20,6 +20,14 @@
 //! | `confirm-at-return` | a confirming read of a peer's lease counts from when it *returned*, not when it was sent (a renewal that landed while it travelled back is missed) |
 //! | `gc-current-epoch` | payload collection treats objects of the claim's own epoch as collectable (a write of that epoch still on its way then points the head at a deleted object) |
 //! | `log-accepts-foreign-record` | the append log takes any object already at a record's name for its own |
+//! | `holder-overstays` | a holder believes its lease for TTL + TTL/5 after the anchor, not TTL |
+//! | `authority-from-answer` | a renewal's authority counts from when its answer came, not from when it was sent |
+//! | `superseded-forgets-ambiguity` | a write whose answer was lost and whose read-back shows a later epoch is reported not committed (it may have landed) |
+//! | `resume-unvouched` | a claim resumes a head naming its node whatever generation wrote it |
+//! | `register-admits-twice` | a lease's register of claims never refuses a second claim of a cell |
+//! | `log-run-ignores-tag` | an append after a retag extends the log's last run of its epoch instead of starting a tagged one |
+//! | `log-settles-on-own-orphan` | an ambiguous append is settled by comparing the record object of its own epoch whatever epoch the settling head committed at its number |
+//! | `observer-ignores-stated-ttl` | a peer judges a lease by its own TTL, ignoring the longer one the record states |
 
 use std::fmt;
 
@@ -52,11 +60,27 @@ pub enum Sabotage {
     GcCurrentEpoch,
     /// See the module table.
     LogAcceptsForeignRecord,
+    /// See the module table.
+    HolderOverstays,
+    /// See the module table.
+    AuthorityFromAnswer,
+    /// See the module table.
+    SupersededForgetsAmbiguity,
+    /// See the module table.
+    ResumeUnvouched,
+    /// See the module table.
+    RegisterAdmitsTwice,
+    /// See the module table.
+    LogRunIgnoresTag,
+    /// See the module table.
+    LogSettlesOnOwnOrphan,
+    /// See the module table.
+    ObserverIgnoresStatedTtl,
 }
 
 impl Sabotage {
     /// Every switch.
-    pub const ALL: [Sabotage; 13] = [
+    pub const ALL: [Sabotage; 21] = [
         Sabotage::SkipSeal,
         Sabotage::EarlySealRead,
         Sabotage::NoLandedAfterExpiry,
@@ -70,6 +94,14 @@ impl Sabotage {
         Sabotage::ConfirmAtReturn,
         Sabotage::GcCurrentEpoch,
         Sabotage::LogAcceptsForeignRecord,
+        Sabotage::HolderOverstays,
+        Sabotage::AuthorityFromAnswer,
+        Sabotage::SupersededForgetsAmbiguity,
+        Sabotage::ResumeUnvouched,
+        Sabotage::RegisterAdmitsTwice,
+        Sabotage::LogRunIgnoresTag,
+        Sabotage::LogSettlesOnOwnOrphan,
+        Sabotage::ObserverIgnoresStatedTtl,
     ];
 
     /// The switches a test runs: all of them, or only the one `only` names (a developer's
@@ -104,6 +136,14 @@ impl Sabotage {
             Sabotage::ConfirmAtReturn => "confirm-at-return",
             Sabotage::GcCurrentEpoch => "gc-current-epoch",
             Sabotage::LogAcceptsForeignRecord => "log-accepts-foreign-record",
+            Sabotage::HolderOverstays => "holder-overstays",
+            Sabotage::AuthorityFromAnswer => "authority-from-answer",
+            Sabotage::SupersededForgetsAmbiguity => "superseded-forgets-ambiguity",
+            Sabotage::ResumeUnvouched => "resume-unvouched",
+            Sabotage::RegisterAdmitsTwice => "register-admits-twice",
+            Sabotage::LogRunIgnoresTag => "log-run-ignores-tag",
+            Sabotage::LogSettlesOnOwnOrphan => "log-settles-on-own-orphan",
+            Sabotage::ObserverIgnoresStatedTtl => "observer-ignores-stated-ttl",
         }
     }
 }

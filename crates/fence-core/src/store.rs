@@ -237,6 +237,10 @@ pub trait ConditionalStore: Send + Sync + fmt::Debug {
     }
 
     /// Lists keys equal to or under `prefix`, sorted. For inspection only.
+    ///
+    /// A listing the store would not give in full (a refusal, a missing bucket, a directory
+    /// it cannot read) is an error naming `prefix` ([`Error::listing`]), never a shorter or
+    /// empty list: an empty list says the store holds nothing there.
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error>;
 
     /// What this store can do beyond the required contract.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::decide::LeaseConfig;
+use fence_core::record::LeaseBody;
 use fence_core::runtime::observer::HostSighting;
 use fence_core::{CasGuard, Clock, ErrorKind, Fence, MemoryStore, NodeLeaseRecord, Ownership};
 
@@ -23,19 +24,23 @@ fn process(store: &Arc<MemoryStore>, ttl: Duration) -> Fence {
         .unwrap()
 }
 
-/// A lease record of node `n` left by a holder that died (it looks valid for an hour).
+/// A lease record of node `n` (TTL [`TTL`]) left by a holder that died; it looks valid for
+/// an hour (the holder's wall clock ran an hour ahead).
 async fn dead_holder(store: &Arc<MemoryStore>) {
-    let record = NodeLeaseRecord {
-        node: "n".into(),
-        expires_ms: fence_core::now_ms() + 3_600_000,
-        addr: "pid:1@elsewhere".into(),
-        peer_protocol: 1,
-        generation: "dead".into(),
+    let own = Ownership::new(store.clone(), "n");
+    let body = LeaseBody {
+        record: NodeLeaseRecord {
+            node: "n".into(),
+            expires_ms: fence_core::now_ms() + 3_600_000,
+            addr: "pid:1@elsewhere".into(),
+            peer_protocol: 1,
+            generation: "dead".into(),
+        },
+        nonce: own.fresh_nonce(),
+        ttl_ms: Some(TTL.as_millis() as u64),
+        extra: Default::default(),
     };
-    Ownership::new(store.clone(), "n")
-        .cas_node_lease(CasGuard::Absent, &record)
-        .await
-        .unwrap();
+    own.put_lease_body(CasGuard::Absent, &body).await.unwrap();
 }
 
 /// A one-shot process: acquires once (Busy expected) and hands on what it saw.

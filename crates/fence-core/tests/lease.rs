@@ -232,7 +232,7 @@ async fn ambiguous_renewal_overtaken_by_another_writer_fences() {
     let a = fence(store.clone(), "a");
     let lease = a.acquire().await.unwrap();
     *store.other.lock().unwrap() = Some(Bytes::from_static(
-        br#"{"v":1,"node":"a","expires_ms":9,"addr":"","peer_protocol":1,"generation":"x","nonce":"other"}"#,
+        br#"{"v":1,"node":"a","expires_ms":9,"addr":"","peer_protocol":1,"generation":"x","nonce":"other","ttl_ms":1000}"#,
     ));
     advance(TTL.as_millis() as u64 / 3 + 50).await;
     assert_eq!(

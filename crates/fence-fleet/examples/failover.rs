@@ -19,8 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Parser;
-use fence_core::runtime::Fence;
-use fence_core::{CasGuard, Clock, ConditionalStore, Key, PutOutcome};
+use fence::{CasGuard, Clock, ConditionalStore, Fence, Key, PutOutcome};
 use fence_fleet::{Fleet, FleetEvent};
 
 #[derive(Parser, Debug, Clone)]
@@ -59,7 +58,10 @@ fn cell_names(n: usize) -> Vec<String> {
 
 async fn open(args: &Args) -> Result<Arc<dyn ConditionalStore>, Box<dyn std::error::Error>> {
     let ttl = Duration::from_millis(args.ttl_ms);
-    let opened = fence_cli::stores::open(&args.store, Some(ttl)).map_err(|f| f.message)?;
+    let opened = fence::OpenOptions::new()
+        .lease_ttl(ttl)
+        .open(&args.store)
+        .map_err(|e| fence::describe(&e))?;
     Ok(opened.store)
 }
 

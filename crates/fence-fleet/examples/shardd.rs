@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use fence_core::runtime::Fence;
+use fence::Fence;
 use fence_fleet::log::AppendLog;
 use fence_fleet::{Fleet, FleetEvent, Shard};
 
@@ -139,7 +139,10 @@ pub fn serve(args: Args) {
 
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let ttl = Duration::from_millis(args.ttl_ms);
-    let opened = fence_cli::stores::open(&args.store, Some(ttl)).map_err(|f| f.message)?;
+    let opened = fence::OpenOptions::new()
+        .lease_ttl(ttl)
+        .open(&args.store)
+        .map_err(|e| fence::describe(&e))?;
     let fence = Fence::builder(opened.store, &args.node).ttl(ttl).build()?;
     let mut state = NodeState::open(&args)?;
     let cells = (0..args.cells).map(|i| format!("shard-{i:03}"));

@@ -318,7 +318,7 @@ pub(crate) enum Command {
 /// # }
 /// # block(async {
 /// use std::{sync::Arc, time::Duration};
-/// use fence_core::{runtime::Fence, MemoryStore};
+/// use fence::{Fence, MemoryStore};
 /// use fence_fleet::{Fleet, FleetEvent};
 ///
 /// let store = Arc::new(MemoryStore::new());

@@ -74,7 +74,7 @@ impl Drop for Follow {
 /// # }
 /// # block(async {
 /// use std::{sync::Arc, time::Duration};
-/// use fence_core::{runtime::Fence, MemoryStore};
+/// use fence::{Fence, MemoryStore};
 /// let store = Arc::new(MemoryStore::new());
 /// let a = Fence::builder(store.clone(), "a").build().unwrap().acquire().await.unwrap();
 /// let watcher = Fence::builder(store, "w").build().unwrap();
@@ -123,7 +123,7 @@ pub fn follow(fence: &Fence, cell: &str, every: Duration) -> Follow {
 /// # }
 /// # block(async {
 /// use std::sync::Arc;
-/// use fence_core::{runtime::Fence, MemoryStore};
+/// use fence::{Fence, MemoryStore};
 /// let store = Arc::new(MemoryStore::new());
 /// let a = Fence::builder(store.clone(), "a").build().unwrap().acquire().await.unwrap();
 /// let _claim = a.claim("orders").await.unwrap();
@@ -185,7 +185,7 @@ pub(crate) async fn read_heads(
 /// # }
 /// # block(async {
 /// use std::sync::Arc;
-/// use fence_core::{runtime::Fence, MemoryStore};
+/// use fence::{Fence, MemoryStore};
 /// let store = Arc::new(MemoryStore::new());
 /// let fence = Fence::builder(store, "a").build().unwrap();
 /// let lease = fence.acquire().await.unwrap();

@@ -23,7 +23,7 @@
 //! # }
 //! # block(async {
 //! use std::sync::Arc;
-//! use fence_core::{runtime::Fence, MemoryStore};
+//! use fence::{Fence, MemoryStore};
 //! use fence_fleet::log::{read_log, AppendLog};
 //! let fence = Fence::builder(Arc::new(MemoryStore::new()), "a").build().unwrap();
 //! let lease = fence.acquire().await.unwrap();

@@ -16,7 +16,7 @@
 //! # }
 //! # block(async {
 //! use std::{sync::Arc, time::Duration};
-//! use fence_core::{runtime::Fence, MemoryStore};
+//! use fence::{Fence, MemoryStore};
 //! let store = Arc::new(MemoryStore::new());
 //! let a = Fence::builder(store.clone(), "a").build().unwrap();
 //! let b = Fence::builder(store, "b").build().unwrap().acquire().await.unwrap();

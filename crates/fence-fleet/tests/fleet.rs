@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
@@ -526,6 +527,55 @@ async fn a_death_is_noticed_while_listing_nodes_fails() {
     let after = converged(&store, &cells, &[&fa], 20_000).await;
     assert!(after.values().all(|(o, _)| o.as_deref() == Some("a")));
     drop(fb);
+}
+
+/// Issue 35, item 3: a leader whose listing of the assignment records fails when it takes
+/// over places nothing until a listing succeeds: the cells of the nodes alive stay where they
+/// are, at their epochs, throughout. (On main it took the failed listing for a fleet of itself
+/// and moved the other node's cells to itself.)
+#[tokio::test(start_paused = true)]
+async fn a_new_leader_that_cannot_list_the_records_places_nothing_until_it_can() {
+    use fence_testkit::{FaultyStore, OpKind, RandomFaults};
+    let store = store();
+    let cells = cells(24);
+    let a = node(&store, "a");
+    let (fa, _ea) = a.fleet(&cells).start().await.unwrap();
+    converged(&store, &cells, &[&fa], 20_000).await;
+    let paths = [1, 2].map(|seed| Arc::new(FaultyStore::new(store.clone(), seed)));
+    let (b, c) = (
+        node_through(paths[0].clone(), "b"),
+        node_through(paths[1].clone(), "c"),
+    );
+    let (fb, _eb) = b.fleet(&cells).start().await.unwrap();
+    let (fc, _ec) = c.fleet(&cells).start().await.unwrap();
+    let before = converged(&store, &cells, &[&fa, &fb, &fc], 20_000).await;
+    let failing = RandomFaults {
+        fail_before_send: 1.0,
+        ..RandomFaults::default()
+    };
+    for p in &paths {
+        p.set_random(OpKind::List, failing);
+    }
+    a.kill();
+    let survivors: Vec<(&String, &(Option<String>, u64))> = before
+        .iter()
+        .filter(|(_, (o, _))| o.as_deref() != Some("a"))
+        .collect();
+    let unmoved = |now: &BTreeMap<String, (Option<String>, u64)>| {
+        survivors.iter().all(|(c, head)| now.get(*c) == Some(*head))
+    };
+    // b or c takes the leadership while every listing of theirs fails.
+    for _ in 0..20 {
+        advance(500).await;
+        let now = heads(&store, &cells).await;
+        assert!(unmoved(&now), "before {before:?}\nnow {now:?}");
+    }
+    for p in &paths {
+        p.set_random(OpKind::List, RandomFaults::default());
+    }
+    let after = converged(&store, &cells, &[&fb, &fc], 20_000).await;
+    assert!(unmoved(&after), "before {before:?}\nafter {after:?}");
+    drop(fa);
 }
 
 #[tokio::test(start_paused = true)]

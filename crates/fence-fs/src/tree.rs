@@ -317,13 +317,17 @@ impl Tree {
 
     /// Every object entry under `prefix` (all for `None`): calls `visit` with the directory
     /// holding it, its name and its key, in no particular order. Walks the tree without
-    /// following symlinks, skipping `.fence` and anything that cannot be an object.
+    /// following symlinks, skipping `.fence` and anything that cannot be an object. A
+    /// directory that cannot be read (no permission, an I/O error) fails the walk, naming
+    /// it: a listing never leaves out what it could not see; only entries that vanished or
+    /// became symlinks since they were listed are skipped.
     pub fn walk_objects(
         &self,
         prefix: Option<&Key>,
         visit: &mut dyn FnMut(BorrowedFd<'_>, &str, Key, FileType),
     ) -> Result<(), Error> {
         walk(self.root.as_fd(), "", prefix.map(Key::as_str), visit)
+            .map_err(|(path, errno)| list_error(&self.root_path, &path, errno))
     }
 }
 
@@ -348,10 +352,23 @@ fn prepare(root: &Path, root_fd: BorrowedFd<'_>, modes: Modes) -> Result<(), Err
     Ok(())
 }
 
-fn list_error(errno: Errno) -> Error {
-    Error::new(kind_of(errno), "cannot list the fence-fs root")
+/// The error of a listing that could not read `path` (relative to the root; `""`: the root).
+fn list_error(root: &Path, path: &str, errno: Errno) -> Error {
+    let shown = path_shown(&root.join(path));
+    let e = Error::new(kind_of(errno), format!("cannot list the directory {shown}"))
         .with_source(std::io::Error::from(errno))
-        .not_committed()
+        .not_committed();
+    match Key::new(path) {
+        Ok(key) => e.with_key(&key),
+        Err(_) => e,
+    }
+}
+
+/// Whether a walk may skip an entry that failed with `errno`: it is gone, or was swapped for
+/// a symlink or a file since it was listed (not ours to follow). Anything else (no
+/// permission, an I/O error) means the walk cannot see what is there.
+fn vanished(errno: Errno) -> bool {
+    matches!(errno, Errno::NOENT | Errno::LOOP | Errno::NOTDIR)
 }
 
 /// Whether key path `a` is `b` or below it.
@@ -373,20 +390,23 @@ fn join(dir: &str, name: &str) -> String {
     }
 }
 
+/// The walk of [`Tree::walk_objects`] below `dir` (key path `path`); fails with the key path
+/// of what it could not read and why.
 fn walk(
     dir: BorrowedFd<'_>,
     path: &str,
     prefix: Option<&str>,
     visit: &mut dyn FnMut(BorrowedFd<'_>, &str, Key, FileType),
-) -> Result<(), Error> {
-    for (name, file_type) in entries(dir).map_err(list_error)? {
+) -> Result<(), (String, Errno)> {
+    for (name, file_type) in entries(dir).map_err(|e| (path.to_owned(), e))? {
         if name == INTERNAL_DIR {
             continue;
         }
         let file_type = match file_type {
             FileType::Unknown => match rustix::fs::statat(dir, &name, AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(stat) => FileType::from_raw_mode(stat.st_mode),
-                Err(_) => continue,
+                Err(e) if vanished(e) => continue,
+                Err(e) => return Err((join(path, &name), e)),
             },
             known => known,
         };
@@ -395,9 +415,10 @@ fn walk(
             if !relevant(&sub, prefix) {
                 continue;
             }
-            // Gone or swapped for a symlink since it was listed: not ours to follow.
-            let Ok(fd) = rustix::fs::openat(dir, &name, DIR_FLAGS, Mode::empty()) else {
-                continue;
+            let fd = match rustix::fs::openat(dir, &name, DIR_FLAGS, Mode::empty()) {
+                Ok(fd) => fd,
+                Err(e) if vanished(e) => continue,
+                Err(e) => return Err((sub, e)),
             };
             walk(fd.as_fd(), &sub, prefix, visit)?;
             continue;

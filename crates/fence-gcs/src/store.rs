@@ -511,7 +511,8 @@ impl ConditionalStore for GcsStore {
         };
         let under = |k: &Key| prefix.is_none_or(|p| k.starts_with(p));
         let keep = |name: &str| self.key_of(name).filter(under);
-        let mut keys = collect(self.cfg.limits.listing, read_page, keep).await?;
+        let listed = collect(self.cfg.limits.listing, read_page, keep).await;
+        let mut keys = listed.map_err(|e| e.listing(prefix))?;
         keys.sort();
         keys.dedup();
         Ok(keys)

@@ -224,6 +224,14 @@ pub(crate) fn classify_read(kind: Dal, last: Option<&Attempt>) -> Option<Failure
     }
 }
 
+/// Classifies a failed listing: like a read, except that nothing is "absent" (a prefix with
+/// nothing under it lists as an empty page), so a 404 of any kind means the bucket or
+/// container is missing. A listing error is never an empty list.
+pub(crate) fn classify_list(kind: Dal, last: Option<&Attempt>) -> Failure {
+    classify_read(kind, last)
+        .unwrap_or_else(|| failure(ErrorKind::NotFound, Commit::NotCommitted, MISSING))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -39,3 +39,8 @@ mod transport;
 pub use builder::{OpendalStoreBuilder, DEFAULT_LEASE_TTL};
 pub use dialect::{Dialect, Token};
 pub use store::OpendalStore;
+
+/// docs/opendal.md, compiled as doc tests so its examples cannot rot.
+#[doc = include_str!("../../../docs/opendal.md")]
+#[cfg(doctest)]
+pub struct OpendalGuideDoctests;

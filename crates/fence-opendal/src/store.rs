@@ -14,7 +14,9 @@ use futures::TryStreamExt;
 use opendal::options::{DeleteOptions, ListOptions, WriteOptions};
 use opendal::{EntryMode, Metadata, Operator};
 
-use crate::classify::{classify_read, classify_write, Ended, Failure, Guard, Verdict};
+use crate::classify::{
+    classify_list, classify_read, classify_write, Ended, Failure, Guard, Verdict,
+};
 use crate::dialect::{Dialect, Token};
 use crate::transport::Exchange;
 
@@ -284,10 +286,8 @@ impl OpendalStore {
             (Ok(Ok(keys)), None) => keys,
             (Err(e), None) => {
                 let last = exchange.attempts().last().copied();
-                match classify_read(e.kind(), last.as_ref()) {
-                    None => Vec::new(),
-                    Some(f) => return Err(self.error(None, f, Witness::read(e.kind(), last))),
-                }
+                let f = classify_list(e.kind(), last.as_ref());
+                return Err(self.error(None, f, Witness::read(e.kind(), last)));
             }
         };
         if let Some(p) = prefix {
@@ -386,7 +386,7 @@ impl ConditionalStore for OpendalStore {
     }
 
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
-        self.list_keys(prefix).await
+        self.list_keys(prefix).await.map_err(|e| e.listing(prefix))
     }
 
     fn capabilities(&self) -> Capabilities {

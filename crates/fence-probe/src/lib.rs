@@ -10,6 +10,8 @@
 //! - [`Verdict::Unsupported`]: the store (or its adapter) lacks an operation fence needs;
 //! - [`Verdict::Error`]: the probe could not tell (unreachable, denied, every answer lost).
 //!
+//! [`check`] is the one call to make before trusting a store: an error unless it is honest.
+//!
 //! A slow store is not a liar and not an error: a racer whose answer has not come is unknown
 //! evidence, and the winner of a race is found by reading the key back.
 //!
@@ -33,7 +35,7 @@ mod run;
 use std::fmt;
 use std::time::Duration;
 
-use fence_core::{Clock, ConditionalStore, Entropy, Key};
+use fence_core::{Clock, ConditionalStore, Entropy, Error, ErrorKind, Key};
 
 /// How the probe runs.
 #[derive(Clone, Debug)]
@@ -52,7 +54,9 @@ pub struct ProbeConfig {
     /// Once a racer has won, how long the probe still waits for the other racers' answers
     /// before it reads the key back (answers still missing then are unknown evidence).
     pub race_grace: Duration,
-    /// Delete the probe's keys afterwards (when the store has conditional delete).
+    /// Delete the probe's keys afterwards: at their version where the store has conditional
+    /// delete, else with its plain delete (they are the probe's own scratch under
+    /// `key_prefix`, which must then be private to the probe).
     pub cleanup: bool,
 }
 
@@ -220,10 +224,10 @@ pub async fn probe(store: &dyn ConditionalStore, cfg: &ProbeConfig) -> ProbeRepo
     let left_behind = run.cleanup().await;
     let mut steps = run.steps;
     if !left_behind.is_empty() {
-        let why = if cfg.cleanup && store.capabilities().conditional_delete {
+        let why = if cfg.cleanup {
             "delete failed"
         } else {
-            "no conditional delete or cleanup off"
+            "cleanup off"
         };
         steps.push(format!(
             "left {} keys under {prefix} ({why})",
@@ -238,6 +242,43 @@ pub async fn probe(store: &dyn ConditionalStore, cfg: &ProbeConfig) -> ProbeRepo
         left_behind,
         elapsed_ms: clock.mono_ms(),
     }
+}
+
+/// The probe in one call, before trusting a store you built yourself (an OpenDAL operator,
+/// an S3-compatible server): [`probe`] with the default configuration, and an error unless
+/// the store is honest. A store that ignores conditions (s3rver, Garage) would otherwise
+/// acknowledge every write of every holder.
+///
+/// Errors, not committed, their message the verdict and its reason:
+/// [`ErrorKind::Unsupported`] when the store lies ([`Verdict::Violation`]) or lacks an
+/// operation fence needs ([`Verdict::Unsupported`]): do not run on it;
+/// [`ErrorKind::Unavailable`] when the probe could not tell ([`Verdict::Error`]: unreachable,
+/// denied), which says nothing of its honesty.
+///
+/// ```
+/// # fn block(f: impl std::future::Future<Output = ()>) {
+/// #     tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(f)
+/// # }
+/// # block(async {
+/// let report = fence_probe::check(&fence_core::MemoryStore::new()).await.unwrap();
+/// assert!(report.verdict.is_honest());
+/// # });
+/// ```
+///
+/// [`ErrorKind::Unsupported`]: fence_core::ErrorKind::Unsupported
+/// [`ErrorKind::Unavailable`]: fence_core::ErrorKind::Unavailable
+pub async fn check(store: &dyn ConditionalStore) -> Result<ProbeReport, Error> {
+    let report = probe(store, &ProbeConfig::default()).await;
+    let kind = match &report.verdict {
+        Verdict::Honest => return Ok(report),
+        Verdict::Error(_) => ErrorKind::Unavailable,
+        _ => ErrorKind::Unsupported,
+    };
+    let why = format!(
+        "the contract probe found the store unfit: {}",
+        report.verdict
+    );
+    Err(Error::new(kind, why).not_committed())
 }
 
 /// Deletes `key` at its current version (a few attempts); true when it is gone.

@@ -321,19 +321,31 @@ impl<'a> ProbeRun<'a> {
     }
 
     /// Deletes what the probe wrote, if allowed; returns the keys left behind.
+    ///
+    /// With conditional delete, each key at the version read. Without it (most S3 stores),
+    /// with the store's plain delete ([`ConditionalStore::delete_immutable`]): safe here
+    /// because the keys are the probe's own scratch, under a prefix nobody else writes (a
+    /// fresh random one, or one the caller keeps private), and the probe writes no more —
+    /// a delete that lands late can only remove that scratch.
     pub(crate) async fn cleanup(&self) -> Vec<Key> {
         let written = self
             .written
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        if !(self.cfg.cleanup && self.store.capabilities().conditional_delete) {
+        if !self.cfg.cleanup {
             return written.into_iter().collect();
         }
+        let conditional = self.store.capabilities().conditional_delete;
         let mut left = Vec::new();
         for key in written {
-            let deleted =
-                tokio::time::timeout(self.cfg.op_timeout, delete_current(self.store, &key));
+            let deleted = tokio::time::timeout(self.cfg.op_timeout, async {
+                if conditional {
+                    delete_current(self.store, &key).await
+                } else {
+                    self.store.delete_immutable(&key).await.is_ok()
+                }
+            });
             if !matches!(deleted.await, Ok(true)) {
                 left.push(key);
             }

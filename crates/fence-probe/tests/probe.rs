@@ -121,6 +121,24 @@ async fn liars_are_caught() {
     }
 }
 
+/// `check`, the one call: a liar and a store without replace-if-current are refused as
+/// unfit (`Unsupported`), a dead one as "could not tell" (`Unavailable`); nothing committed.
+#[tokio::test]
+async fn check_refuses_every_store_but_an_honest_one() {
+    use fence_core::ErrorKind;
+    assert!(fence_probe::check(&MemoryStore::new()).await.is_ok());
+    for (flaw, kind) in [
+        (Flaw::IgnoresGuard, ErrorKind::Unsupported),
+        (Flaw::NoUpdate, ErrorKind::Unsupported),
+        (Flaw::Unreachable, ErrorKind::Unavailable),
+    ] {
+        let refused = fence_probe::check(&SabotagedStore::new(flaw)).await;
+        let e = refused.expect_err("an unfit store passed the check");
+        assert_eq!(e.kind(), kind, "{flaw:?}: {e}");
+        assert!(!e.is_ambiguous());
+    }
+}
+
 #[tokio::test]
 async fn a_missing_operation_is_unsupported_and_a_dead_store_is_an_error() {
     let no_update = probe(
@@ -174,4 +192,16 @@ async fn a_store_that_refuses_every_connection_leaves_no_keys_behind() {
     assert!(matches!(report.verdict, Verdict::Error(_)), "{report}");
     assert_eq!(report.left_behind, Vec::<Key>::new(), "{report}");
     assert!(!report.steps.iter().any(|s| s.contains("left")), "{report}");
+}
+
+/// Like S3: content-hash versions (declared) and no conditional delete. The probe's keys are
+/// its own scratch under a random prefix, so it removes them with the plain delete.
+#[tokio::test]
+async fn a_store_without_conditional_delete_keeps_nothing_of_the_probe() {
+    let caps = Capabilities::without_conditional_delete().with_content_versions();
+    let store = SabotagedStore::new(Flaw::RepeatingVersions).with_capabilities(caps);
+    let report = probe(&store, &ProbeConfig::default()).await;
+    assert_eq!(report.verdict, Verdict::Honest, "{report}");
+    assert_eq!(report.left_behind, Vec::<Key>::new(), "{report}");
+    assert_eq!(store.list(None).await.unwrap(), Vec::<Key>::new());
 }

@@ -10,14 +10,20 @@ use pyo3::exceptions::{PyStopAsyncIteration, PyStopIteration};
 use pyo3::prelude::*;
 use tokio::sync::Mutex;
 
-use crate::lease::{cell_data, payload, CellData, Fence, WriteAck};
-use crate::wait::{closed, interruptible, opt_seconds, run, run_async, runtime};
+use crate::data::payload;
+use crate::lease::{cell_data, CellData, Fence, WriteAck};
+use crate::process::{future_into_py, hold, runtime, Held, Local};
+use crate::repr::{repr, v};
+use crate::wait::{closed, interruptible, opt_seconds, run, run_async};
 
 /// One term of leadership: the epoch is its fencing token. Writes through it are refused by
 /// the store once a later term exists.
 #[pyclass(module = "fence", frozen)]
 pub(crate) struct Term {
-    term: CoreTerm,
+    term: Local<CoreTerm>,
+    epoch: u64,
+    node: String,
+    resource: String,
 }
 
 #[pymethods]
@@ -25,36 +31,39 @@ impl Term {
     /// The term's epoch: pass it to anything that can refuse a lower one.
     #[getter]
     fn epoch(&self) -> u64 {
-        self.term.epoch()
+        self.epoch
     }
 
     /// The leading node.
     #[getter]
     fn node(&self) -> &str {
-        self.term.node()
+        &self.node
     }
 
     /// The resource (cell) led.
     #[getter]
     fn resource(&self) -> &str {
-        self.term.resource()
+        &self.resource
     }
 
-    /// Whether the term still stands now.
+    /// Whether the term still stands now (false in a forked child).
     fn is_held(&self) -> bool {
-        self.term.is_held()
+        self.term.here().is_some_and(CoreTerm::is_held)
     }
 
-    /// Seconds of authority left unless a renewal lands (0 once the term ended).
+    /// Seconds of authority left unless a renewal lands (0 once the term ended, and in a
+    /// forked child).
     #[getter]
     fn remaining(&self) -> f64 {
-        self.term.remaining().as_secs_f64()
+        self.term
+            .here()
+            .map_or(0.0, |t| t.remaining().as_secs_f64())
     }
 
     /// A fenced write of the resource's cell under this term.
     fn write(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<WriteAck> {
         let data = payload(data)?;
-        run(py, self.term.claim().write(data)).map(WriteAck::from)
+        run(py, self.term.get()?.claim().write(data)).map(WriteAck::from)
     }
 
     /// ``write`` as a coroutine.
@@ -64,7 +73,7 @@ impl Term {
         data: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let data = payload(data)?;
-        let term = self.term.clone();
+        let term = self.term.get()?.clone();
         run_async(py, async move {
             term.claim().write(data).await.map(WriteAck::from)
         })
@@ -72,23 +81,25 @@ impl Term {
 
     /// Reads the resource's cell.
     fn read(&self, py: Python<'_>) -> PyResult<Option<CellData>> {
-        let d = run(py, self.term.claim().read())?;
+        let d = run(py, self.term.get()?.claim().read())?;
         Ok(cell_data(py, d))
     }
 
     /// Waits until the term ends and says why: ``"lease_lost"``, ``"deposed"``,
     /// ``"resigned"`` or ``"unhealthy"``.
     fn lost(&self, py: Python<'_>) -> PyResult<&'static str> {
-        let term = self.term.clone();
+        let term = self.term.get()?.clone();
         interruptible(py, async move { step_down(&term.lost().await) })
     }
 
-    fn __repr__(&self) -> String {
-        format!(
-            "Term(resource={:?}, node={:?}, epoch={})",
-            self.term.resource(),
-            self.term.node(),
-            self.term.epoch()
+    fn __repr__(&self, py: Python<'_>) -> String {
+        repr(
+            "Term",
+            &[
+                ("resource", v(py, &self.resource)),
+                ("node", v(py, &self.node)),
+                ("epoch", v(py, self.epoch)),
+            ],
         )
     }
 }
@@ -133,7 +144,13 @@ impl ElectionEvent {
             CoreEvent::Started(term) => {
                 out.kind = "started";
                 out.epoch = Some(term.epoch());
-                out.term = Some(Py::new(py, Term { term })?);
+                let term = Term {
+                    epoch: term.epoch(),
+                    node: term.node().to_owned(),
+                    resource: term.resource().to_owned(),
+                    term: Local::new(term),
+                };
+                out.term = Some(Py::new(py, term)?);
             }
             CoreEvent::Stopped { epoch, reason } => {
                 out.kind = "stopped";
@@ -162,10 +179,14 @@ impl ElectionEvent {
 
 #[pymethods]
 impl ElectionEvent {
-    fn __repr__(&self) -> String {
-        format!(
-            "ElectionEvent(kind={:?}, node={:?}, epoch={:?})",
-            self.kind, self.node, self.epoch
+    fn __repr__(&self, py: Python<'_>) -> String {
+        repr(
+            "ElectionEvent",
+            &[
+                ("kind", v(py, self.kind)),
+                ("node", v(py, self.node.as_deref())),
+                ("epoch", v(py, self.epoch)),
+            ],
         )
     }
 }
@@ -184,7 +205,18 @@ impl ElectionEvent {
 /// ['stopped']
 #[pyclass(module = "fence", frozen)]
 pub(crate) struct Election {
-    election: Arc<Mutex<Option<CoreElection>>>,
+    election: Local<Arc<ElectionSlot>>,
+}
+
+/// A running election, or nothing once stopped.
+pub(crate) type ElectionSlot = Mutex<Option<CoreElection>>;
+
+/// Stops the election in `slot`, if it still runs (at interpreter exit).
+pub(crate) async fn stop_slot(slot: &ElectionSlot) {
+    let taken = slot.lock().await.take();
+    if let Some(e) = taken {
+        let _ = e.stop().await;
+    }
 }
 
 #[pymethods]
@@ -196,23 +228,28 @@ impl Election {
     #[new]
     #[pyo3(signature = (fence, resource, *, retry_period = None, check_period = None, recampaign = true))]
     fn new(
+        py: Python<'_>,
         fence: &Fence,
         resource: String,
         retry_period: Option<f64>,
         check_period: Option<f64>,
         recampaign: bool,
     ) -> PyResult<Self> {
-        let mut b = CoreElection::builder(fence.fence.clone(), resource).recampaign(recampaign);
+        crate::names::check(&resource)?;
+        let mut b =
+            CoreElection::builder(fence.fence.get()?.clone(), resource).recampaign(recampaign);
         if let Some(d) = opt_seconds(retry_period)? {
             b = b.retry_period(d.max(Duration::from_millis(1)));
         }
         if let Some(d) = opt_seconds(check_period)? {
             b = b.check_period(d.max(Duration::from_millis(1)));
         }
-        let _inside = runtime().enter();
+        let _inside = runtime(py).enter();
         let election = b.start().map_err(crate::errors::to_py)?;
+        let slot = Arc::new(Mutex::new(Some(election)));
+        hold(py, Held::Election(Arc::downgrade(&slot)));
         Ok(Election {
-            election: Arc::new(Mutex::new(Some(election))),
+            election: Local::new(slot),
         })
     }
 
@@ -221,7 +258,7 @@ impl Election {
     #[pyo3(signature = (timeout = None))]
     fn next_event(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<ElectionEvent>> {
         let limit = opt_seconds(timeout)?;
-        let election = self.election.clone();
+        let election = self.election.get()?.clone();
         let got = interruptible(py, async move { next(&election, limit).await })?;
         got.map(|e| ElectionEvent::of(py, e)).transpose()
     }
@@ -231,7 +268,7 @@ impl Election {
     /// read is there unless it was read, so no step-down is lost by leaving the event loop
     /// first. Raises the error that ended the election, if one did.
     fn stop(&self, py: Python<'_>) -> PyResult<Vec<ElectionEvent>> {
-        let unread = run(py, stop(self.election.clone()))?;
+        let unread = run(py, stop(self.election.get()?.clone()))?;
         unread
             .into_iter()
             .map(|e| ElectionEvent::of(py, e))
@@ -240,8 +277,8 @@ impl Election {
 
     /// ``stop`` as a coroutine.
     fn stop_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let election = self.election.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        let election = self.election.get()?.clone();
+        future_into_py(py, async move {
             let unread = stop(election).await.map_err(crate::errors::to_py)?;
             Python::attach(|py| {
                 let events = unread.into_iter().map(|e| ElectionEvent::of(py, e));
@@ -264,8 +301,8 @@ impl Election {
     }
 
     fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let election = self.election.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        let election = self.election.get()?.clone();
+        future_into_py(py, async move {
             let event = next(&election, None)
                 .await
                 .ok_or_else(|| PyStopAsyncIteration::new_err(()))?;

@@ -3,8 +3,10 @@
 
 use fence_core::{Commit, Error, ErrorKind};
 use pyo3::create_exception;
-use pyo3::exceptions::PyException;
+use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple, PyType};
 
 create_exception!(
     _fence,
@@ -18,12 +20,6 @@ create_exception!(
     InvalidKeyError,
     FenceError,
     "A key failed validation; nothing was sent."
-);
-create_exception!(
-    _fence,
-    InvalidInputError,
-    FenceError,
-    "A configuration or argument is invalid."
 );
 create_exception!(
     _fence,
@@ -79,37 +75,135 @@ create_exception!(
     FenceError,
     "Authority is gone: the lease is lost or the epoch was superseded."
 );
+create_exception!(
+    _fence,
+    ForkedError,
+    FenceError,
+    "A forked child called an object its parent made: after os.fork() the child holds \
+     nothing and makes its own fence objects. Nothing was sent."
+);
+create_exception!(
+    _fence,
+    AlreadyHeldError,
+    FenceError,
+    "This process already holds the node lease asked for (through this Fence or another \
+     with the same store and node id): acquiring it again would wait on itself. Nothing was \
+     sent."
+);
 
-/// The Python exception of `e`, with its attributes set.
+/// `InvalidInputError`: a configuration or argument is invalid (a bad duration among them).
+/// Both a `FenceError` and a `ValueError`, so `except ValueError` catches a bad argument as
+/// it does for the standard library; made at import (a class of two bases).
+static INVALID_INPUT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+fn invalid_input_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+    INVALID_INPUT
+        .get_or_try_init(py, || {
+            let bases = PyTuple::new(
+                py,
+                [py.get_type::<FenceError>(), py.get_type::<PyValueError>()],
+            )?;
+            let dict = PyDict::new(py);
+            dict.set_item("__module__", "fence")?;
+            dict.set_item(
+                "__doc__",
+                "A configuration or argument is invalid (a bad duration among them); also a \
+                 ValueError. Nothing was sent.",
+            )?;
+            let ty = py
+                .get_type::<PyType>()
+                .call1(("InvalidInputError", bases, dict))?;
+            Ok(ty.cast_into::<PyType>()?.unbind())
+        })
+        .map(|t| t.bind(py))
+}
+
+/// The Python exception of `e`, with its attributes set: missing credentials said as the
+/// `fence` command says them ([`fence::missing_credentials`]), the message one plain line
+/// with its causes ([`fence::describe`]), escaped as the `fence` command escapes what it
+/// prints ([`fence::message::escape`]): it carries text from the store and its servers (node
+/// names, error bodies), and a traceback prints it raw to a terminal.
 pub(crate) fn to_py(e: Error) -> PyErr {
+    let e = fence::missing_credentials(&e).unwrap_or(e);
     Python::attach(|py| {
-        let message = e.to_string();
-        let err = match e.kind() {
-            ErrorKind::InvalidKey => InvalidKeyError::new_err(message.clone()),
-            ErrorKind::InvalidInput => InvalidInputError::new_err(message.clone()),
-            ErrorKind::NotFound => NotFoundError::new_err(message.clone()),
-            ErrorKind::PermissionDenied => PermissionDeniedError::new_err(message.clone()),
-            ErrorKind::Unavailable => UnavailableError::new_err(message.clone()),
-            ErrorKind::Conflict => ConflictError::new_err(message.clone()),
-            ErrorKind::Timeout => StoreTimeoutError::new_err(message.clone()),
-            ErrorKind::Corrupt => CorruptError::new_err(message.clone()),
-            ErrorKind::Unsupported => UnsupportedError::new_err(message.clone()),
-            ErrorKind::Busy => BusyError::new_err(message.clone()),
-            ErrorKind::Fenced => FencedError::new_err(message.clone()),
-            _ => FenceError::new_err(message.clone()),
+        let message = fence::message::escape(&fence::describe(&e)).into_owned();
+        let ty = match e.kind() {
+            ErrorKind::InvalidKey => py.get_type::<InvalidKeyError>(),
+            ErrorKind::InvalidInput => match invalid_input_type(py) {
+                Ok(ty) => ty.clone(),
+                Err(err) => return err,
+            },
+            ErrorKind::NotFound => py.get_type::<NotFoundError>(),
+            ErrorKind::PermissionDenied => py.get_type::<PermissionDeniedError>(),
+            ErrorKind::Unavailable => py.get_type::<UnavailableError>(),
+            ErrorKind::Conflict => py.get_type::<ConflictError>(),
+            ErrorKind::Timeout => py.get_type::<StoreTimeoutError>(),
+            ErrorKind::Corrupt => py.get_type::<CorruptError>(),
+            ErrorKind::Unsupported => py.get_type::<UnsupportedError>(),
+            ErrorKind::Busy => py.get_type::<BusyError>(),
+            ErrorKind::Fenced => py.get_type::<FencedError>(),
+            _ => py.get_type::<FenceError>(),
         };
         let commit = match e.commit() {
             Commit::NotCommitted => "not_committed",
             Commit::Ambiguous => "ambiguous",
         };
-        let value = err.value(py);
-        let _ = value.setattr("kind", kind_name(e.kind()));
-        let _ = value.setattr("commit", commit);
-        let _ = value.setattr("message", message);
-        let _ = value.setattr("ambiguous", e.is_ambiguous());
-        let _ = value.setattr("key", e.key().map(|k| k.as_str().to_owned()));
-        err
+        let key = e.key().map(|k| k.as_str().to_owned());
+        raise(py, &ty, kind_name(e.kind()), commit, message, key)
     })
+}
+
+/// An exception of class `ty` with fence's attributes set.
+fn raise(
+    py: Python<'_>,
+    ty: &Bound<'_, PyType>,
+    kind: &str,
+    commit: &str,
+    message: String,
+    key: Option<String>,
+) -> PyErr {
+    let err = PyErr::from_type(ty.clone(), (message.clone(),));
+    let value = err.value(py);
+    let _ = value.setattr("kind", kind);
+    let _ = value.setattr("commit", commit);
+    let _ = value.setattr("message", message);
+    let _ = value.setattr("ambiguous", commit == "ambiguous");
+    let _ = value.setattr("key", key);
+    err
+}
+
+/// `ForkedError` (kind `"forked"`, not committed).
+pub(crate) fn forked(message: String) -> PyErr {
+    Python::attach(|py| {
+        raise(
+            py,
+            &py.get_type::<ForkedError>(),
+            "forked",
+            "not_committed",
+            message,
+            None,
+        )
+    })
+}
+
+/// `AlreadyHeldError` (kind `"already_held"`, not committed).
+pub(crate) fn already_held(message: String) -> PyErr {
+    Python::attach(|py| {
+        let message = fence::message::escape(&message).into_owned();
+        raise(
+            py,
+            &py.get_type::<AlreadyHeldError>(),
+            "already_held",
+            "not_committed",
+            message,
+            None,
+        )
+    })
+}
+
+/// `InvalidInputError` (kind `"invalid_input"`, not committed): a bad argument.
+pub(crate) fn invalid_input(message: impl Into<String>) -> PyErr {
+    to_py(Error::new(ErrorKind::InvalidInput, message).not_committed())
 }
 
 /// The `kind` attribute: the ErrorKind's name in snake case.
@@ -130,22 +224,12 @@ fn kind_name(kind: ErrorKind) -> &'static str {
     }
 }
 
-/// A failure of the CLI's store opener (exit 2: bad URL or configuration; otherwise the
-/// store could not be opened), as a fence error.
-pub(crate) fn from_failure(f: fence_cli::exit::Failure) -> Error {
-    let kind = match f.code {
-        fence_cli::exit::USAGE => ErrorKind::InvalidInput,
-        _ => ErrorKind::Unavailable,
-    };
-    Error::new(kind, f.message).not_committed()
-}
-
 /// Registers the exception classes on the module.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("FenceError", py.get_type::<FenceError>())?;
     m.add("InvalidKeyError", py.get_type::<InvalidKeyError>())?;
-    m.add("InvalidInputError", py.get_type::<InvalidInputError>())?;
+    m.add("InvalidInputError", invalid_input_type(py)?)?;
     m.add("NotFoundError", py.get_type::<NotFoundError>())?;
     m.add(
         "PermissionDeniedError",
@@ -158,5 +242,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("UnsupportedError", py.get_type::<UnsupportedError>())?;
     m.add("BusyError", py.get_type::<BusyError>())?;
     m.add("FencedError", py.get_type::<FencedError>())?;
+    m.add("ForkedError", py.get_type::<ForkedError>())?;
+    m.add("AlreadyHeldError", py.get_type::<AlreadyHeldError>())?;
     Ok(())
 }

@@ -9,7 +9,10 @@ use pyo3::exceptions::{PyStopAsyncIteration, PyStopIteration};
 use pyo3::prelude::*;
 use tokio::sync::Mutex;
 
-use crate::lease::{cell_data, payload, Claim, Fence, WriteAck};
+use crate::data::payload;
+use crate::lease::{cell_data, Claim, Fence, WriteAck};
+use crate::process::{future_into_py, hold, Held, Local};
+use crate::repr::{repr, v};
 use crate::wait::{
     closed, interruptible, opt_seconds, run, run_async, seconds, sliced, wait_blocking,
 };
@@ -18,7 +21,9 @@ use crate::wait::{
 /// false (its writes are refused from then on).
 #[pyclass(module = "fence", frozen)]
 pub(crate) struct Shard {
-    shard: fence_fleet::Shard,
+    shard: Local<fence_fleet::Shard>,
+    cell: String,
+    epoch: u64,
 }
 
 #[pymethods]
@@ -26,32 +31,30 @@ impl Shard {
     /// The cell.
     #[getter]
     fn cell(&self) -> &str {
-        self.shard.cell()
+        &self.cell
     }
 
     /// The epoch it is held at.
     #[getter]
     fn epoch(&self) -> u64 {
-        self.shard.epoch()
+        self.epoch
     }
 
-    /// Whether this node may act on the cell now.
+    /// Whether this node may act on the cell now (false in a forked child).
     fn is_held(&self) -> bool {
-        self.shard.is_held()
+        self.shard.here().is_some_and(fence_fleet::Shard::is_held)
     }
 
     /// The claim underneath (``write_if``, ``release``).
     #[getter]
-    fn claim(&self) -> Claim {
-        Claim {
-            claim: self.shard.claim().clone(),
-        }
+    fn claim(&self) -> PyResult<Claim> {
+        Ok(Claim::of(self.shard.get()?.claim().clone()))
     }
 
     /// A fenced write of the cell's data; refused once the shard is stopped.
     fn write(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<WriteAck> {
         let data = payload(data)?;
-        run(py, self.shard.write(data)).map(WriteAck::from)
+        run(py, self.shard.get()?.write(data)).map(WriteAck::from)
     }
 
     /// ``write`` as a coroutine.
@@ -61,7 +64,7 @@ impl Shard {
         data: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let data = payload(data)?;
-        let shard = self.shard.clone();
+        let shard = self.shard.get()?.clone();
         run_async(
             py,
             async move { shard.write(data).await.map(WriteAck::from) },
@@ -70,15 +73,14 @@ impl Shard {
 
     /// Reads the cell's data.
     fn read(&self, py: Python<'_>) -> PyResult<Option<crate::lease::CellData>> {
-        let d = run(py, self.shard.read())?;
+        let d = run(py, self.shard.get()?.read())?;
         Ok(cell_data(py, d))
     }
 
-    fn __repr__(&self) -> String {
-        format!(
-            "Shard(cell={:?}, epoch={})",
-            self.shard.cell(),
-            self.shard.epoch()
+    fn __repr__(&self, py: Python<'_>) -> String {
+        repr(
+            "Shard",
+            &[("cell", v(py, &self.cell)), ("epoch", v(py, self.epoch))],
         )
     }
 }
@@ -124,7 +126,14 @@ impl FleetEvent {
                 cell: Some(shard.cell().to_owned()),
                 epoch: Some(shard.epoch()),
                 resumed: Some(resumed),
-                shard: Some(Py::new(py, Shard { shard })?),
+                shard: Some(Py::new(
+                    py,
+                    Shard {
+                        cell: shard.cell().to_owned(),
+                        epoch: shard.epoch(),
+                        shard: Local::new(shard),
+                    },
+                )?),
                 ..FleetEvent::empty("started")
             },
             CoreEvent::Stopped {
@@ -167,10 +176,14 @@ fn stop_reason(r: StopReason) -> (&'static str, Option<String>) {
 
 #[pymethods]
 impl FleetEvent {
-    fn __repr__(&self) -> String {
-        format!(
-            "FleetEvent(kind={:?}, cell={:?}, epoch={:?})",
-            self.kind, self.cell, self.epoch
+    fn __repr__(&self, py: Python<'_>) -> String {
+        repr(
+            "FleetEvent",
+            &[
+                ("kind", v(py, self.kind)),
+                ("cell", v(py, self.cell.as_deref())),
+                ("epoch", v(py, self.epoch)),
+            ],
         )
     }
 }
@@ -216,8 +229,20 @@ impl Drained {
 /// True
 #[pyclass(module = "fence", frozen)]
 pub(crate) struct Fleet {
-    fleet: Arc<Mutex<Option<CoreFleet>>>,
-    events: Arc<Mutex<Events>>,
+    fleet: Local<Arc<FleetSlot>>,
+    events: Local<Arc<Mutex<Events>>>,
+}
+
+/// A running fleet member, or nothing once drained.
+pub(crate) type FleetSlot = Mutex<Option<CoreFleet>>;
+
+/// Drains the fleet member in `slot` at once, if it still runs (at interpreter exit): its
+/// cells and its node lease are released.
+pub(crate) async fn drain_slot(slot: &FleetSlot) {
+    let taken = slot.lock().await.take();
+    if let Some(f) = taken {
+        f.drain(Duration::ZERO).await;
+    }
 }
 
 async fn start(
@@ -259,21 +284,27 @@ impl Fleet {
         predecessor: Option<String>,
         timeout: Option<f64>,
     ) -> PyResult<Self> {
+        for cell in &cells {
+            crate::names::check(cell)?;
+        }
         let timeout = opt_seconds(timeout)?;
-        let f = fence.fence.clone();
+        let f = fence.fence.get()?.clone();
         let (fleet, events) = wait_blocking(py, move |cancel| {
             start(f, cells, predecessor, timeout, cancel)
         })?;
+        let slot = Arc::new(Mutex::new(Some(fleet)));
+        hold(py, Held::Fleet(Arc::downgrade(&slot)));
         Ok(Fleet {
-            fleet: Arc::new(Mutex::new(Some(fleet))),
-            events: Arc::new(Mutex::new(events)),
+            fleet: Local::new(slot),
+            events: Local::new(Arc::new(Mutex::new(events))),
         })
     }
 
     /// The cells this node holds now, sorted.
     fn held(&self) -> Vec<String> {
         // A hand-off or drain under way holds the handle: the fleet is changing, show nothing.
-        let guard = self.fleet.try_lock().ok();
+        // A forked child holds nothing.
+        let guard = self.fleet.here().and_then(|f| f.try_lock().ok());
         let held = guard.as_ref().and_then(|g| g.as_ref()).map(|f| f.held());
         let mut cells: Vec<String> = held
             .unwrap_or_default()
@@ -286,7 +317,7 @@ impl Fleet {
 
     /// Hands ``cell`` to live node ``to``; returns the receiver's epoch.
     fn hand_off(&self, py: Python<'_>, cell: String, to: String) -> PyResult<u64> {
-        let fleet = self.fleet.clone();
+        let fleet = self.fleet.get()?.clone();
         run(py, async move {
             let guard = fleet.lock().await;
             let f = guard.as_ref().ok_or_else(|| closed("fleet"))?;
@@ -298,7 +329,7 @@ impl Fleet {
     /// then releases the node lease.
     fn drain(&self, py: Python<'_>, within: f64) -> PyResult<Drained> {
         let within = seconds(Some(within))?.unwrap_or_default();
-        let fleet = self.fleet.clone();
+        let fleet = self.fleet.get()?.clone();
         let d = run(py, async move {
             let taken = fleet.lock().await.take();
             Ok::<_, Error>(match taken {
@@ -324,7 +355,7 @@ impl Fleet {
     #[pyo3(signature = (timeout = None))]
     fn next_event(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<FleetEvent>> {
         let limit = opt_seconds(timeout)?;
-        let events = self.events.clone();
+        let events = self.events.get()?.clone();
         let got = interruptible(py, async move {
             let mut rx = events.lock().await;
             match limit {
@@ -367,8 +398,8 @@ impl Fleet {
     }
 
     fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let events = self.events.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        let events = self.events.get()?.clone();
+        future_into_py(py, async move {
             let got = events.lock().await.recv().await;
             let event = got.ok_or_else(|| PyStopAsyncIteration::new_err(()))?;
             Python::attach(|py| FleetEvent::of(py, event))

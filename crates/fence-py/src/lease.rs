@@ -3,31 +3,45 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use fence_core::runtime::{read_cell, update_cell, CellData as CoreData};
-use fence_core::{CellClaim, Error, ErrorKind, LeaseKeeper, Version, WriteAck as CoreAck};
+use fence_core::keymap;
+use fence_core::runtime::{read_cell, CellData as CoreData};
+use fence_core::{CellClaim, Error, LeaseKeeper, LeaseStatus, Version, WriteAck as CoreAck};
 use pyo3::prelude::*;
-use pyo3::pybacked::PyBackedBytes;
-use pyo3::types::{PyBytes, PyString};
+use pyo3::types::PyBytes;
 use tokio::sync::RwLock;
 
+use crate::data::{claim_delete, claim_put, payload, write_at, RawWrites};
+use crate::names::check;
+use crate::process::{future_into_py, hold, holding, Held, Local};
+use crate::repr::{repr, v};
 use crate::store::Store;
-use crate::wait::{run, run_async, seconds, sliced, wait_async, wait_blocking};
-
-/// A payload from Python: ``bytes``, ``bytearray`` or ``str`` (written as UTF-8).
-pub(crate) fn payload(data: &Bound<'_, PyAny>) -> PyResult<Bytes> {
-    if let Ok(s) = data.cast::<PyString>() {
-        return Ok(Bytes::copy_from_slice(s.to_str()?.as_bytes()));
-    }
-    let b: PyBackedBytes = data.extract()?;
-    Ok(Bytes::copy_from_slice(&b))
-}
+use crate::wait::{interruptible, run, run_async, seconds, sliced, wait_async, wait_blocking};
 
 /// A version from Python (``None``: the cell holds no data yet).
 fn version(v: Option<&str>) -> PyResult<Option<Version>> {
     v.map(Version::new)
         .transpose()
         .map_err(crate::errors::to_py)
+}
+
+/// How long a lock-style call waits: `blocking=False` tries once (a timeout may not be given
+/// with it, as for `threading.Lock`); `timeout=None` waits for ever, `0` tries once.
+pub(crate) fn wait_limit(blocking: bool, timeout: Option<f64>) -> PyResult<Option<Duration>> {
+    match (blocking, timeout) {
+        (true, t) => seconds(t),
+        (false, None) => Ok(Some(Duration::ZERO)),
+        (false, Some(_)) => Err(crate::errors::invalid_input(
+            "a timeout cannot be given with blocking=False (it tries once)",
+        )),
+    }
+}
+
+/// Checks the arguments of a lock-style wait (``blocking``, ``timeout``) as ``acquire``
+/// does; raises ``InvalidInputError``.
+#[pyfunction]
+#[pyo3(signature = (blocking = true, timeout = None))]
+pub(crate) fn check_wait(blocking: bool, timeout: Option<f64>) -> PyResult<()> {
+    wait_limit(blocking, timeout).map(drop)
 }
 
 /// A fenced write's acknowledgement: the head is stored at ``version``, written under
@@ -52,8 +66,14 @@ impl From<CoreAck> for WriteAck {
 
 #[pymethods]
 impl WriteAck {
-    fn __repr__(&self) -> String {
-        format!("WriteAck(epoch={}, version={:?})", self.epoch, self.version)
+    fn __repr__(&self, py: Python<'_>) -> String {
+        repr(
+            "WriteAck",
+            &[
+                ("epoch", v(py, self.epoch)),
+                ("version", v(py, &self.version)),
+            ],
+        )
     }
 }
 
@@ -85,10 +105,14 @@ pub(crate) fn cell_data(py: Python<'_>, d: Option<CoreData>) -> Option<CellData>
 
 #[pymethods]
 impl CellData {
-    fn __repr__(&self) -> String {
-        format!(
-            "CellData(epoch={}, owner={:?}, version={:?})",
-            self.epoch, self.owner, self.version
+    fn __repr__(&self, py: Python<'_>) -> String {
+        repr(
+            "CellData",
+            &[
+                ("epoch", v(py, self.epoch)),
+                ("owner", v(py, self.owner.as_deref())),
+                ("version", v(py, &self.version)),
+            ],
         )
     }
 }
@@ -105,6 +129,21 @@ impl<'py> IntoPyObject<'py> for Read {
     }
 }
 
+/// A key-map value, converted to ``bytes`` under the GIL.
+struct Value(Option<Vec<u8>>);
+
+impl<'py> IntoPyObject<'py> for Value {
+    type Target = PyAny;
+    type Output = Bound<'py, PyAny>;
+    type Error = PyErr;
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok(match self.0 {
+            Some(b) => PyBytes::new(py, &b).into_any(),
+            None => py.None().into_bound(py),
+        })
+    }
+}
+
 /// One node of a fleet: a node id over a store, with the lease TTL.
 ///
 /// >>> import fence, tempfile
@@ -116,7 +155,35 @@ impl<'py> IntoPyObject<'py> for Read {
 /// (1, b'state v1')
 #[pyclass(module = "fence", frozen)]
 pub(crate) struct Fence {
-    pub(crate) fence: fence_core::Fence,
+    pub(crate) fence: Local<fence_core::Fence>,
+    node: String,
+    url: String,
+    /// Store, prefix and node: a node lease this process may hold once.
+    hold_key: String,
+}
+
+impl Fence {
+    fn new_lease(&self, py: Python<'_>, keeper: LeaseKeeper) -> Lease {
+        Lease::held(py, keeper, self.hold_key.clone())
+    }
+
+    /// `AlreadyHeldError` while this process holds this node lease (through any `Fence`).
+    fn refuse_if_held(&self, py: Python<'_>) -> PyResult<()> {
+        let Some(slot) = holding(py, &self.hold_key) else {
+            return Ok(());
+        };
+        let generation = slot
+            .try_read()
+            .ok()
+            .and_then(|k| k.as_ref().map(LeaseKeeper::generation))
+            .unwrap_or_default();
+        Err(crate::errors::already_held(format!(
+            "this process already holds node lease {} on {} (generation {generation}) through \
+             a Lease of this Fence or another with the same store and node id: use that \
+             Lease, or release it first (acquiring again would wait on itself)",
+            self.node, self.url
+        )))
+    }
 }
 
 #[pymethods]
@@ -134,14 +201,16 @@ impl Fence {
         addr: Option<String>,
     ) -> PyResult<Self> {
         let ttl = seconds(Some(ttl))?.unwrap_or(Duration::from_secs(10));
-        let store = match store.cast::<Store>() {
-            Ok(s) => s.get().clone(),
+        let (store, url) = match store.cast::<Store>() {
+            Ok(s) => (s.get().store()?, s.get().url.clone()),
             Err(_) => {
                 let url: String = store.extract()?;
-                Store::open(&url, Some(ttl))?
+                let s = Store::open(&url, Some(ttl))?;
+                (s.store()?, s.url)
             }
         };
-        let mut b = fence_core::Fence::builder(store.store.clone(), node).ttl(ttl);
+        let hold_key = format!("{url}\n{}\n{node}", prefix.as_deref().unwrap_or(""));
+        let mut b = fence_core::Fence::builder(store, node).ttl(ttl);
         if let Some(p) = prefix {
             b = b.prefix(p);
         }
@@ -149,83 +218,175 @@ impl Fence {
             b = b.addr(a);
         }
         let fence = b.build().map_err(crate::errors::to_py)?;
-        Ok(Fence { fence })
+        Ok(Fence {
+            fence: Local::new(fence),
+            node: node.to_owned(),
+            url,
+            hold_key,
+        })
     }
 
     /// The node id.
     #[getter]
-    fn node(&self) -> String {
-        self.fence.ownership().node().to_owned()
+    fn node(&self) -> &str {
+        &self.node
     }
 
-    /// Acquires the node lease, waiting up to ``timeout`` seconds (``None``: forever; ``0``:
-    /// try once) while another live process holds it: it is taken over once released, or
-    /// seen unchanged for a full TTL. Raises ``BusyError`` at the deadline. Renewed in the
-    /// background until released. Ctrl-C during the wait raises ``KeyboardInterrupt`` and
-    /// holds nothing.
-    #[pyo3(signature = (timeout = 0.0))]
-    fn acquire(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Lease> {
-        let timeout = seconds(timeout)?;
-        let fence = self.fence.clone();
-        wait_blocking(py, move |cancel| acquire(fence, timeout, cancel))
+    /// Acquires the node lease and returns its ``Lease``, renewed in the background until
+    /// released. As ``threading.Lock.acquire``: blocks by default until the lease is free
+    /// (``timeout=None``: for ever; else at most ``timeout`` seconds); ``blocking=False``
+    /// tries once. A live holder's lease is taken over once released, or seen unchanged for
+    /// a full TTL. Raises ``BusyError`` when the wait ends without it (as filelock raises
+    /// ``Timeout``), ``AlreadyHeldError`` at once while this process already holds this node
+    /// lease. Ctrl-C during the wait raises ``KeyboardInterrupt`` and holds nothing.
+    #[pyo3(signature = (blocking = true, timeout = None))]
+    fn acquire(&self, py: Python<'_>, blocking: bool, timeout: Option<f64>) -> PyResult<Lease> {
+        let timeout = wait_limit(blocking, timeout)?;
+        let fence = self.fence.get()?.clone();
+        self.refuse_if_held(py)?;
+        let keeper = wait_blocking(py, move |cancel| acquire(fence, timeout, cancel))?;
+        Ok(self.new_lease(py, keeper))
     }
 
     /// ``acquire`` as a coroutine; cancelling it holds nothing.
-    #[pyo3(signature = (timeout = 0.0))]
+    #[pyo3(signature = (blocking = true, timeout = None))]
     fn acquire_async<'py>(
         &self,
         py: Python<'py>,
+        blocking: bool,
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let timeout = seconds(timeout)?;
-        let fence = self.fence.clone();
-        wait_async(py, move |cancel| acquire(fence, timeout, cancel))
+        let timeout = wait_limit(blocking, timeout)?;
+        let fence = self.fence.get()?.clone();
+        self.refuse_if_held(py)?;
+        let key = self.hold_key.clone();
+        wait_async(py, move |cancel| async move {
+            let keeper = acquire(fence, timeout, cancel).await?;
+            Ok(Python::attach(|py| Lease::held(py, keeper, key)))
+        })
     }
 
     /// Acquires as the successor of this node's earlier process, whose lease generation was
-    /// ``generation`` and which the caller KNOWS has ended: its record is taken over at once.
+    /// ``generation`` and which the caller KNOWS has ended: its record is taken over at once
+    /// (even when a ``Lease`` of this process is that generation: the caller declares it
+    /// ended). Never waits: a record of another generation is judged as ``acquire`` with
+    /// ``blocking=False`` judges it.
     fn acquire_succeeding(&self, py: Python<'_>, generation: &str) -> PyResult<Lease> {
-        let keeper = run(py, self.fence.acquire_succeeding(generation))?;
-        Ok(Lease::new(keeper))
+        let fence = self.fence.get()?;
+        let keeper = run(py, fence.acquire_succeeding(generation))?;
+        Ok(self.new_lease(py, keeper))
+    }
+
+    /// Whether this process holds this node lease now (through any ``Fence`` with the same
+    /// store and node id): judged locally, without asking the store. False in a forked child.
+    fn locked(&self, py: Python<'_>) -> bool {
+        self.fence.here().is_some() && holding(py, &self.hold_key).is_some()
     }
 
     /// Reads ``cell``'s data (``None``: never written), without claiming it.
     fn read(&self, py: Python<'_>, cell: &str) -> PyResult<Option<CellData>> {
-        let d = run(py, read_cell(self.fence.ownership(), cell))?;
+        check(cell)?;
+        let d = run(py, read_cell(self.fence.get()?.ownership(), cell))?;
         Ok(cell_data(py, d))
     }
 
     /// ``read`` as a coroutine.
     fn read_async<'py>(&self, py: Python<'py>, cell: String) -> PyResult<Bound<'py, PyAny>> {
-        let own = self.fence.ownership().clone();
+        check(&cell)?;
+        let own = self.fence.get()?.ownership().clone();
         run_async(py, async move { read_cell(&own, &cell).await.map(Read) })
     }
 
-    /// A fenced write of ``cell`` under ``epoch`` without a claim (what ``fence put`` does
-    /// for a command run by ``fence run``): it lands only while the cell's head names an
-    /// owner at exactly ``epoch``; raises ``FencedError`` (not committed) once a later claim
-    /// rewrote the head. ``timeout`` bounds each request.
-    #[pyo3(signature = (cell, epoch, data, *, timeout = 10.0))]
-    fn put(
+    /// A raw fenced write of ``cell``'s whole data under ``epoch``, without a claim (for a
+    /// process handed the epoch, as ``fence run`` hands ``FENCE_EPOCH`` to its command): it
+    /// lands only while the cell's head names an owner at exactly ``epoch``; raises
+    /// ``FencedError`` (not committed) once a later claim rewrote the head. Data that is a
+    /// key map (what ``fence put`` and ``put`` keep) is not replaced unless
+    /// ``overwrite_keymap=True`` (``InvalidInputError``, nothing written); after a raw write
+    /// that is not a JSON object, ``fence put``/``fence get`` refuse the cell's data.
+    /// ``timeout`` bounds each request.
+    #[pyo3(signature = (cell, epoch, data, *, timeout = 10.0, overwrite_keymap = false))]
+    fn write(
         &self,
         py: Python<'_>,
         cell: &str,
         epoch: u64,
         data: &Bound<'_, PyAny>,
         timeout: f64,
+        overwrite_keymap: bool,
     ) -> PyResult<WriteAck> {
+        check(cell)?;
         let data = payload(data)?;
         let bound = seconds(Some(timeout))?.unwrap_or_default();
-        let own = self.fence.ownership();
+        let own = self.fence.get()?.ownership();
         let ack = run(
             py,
-            update_cell(own, cell, epoch, bound, |_| Ok(data.clone())),
+            write_at(own, cell, epoch, data, overwrite_keymap, bound),
         )?;
         Ok(ack.into())
     }
 
-    fn __repr__(&self) -> String {
-        format!("Fence(node={:?})", self.fence.ownership().node())
+    /// Sets ``key`` to ``value`` (bytes or str) in ``cell``'s key map under ``epoch``: exactly
+    /// ``fence put --lease CELL --epoch EPOCH KEY``, one fenced read-modify-write. Raises
+    /// ``FencedError`` once ``epoch`` is not the cell's current one, ``CorruptError`` when
+    /// the cell's data is not a key map (nothing written).
+    #[pyo3(signature = (cell, epoch, key, value, *, timeout = 10.0))]
+    fn put(
+        &self,
+        py: Python<'_>,
+        cell: &str,
+        epoch: u64,
+        key: &str,
+        value: &Bound<'_, PyAny>,
+        timeout: f64,
+    ) -> PyResult<WriteAck> {
+        check(cell)?;
+        let value = payload(value)?;
+        let bound = seconds(Some(timeout))?.unwrap_or_default();
+        let own = self.fence.get()?.ownership();
+        let ack = run(py, keymap::put(own, cell, epoch, key, &value, bound))?;
+        Ok(ack.into())
+    }
+
+    /// Removes ``key`` from ``cell``'s key map under ``epoch``: ``True`` once removed,
+    /// ``False`` when it was not there (nothing written). Errors as ``put``'s.
+    #[pyo3(signature = (cell, epoch, key, *, timeout = 10.0))]
+    fn delete(
+        &self,
+        py: Python<'_>,
+        cell: &str,
+        epoch: u64,
+        key: &str,
+        timeout: f64,
+    ) -> PyResult<bool> {
+        check(cell)?;
+        let bound = seconds(Some(timeout))?.unwrap_or_default();
+        let own = self.fence.get()?.ownership();
+        run(py, keymap::delete(own, cell, epoch, key, bound))
+    }
+
+    /// The value of ``key`` in ``cell``'s key map as ``bytes`` (``None``: no such key or
+    /// cell): exactly ``fence get --lease CELL KEY``. ``CorruptError`` when the cell's data
+    /// is not a key map.
+    fn get<'py>(&self, py: Python<'py>, cell: &str, key: &str) -> PyResult<Bound<'py, PyAny>> {
+        check(cell)?;
+        let own = self.fence.get()?.ownership();
+        let value = run(py, keymap::get(own, cell, key))?;
+        Value(value).into_pyobject(py)
+    }
+
+    /// The keys of ``cell``'s key map, sorted.
+    fn keys(&self, py: Python<'_>, cell: &str) -> PyResult<Vec<String>> {
+        check(cell)?;
+        let own = self.fence.get()?.ownership();
+        run(py, keymap::keys(own, cell))
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        repr(
+            "Fence",
+            &[("store", v(py, &self.url)), ("node", v(py, &self.node))],
+        )
     }
 }
 
@@ -233,33 +394,58 @@ async fn acquire(
     fence: fence_core::Fence,
     timeout: Option<Duration>,
     cancel: crate::wait::Cancel,
-) -> Result<Lease, Error> {
-    let keeper = sliced(
+) -> Result<LeaseKeeper, Error> {
+    sliced(
         timeout,
         cancel,
         |limit| fence.acquire_wait(limit),
         |k: LeaseKeeper| k.release(),
     )
-    .await?;
-    Ok(Lease::new(keeper))
+    .await
+}
+
+/// A held node lease, or nothing once released.
+pub(crate) type KeeperSlot = RwLock<Option<LeaseKeeper>>;
+
+/// Whether `slot` holds its lease now (a release under way: no).
+pub(crate) fn slot_is_held(slot: &KeeperSlot) -> bool {
+    slot.try_read()
+        .is_ok_and(|k| k.as_ref().is_some_and(LeaseKeeper::is_held))
+}
+
+/// Releases the lease in `slot`, if it still holds one.
+pub(crate) async fn release_slot(slot: &KeeperSlot) {
+    if let Some(k) = slot.write().await.take() {
+        k.release().await;
+    }
 }
 
 /// A held node lease, renewed in the background. A context manager (also ``async with``):
 /// leaving it releases the lease, so peers may take over at once.
 #[pyclass(module = "fence", frozen)]
 pub(crate) struct Lease {
-    keeper: Arc<RwLock<Option<LeaseKeeper>>>,
+    keeper: Local<Arc<KeeperSlot>>,
     node: String,
     generation: String,
 }
 
 impl Lease {
-    pub(crate) fn new(keeper: LeaseKeeper) -> Self {
-        Lease {
+    /// A lease this process now holds, registered as held (`AlreadyHeldError` for another
+    /// acquisition, release at interpreter exit).
+    pub(crate) fn held(py: Python<'_>, keeper: LeaseKeeper, hold_key: String) -> Self {
+        let lease = Lease {
             node: keeper.node().to_owned(),
             generation: keeper.generation(),
-            keeper: Arc::new(RwLock::new(Some(keeper))),
+            keeper: Local::new(Arc::new(RwLock::new(Some(keeper)))),
+        };
+        if let Some(slot) = lease.keeper.here() {
+            hold(py, Held::Lease(hold_key, Arc::downgrade(slot)));
         }
+        lease
+    }
+
+    fn held_now(&self) -> bool {
+        self.keeper.here().is_some_and(|s| slot_is_held(s))
     }
 }
 
@@ -268,14 +454,14 @@ fn released() -> Error {
 }
 
 async fn claim(
-    keeper: Arc<RwLock<Option<LeaseKeeper>>>,
+    keeper: Arc<KeeperSlot>,
     cell: String,
     timeout: Option<Duration>,
     cancel: crate::wait::Cancel,
-) -> Result<Claim, Error> {
+) -> Result<CellClaim, Error> {
     let held = keeper.read().await;
     let keeper = held.as_ref().ok_or_else(released)?;
-    let claim = sliced(
+    sliced(
         timeout,
         cancel,
         |limit| keeper.claim_wait(&cell, limit),
@@ -283,15 +469,46 @@ async fn claim(
             let _ = c.release().await;
         },
     )
-    .await?;
-    Ok(Claim::new(claim))
+    .await
 }
 
-async fn release(keeper: Arc<RwLock<Option<LeaseKeeper>>>) -> Result<bool, Error> {
-    if let Some(k) = keeper.write().await.take() {
-        k.release().await;
-    }
+async fn release(keeper: Arc<KeeperSlot>) -> Result<bool, Error> {
+    release_slot(&keeper).await;
     Ok(false)
+}
+
+/// Waits until the lease's authority ends — lost (renewals failed for a TTL, taken over) or
+/// released — and says which: `"lease_lost"` or `"released"`. Never holds the slot while it
+/// waits, so a release can go on meanwhile.
+async fn lost(keeper: Arc<KeeperSlot>) -> &'static str {
+    let clock = fence_core::Clock::system();
+    let Some(mut status) = keeper.read().await.as_ref().map(LeaseKeeper::watch) else {
+        return "released";
+    };
+    loop {
+        let left = match keeper.read().await.as_ref() {
+            None => return "released",
+            Some(k) if !k.is_held() => return ended(&k.status()),
+            Some(k) => k.remaining(),
+        };
+        // The authority may run out with no status change (renewals hanging): look again
+        // when it would.
+        tokio::select! {
+            changed = status.changed() => {
+                if changed.is_err() {
+                    clock.sleep(left).await;
+                }
+            }
+            () = clock.sleep(left) => {}
+        }
+    }
+}
+
+fn ended(status: &LeaseStatus) -> &'static str {
+    match status {
+        LeaseStatus::Released => "released",
+        _ => "lease_lost",
+    }
 }
 
 #[pymethods]
@@ -309,54 +526,90 @@ impl Lease {
     }
 
     /// Whether this process may act as the holder now (judged on the monotonic and the wall
-    /// clock at call time).
+    /// clock at call time). False in a forked child: it holds nothing.
     fn is_held(&self) -> bool {
-        self.keeper
-            .try_read()
-            .is_ok_and(|k| k.as_ref().is_some_and(LeaseKeeper::is_held))
+        self.held_now()
     }
 
-    /// The authority left now, in seconds (0 once lost or released).
+    /// The authority left now, in seconds (0 once lost or released, and in a forked child).
     #[getter]
     fn remaining(&self) -> f64 {
-        self.keeper.try_read().map_or(0.0, |k| {
-            k.as_ref().map_or(0.0, |k| k.remaining().as_secs_f64())
+        self.keeper.here().map_or(0.0, |slot| {
+            slot.try_read().map_or(0.0, |k| {
+                k.as_ref().map_or(0.0, |k| k.remaining().as_secs_f64())
+            })
         })
     }
 
-    /// Claims ``cell`` at a new epoch, waiting up to ``timeout`` seconds (``None``: forever;
-    /// ``0``: try once) while a live node owns it. Raises ``BusyError`` at the deadline,
+    /// Claims ``cell`` at a new epoch. As ``acquire``: blocks by default until a live owner
+    /// lets go (``timeout=None``: for ever; else at most ``timeout`` seconds);
+    /// ``blocking=False`` tries once. Raises ``BusyError`` when the wait ends without it,
     /// ``FencedError`` once this lease is lost. Ctrl-C during the wait raises
     /// ``KeyboardInterrupt`` and leaves the cell unclaimed.
-    #[pyo3(signature = (cell, timeout = 0.0))]
-    fn claim(&self, py: Python<'_>, cell: String, timeout: Option<f64>) -> PyResult<Claim> {
-        let timeout = seconds(timeout)?;
-        let keeper = self.keeper.clone();
-        wait_blocking(py, move |cancel| claim(keeper, cell, timeout, cancel))
+    #[pyo3(signature = (cell, blocking = true, timeout = None))]
+    fn claim(
+        &self,
+        py: Python<'_>,
+        cell: String,
+        blocking: bool,
+        timeout: Option<f64>,
+    ) -> PyResult<Claim> {
+        check(&cell)?;
+        let timeout = wait_limit(blocking, timeout)?;
+        let keeper = self.keeper.get()?.clone();
+        let claimed = wait_blocking(py, move |cancel| claim(keeper, cell, timeout, cancel))?;
+        Ok(Claim::held(py, claimed))
     }
 
     /// ``claim`` as a coroutine; cancelling it leaves the cell unclaimed.
-    #[pyo3(signature = (cell, timeout = 0.0))]
+    #[pyo3(signature = (cell, blocking = true, timeout = None))]
     fn claim_async<'py>(
         &self,
         py: Python<'py>,
         cell: String,
+        blocking: bool,
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let timeout = seconds(timeout)?;
-        let keeper = self.keeper.clone();
-        wait_async(py, move |cancel| claim(keeper, cell, timeout, cancel))
+        check(&cell)?;
+        let timeout = wait_limit(blocking, timeout)?;
+        let keeper = self.keeper.get()?.clone();
+        wait_async(py, move |cancel| async move {
+            let claimed = claim(keeper, cell, timeout, cancel).await?;
+            Ok(Python::attach(|py| Claim::held(py, claimed)))
+        })
+    }
+
+    /// Waits until this lease's authority ends and says why: ``"lease_lost"`` (renewals
+    /// failed for a TTL, or the lease was taken over) or ``"released"``. Run the work in a
+    /// thread and stop it when this returns, or in asyncio race it against ``lost_async()``.
+    /// Ctrl-C raises ``KeyboardInterrupt``.
+    fn lost(&self, py: Python<'_>) -> PyResult<&'static str> {
+        let keeper = self.keeper.get()?.clone();
+        interruptible(py, lost(keeper))
+    }
+
+    /// ``lost`` as a coroutine.
+    fn lost_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let keeper = self.keeper.get()?.clone();
+        future_into_py(py, async move { Ok(lost(keeper).await) })
     }
 
     /// Stops renewing and writes a released record, so peers may take over at once.
-    /// Release claims first: a claim's release is refused once the lease is gone.
+    /// Release claims first: a claim's release is refused once the lease is gone. In a
+    /// forked child it does nothing: the child holds nothing, and the parent keeps the lease.
     fn release(&self, py: Python<'_>) -> PyResult<()> {
-        run(py, release(self.keeper.clone())).map(drop)
+        match self.keeper.here() {
+            Some(k) => run(py, release(k.clone())).map(drop),
+            None => Ok(()),
+        }
     }
 
     /// ``release`` as a coroutine.
     fn release_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        run_async(py, release(self.keeper.clone()))
+        match self.keeper.here() {
+            Some(k) => run_async(py, release(k.clone())),
+            None => future_into_py(py, async { Ok(false) }),
+        }
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -375,7 +628,7 @@ impl Lease {
     }
 
     fn __aenter__<'py>(slf: Py<Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        pyo3_async_runtimes::tokio::future_into_py(py, async move { Ok(slf) })
+        future_into_py(py, async move { Ok(slf) })
     }
 
     fn __aexit__<'py>(
@@ -388,29 +641,55 @@ impl Lease {
         self.release_async(py)
     }
 
-    fn __repr__(&self) -> String {
-        format!(
-            "Lease(node={:?}, generation={:?}, held={})",
-            self.node,
-            self.generation,
-            self.is_held()
+    fn __repr__(&self, py: Python<'_>) -> String {
+        repr(
+            "Lease",
+            &[
+                ("node", v(py, &self.node)),
+                ("generation", v(py, &self.generation)),
+                ("held", v(py, self.held_now())),
+            ],
         )
     }
 }
 
-/// A claimed cell: its epoch and fenced writes of its data. A context manager (also
-/// ``async with``): leaving it releases the cell (same epoch, nobody named), so the next
-/// claim takes epoch + 1 at once.
+/// A claimed cell: its epoch, fenced writes of its data, and its key map. A context manager
+/// (also ``async with``): leaving it releases the cell (same epoch, nobody named), so the
+/// next claim takes epoch + 1 at once.
 #[pyclass(module = "fence", frozen)]
 pub(crate) struct Claim {
-    pub(crate) claim: Arc<CellClaim>,
+    pub(crate) claim: Local<Arc<CellClaim>>,
+    cell: String,
+    epoch: u64,
+    raw: Arc<RawWrites>,
 }
 
 impl Claim {
-    pub(crate) fn new(claim: CellClaim) -> Self {
-        Claim {
-            claim: Arc::new(claim),
+    /// A claim of this process, registered as held (released at interpreter exit).
+    pub(crate) fn held(py: Python<'_>, claim: CellClaim) -> Self {
+        let claim = Claim::of(Arc::new(claim));
+        if let Some(c) = claim.claim.here() {
+            hold(py, Held::Claim(Arc::downgrade(c)));
         }
+        claim
+    }
+
+    /// A view of a claim something else keeps (a fleet's shard).
+    pub(crate) fn of(claim: Arc<CellClaim>) -> Self {
+        Claim {
+            cell: claim.cell().to_owned(),
+            epoch: claim.epoch(),
+            claim: Local::new(claim),
+            raw: Arc::default(),
+        }
+    }
+
+    fn held_now(&self) -> bool {
+        self.claim.here().is_some_and(|c| c.is_held())
+    }
+
+    fn parts(&self) -> PyResult<(Arc<CellClaim>, Arc<RawWrites>)> {
+        Ok((self.claim.get()?.clone(), self.raw.clone()))
     }
 }
 
@@ -421,7 +700,7 @@ async fn release_claim(claim: Arc<CellClaim>) -> Result<bool, Error> {
         return Ok(false);
     }
     match claim.release_shared().await {
-        Err(e) if e.kind() == ErrorKind::Fenced && !e.is_ambiguous() => Ok(false),
+        Err(e) if e.kind() == fence_core::ErrorKind::Fenced && !e.is_ambiguous() => Ok(false),
         other => other.map(|()| false),
     }
 }
@@ -431,97 +710,182 @@ impl Claim {
     /// The cell.
     #[getter]
     fn cell(&self) -> &str {
-        self.claim.cell()
+        &self.cell
     }
 
     /// The epoch of this claim: the fencing token.
     #[getter]
     fn epoch(&self) -> u64 {
-        self.claim.epoch()
+        self.epoch
     }
 
-    /// Whether the lease is held and no write found the claim superseded.
+    /// Whether the lease is held and no write found the claim superseded. False in a forked
+    /// child.
     fn is_held(&self) -> bool {
-        self.claim.is_held()
+        self.held_now()
     }
 
-    /// A fenced write of the cell's data: one compare-and-swap of the cell head, guarded on
-    /// a version that named this node at this epoch. Raises ``FencedError`` once a later
-    /// claim exists (the store refuses it); an error whose ``commit`` is ``"ambiguous"``
-    /// may have landed and is never re-sent.
-    fn write(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<WriteAck> {
+    /// A raw fenced write of the cell's whole data: one compare-and-swap of the cell head,
+    /// guarded on a version that named this node at this epoch. Raises ``FencedError`` once a
+    /// later claim exists (the store refuses it); an error whose ``commit`` is
+    /// ``"ambiguous"`` may have landed and is never re-sent.
+    ///
+    /// The cell's data is also the key map of ``put``/``get`` and of the ``fence put`` /
+    /// ``fence get`` commands: a raw write replaces all of it. Over a key map it is refused
+    /// (``InvalidInputError``, nothing written) unless ``overwrite_keymap=True``; checking
+    /// costs one read, except over this claim's own last raw write. After a raw write that is
+    /// not a JSON object, ``fence put``/``fence get`` refuse the cell's data.
+    #[pyo3(signature = (data, *, overwrite_keymap = false))]
+    fn write(
+        &self,
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        overwrite_keymap: bool,
+    ) -> PyResult<WriteAck> {
         let data = payload(data)?;
-        run(py, self.claim.write(data)).map(WriteAck::from)
+        let (claim, raw) = self.parts()?;
+        let ack = run(py, raw.write(&claim, data, None, overwrite_keymap))?;
+        Ok(ack.into())
     }
 
     /// ``write`` as a coroutine.
+    #[pyo3(signature = (data, *, overwrite_keymap = false))]
     fn write_async<'py>(
         &self,
         py: Python<'py>,
         data: &Bound<'py, PyAny>,
+        overwrite_keymap: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let data = payload(data)?;
-        let claim = self.claim.clone();
-        run_async(
-            py,
-            async move { claim.write(data).await.map(WriteAck::from) },
-        )
+        let (claim, raw) = self.parts()?;
+        run_async(py, async move {
+            let ack = raw.write(&claim, data, None, overwrite_keymap).await;
+            ack.map(WriteAck::from)
+        })
     }
 
     /// A ``write`` that lands only over the head ``version`` (a ``CellData.version`` or
     /// ``WriteAck.version``; ``None``: only while the cell holds no data). A head that moved
     /// raises ``ConflictError`` with ``commit == "not_committed"``: read again and rebuild.
+    /// A key map is not replaced unless ``overwrite_keymap=True``, as for ``write``.
+    #[pyo3(signature = (version, data, *, overwrite_keymap = false))]
     fn write_if(
         &self,
         py: Python<'_>,
         version: Option<&str>,
         data: &Bound<'_, PyAny>,
+        overwrite_keymap: bool,
     ) -> PyResult<WriteAck> {
         let data = payload(data)?;
-        let expected = crate::lease::version(version)?;
-        run(py, self.claim.write_if(expected.as_ref(), data)).map(WriteAck::from)
+        let expected = Some(crate::lease::version(version)?);
+        let (claim, raw) = self.parts()?;
+        let ack = run(py, raw.write(&claim, data, expected, overwrite_keymap))?;
+        Ok(ack.into())
     }
 
     /// ``write_if`` as a coroutine.
+    #[pyo3(signature = (version, data, *, overwrite_keymap = false))]
     fn write_if_async<'py>(
         &self,
         py: Python<'py>,
         version: Option<&str>,
         data: &Bound<'py, PyAny>,
+        overwrite_keymap: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let data = payload(data)?;
-        let expected = crate::lease::version(version)?;
-        let claim = self.claim.clone();
+        let expected = Some(crate::lease::version(version)?);
+        let (claim, raw) = self.parts()?;
         run_async(py, async move {
-            claim
-                .write_if(expected.as_ref(), data)
-                .await
-                .map(WriteAck::from)
+            let ack = raw.write(&claim, data, expected, overwrite_keymap).await;
+            ack.map(WriteAck::from)
         })
     }
 
     /// Reads the cell's data (``None``: no data yet).
     fn read(&self, py: Python<'_>) -> PyResult<Option<CellData>> {
-        let d = run(py, self.claim.read())?;
+        let d = run(py, self.claim.get()?.read())?;
         Ok(cell_data(py, d))
     }
 
     /// ``read`` as a coroutine.
     fn read_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let claim = self.claim.clone();
+        let claim = self.claim.get()?.clone();
         run_async(py, async move { claim.read().await.map(Read) })
     }
 
+    /// Sets ``key`` to ``value`` (bytes, or str written as UTF-8) in the cell's key map, at
+    /// this claim's epoch: what ``fence put KEY`` does inside ``fence run`` (one fenced
+    /// read-modify-write; the same format, so ``fence get`` reads it). Raises
+    /// ``FencedError`` once the claim does not hold or a later claim exists,
+    /// ``CorruptError`` when the data is not a key map (raw bytes; nothing written).
+    fn put(&self, py: Python<'_>, key: &str, value: &Bound<'_, PyAny>) -> PyResult<WriteAck> {
+        let value = payload(value)?;
+        let claim = self.claim.get()?;
+        run(py, claim_put(claim, key, &value)).map(WriteAck::from)
+    }
+
+    /// ``put`` as a coroutine.
+    fn put_async<'py>(
+        &self,
+        py: Python<'py>,
+        key: String,
+        value: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let value = payload(value)?;
+        let claim = self.claim.get()?.clone();
+        run_async(py, async move {
+            claim_put(&claim, &key, &value).await.map(WriteAck::from)
+        })
+    }
+
+    /// The value of ``key`` in the cell's key map as ``bytes``, ``None`` if absent (what
+    /// ``fence get KEY`` prints).
+    fn get<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyAny>> {
+        let claim = self.claim.get()?;
+        let value = run(py, keymap::get(claim.fence().ownership(), &self.cell, key))?;
+        Value(value).into_pyobject(py)
+    }
+
+    /// ``get`` as a coroutine.
+    fn get_async<'py>(&self, py: Python<'py>, key: String) -> PyResult<Bound<'py, PyAny>> {
+        let claim = self.claim.get()?.clone();
+        run_async(py, async move {
+            let own = claim.fence().ownership();
+            keymap::get(own, claim.cell(), &key).await.map(Value)
+        })
+    }
+
+    /// Removes ``key`` from the cell's key map at this claim's epoch: ``True`` once removed,
+    /// ``False`` when it was not there (nothing written). Errors as ``put``'s.
+    fn delete(&self, py: Python<'_>, key: &str) -> PyResult<bool> {
+        let claim = self.claim.get()?;
+        run(py, claim_delete(claim, key))
+    }
+
+    /// The keys of the cell's key map, sorted.
+    fn keys(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        let claim = self.claim.get()?;
+        run(py, keymap::keys(claim.fence().ownership(), &self.cell))
+    }
+
     /// Releases the cell: nobody named, same epoch, data kept. Raises ``FencedError`` once
-    /// the lease is gone.
+    /// the lease is gone. In a forked child it does nothing (the parent keeps the cell).
     fn release(&self, py: Python<'_>) -> PyResult<()> {
-        run(py, self.claim.release_shared())
+        match self.claim.here() {
+            Some(c) => run(py, c.release_shared()),
+            None => Ok(()),
+        }
     }
 
     /// ``release`` as a coroutine.
     fn release_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let claim = self.claim.clone();
-        run_async(py, async move { claim.release_shared().await })
+        match self.claim.here() {
+            Some(c) => {
+                let claim = c.clone();
+                run_async(py, async move { claim.release_shared().await })
+            }
+            None => future_into_py(py, async { Ok(()) }),
+        }
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -535,11 +899,14 @@ impl Claim {
         _v: Option<Bound<'_, PyAny>>,
         _tb: Option<Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        run(py, release_claim(self.claim.clone()))
+        match self.claim.here() {
+            Some(c) => run(py, release_claim(c.clone())),
+            None => Ok(false),
+        }
     }
 
     fn __aenter__<'py>(slf: Py<Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        pyo3_async_runtimes::tokio::future_into_py(py, async move { Ok(slf) })
+        future_into_py(py, async move { Ok(slf) })
     }
 
     fn __aexit__<'py>(
@@ -549,15 +916,20 @@ impl Claim {
         _v: Option<Bound<'py, PyAny>>,
         _tb: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        run_async(py, release_claim(self.claim.clone()))
+        match self.claim.here() {
+            Some(c) => run_async(py, release_claim(c.clone())),
+            None => future_into_py(py, async { Ok(false) }),
+        }
     }
 
-    fn __repr__(&self) -> String {
-        format!(
-            "Claim(cell={:?}, epoch={}, held={})",
-            self.claim.cell(),
-            self.claim.epoch(),
-            self.claim.is_held()
+    fn __repr__(&self, py: Python<'_>) -> String {
+        repr(
+            "Claim",
+            &[
+                ("cell", v(py, &self.cell)),
+                ("epoch", v(py, self.epoch)),
+                ("held", v(py, self.held_now())),
+            ],
         )
     }
 }

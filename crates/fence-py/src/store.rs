@@ -1,11 +1,12 @@
-//! `Store`: a store opened by URL, exactly as the `fence` command opens it.
+//! `Store`: a store opened by URL by the fence library, as the `fence` command opens it.
 
 use std::sync::Arc;
 
 use fence_core::ConditionalStore;
 use pyo3::prelude::*;
 
-use crate::errors::{from_failure, to_py};
+use crate::errors::to_py;
+use crate::process::Local;
 
 /// A store named by URL, opened as the ``fence`` command opens it: ``file:///abs/dir``
 /// (an existing directory), ``s3://bucket/prefix`` (``AWS_*`` variables),
@@ -17,20 +18,28 @@ use crate::errors::{from_failure, to_py};
 /// >>> store.url.startswith("file:///")
 /// True
 #[pyclass(module = "fence", frozen)]
-#[derive(Clone)]
 pub(crate) struct Store {
-    pub(crate) store: Arc<dyn ConditionalStore>,
-    url: String,
+    store: Local<Arc<dyn ConditionalStore>>,
+    pub(crate) url: String,
 }
 
 impl Store {
-    /// Opens `url` with the CLI's opener (its errors as fence errors).
+    /// Opens `url` with [`fence::OpenOptions`] (the environment's configuration).
     pub(crate) fn open(url: &str, lease_ttl: Option<std::time::Duration>) -> PyResult<Self> {
-        let opened = fence_cli::stores::open(url, lease_ttl).map_err(|f| to_py(from_failure(f)))?;
+        let mut options = fence::OpenOptions::new();
+        if let Some(ttl) = lease_ttl {
+            options = options.lease_ttl(ttl);
+        }
+        let opened = options.open(url).map_err(to_py)?;
         Ok(Store {
-            store: opened.store,
+            store: Local::new(opened.store),
             url: opened.url,
         })
+    }
+
+    /// The opened store; `ForkedError` in a forked child (its connections are the parent's).
+    pub(crate) fn store(&self) -> PyResult<Arc<dyn ConditionalStore>> {
+        self.store.get().cloned()
     }
 }
 
@@ -50,7 +59,7 @@ impl Store {
         &self.url
     }
 
-    fn __repr__(&self) -> String {
-        format!("Store({:?})", self.url)
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!("Store({})", crate::repr::v(py, &self.url).repr()?))
     }
 }

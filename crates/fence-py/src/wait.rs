@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use fence_core::{Clock, Error, ErrorKind};
 use pyo3::prelude::*;
-use tokio::runtime::Runtime;
 use tokio::sync::watch;
 
 use crate::errors::to_py;
+use crate::process::{future_into_py, runtime};
 
 /// The longest slice of a wait: how late a cancellation may be seen.
 pub(crate) const SLICE: Duration = Duration::from_millis(500);
@@ -26,18 +26,14 @@ pub(crate) const SLICE: Duration = Duration::from_millis(500);
 /// How often a blocking call looks for a pending signal (Ctrl-C) while it waits.
 const SIGNAL_CHECK: Duration = Duration::from_millis(50);
 
-/// The one runtime every fence object of this process runs on.
-pub(crate) fn runtime() -> &'static Runtime {
-    pyo3_async_runtimes::tokio::get_runtime()
-}
-
 /// Runs a bounded operation (a write, a read, a release) to its end with the GIL released.
 pub(crate) fn block_on<F>(py: Python<'_>, fut: F) -> F::Output
 where
     F: Future + Send,
     F::Output: Send,
 {
-    py.detach(|| runtime().block_on(fut))
+    let rt = runtime(py);
+    py.detach(|| rt.block_on(fut))
 }
 
 /// [`block_on`] of a fence operation, its error mapped to the Python exception.
@@ -56,7 +52,7 @@ pub(crate) fn run_async<'py, T>(
 where
     T: for<'a> IntoPyObject<'a> + Send + 'static,
 {
-    pyo3_async_runtimes::tokio::future_into_py(py, async move { fut.await.map_err(to_py) })
+    future_into_py(py, async move { fut.await.map_err(to_py) })
 }
 
 /// A wait's view of its cancellation.
@@ -135,20 +131,20 @@ where
     W: FnOnce(Cancel) -> WF,
     WF: Future<Output = Result<T, Error>> + Send + 'static,
 {
+    let rt = runtime(py);
     let (tx, rx) = watch::channel(false);
     let guard = CancelOnDrop(tx);
-    let mut task = runtime().spawn(wait(Cancel(rx)));
+    let mut task = rt.spawn(wait(Cancel(rx)));
     loop {
-        let done = py.detach(|| {
-            runtime().block_on(async { tokio::time::timeout(SIGNAL_CHECK, &mut task).await })
-        });
+        let done = py
+            .detach(|| rt.block_on(async { tokio::time::timeout(SIGNAL_CHECK, &mut task).await }));
         match done {
             Ok(joined) => return joined.map_err(panicked)?.map_err(to_py),
             Err(_elapsed) => {
                 if let Err(signal) = py.check_signals() {
                     drop(guard);
                     // The slice under way ends, then its gains are undone: wait for both.
-                    let _ = py.detach(|| runtime().block_on(&mut task));
+                    let _ = py.detach(|| rt.block_on(&mut task));
                     return Err(signal);
                 }
             }
@@ -165,8 +161,8 @@ where
     WF: Future<Output = Result<T, Error>> + Send + 'static,
 {
     let (tx, rx) = watch::channel(false);
-    let task = runtime().spawn(wait(Cancel(rx)));
-    pyo3_async_runtimes::tokio::future_into_py(py, async move {
+    let task = runtime(py).spawn(wait(Cancel(rx)));
+    future_into_py(py, async move {
         let _guard = CancelOnDrop(tx);
         task.await.map_err(panicked)?.map_err(to_py)
     })
@@ -176,15 +172,22 @@ fn panicked(e: tokio::task::JoinError) -> PyErr {
     crate::errors::FenceError::new_err(format!("fence task failed: {e}"))
 }
 
-/// A Python duration in seconds (`None`: no limit), checked.
+/// A Python duration in seconds (`None`: no limit), checked: anything but a finite number
+/// of seconds from 0 to 100 years raises `InvalidInputError` (also a `ValueError`), as every
+/// duration argument of the package does.
 pub(crate) fn seconds(s: Option<f64>) -> PyResult<Option<Duration>> {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
     match s {
         None => Ok(None),
-        Some(s) => Duration::try_from_secs_f64(s).map(Some).map_err(|_| {
-            pyo3::exceptions::PyValueError::new_err(
-                "a duration must be a finite number of seconds >= 0",
-            )
-        }),
+        Some(s) => Duration::try_from_secs_f64(s)
+            .ok()
+            .filter(|d| *d <= CENTURY)
+            .map(Some)
+            .ok_or_else(|| {
+                crate::errors::invalid_input(format!(
+                    "a duration must be a finite number of seconds from 0 to 100 years, not {s}"
+                ))
+            }),
     }
 }
 
@@ -195,11 +198,11 @@ pub(crate) fn interruptible<T: Send>(
     py: Python<'_>,
     fut: impl Future<Output = T> + Send,
 ) -> PyResult<T> {
+    let rt = runtime(py);
     let mut fut = std::pin::pin!(fut);
     loop {
-        let done = py.detach(|| {
-            runtime().block_on(async { tokio::time::timeout(SIGNAL_CHECK, &mut fut).await })
-        });
+        let done =
+            py.detach(|| rt.block_on(async { tokio::time::timeout(SIGNAL_CHECK, &mut fut).await }));
         match done {
             Ok(v) => return Ok(v),
             Err(_elapsed) => py.check_signals()?,

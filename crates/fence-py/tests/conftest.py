@@ -2,10 +2,35 @@
 scripts/servers/s3.sh has started it (required when FENCE_REQUIRE_SERVERS=1)."""
 
 import os
+import pathlib
+import subprocess
 import tempfile
 import uuid
 
 import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+FENCE_BIN = os.environ.get("FENCE_BIN", str(ROOT / "target" / "debug" / "fence"))
+
+
+def pytest_configure(config):
+    """In CI (FENCE_PY_INSTALLED=1) the tests must run against the wheel installed into the
+    test venv, never against the source tree."""
+    if os.environ.get("FENCE_PY_INSTALLED") == "1":
+        import fence
+
+        where = pathlib.Path(fence.__file__).resolve()
+        source = ROOT / "crates" / "fence-py" / "python"
+        if "site-packages" not in where.parts or source in where.parents:
+            raise pytest.UsageError(f"fence imported from {where}, not from an installed wheel")
+
+
+def fence_cli(*args, env=None, timeout=60):
+    """Runs the `fence` command (FENCE_BIN) and returns the finished process."""
+    if not os.path.exists(FENCE_BIN):
+        pytest.fail(f"{FENCE_BIN} missing: build the fence binary first (cargo build -p fence-cli)")
+    return subprocess.run([FENCE_BIN, *args], capture_output=True, timeout=timeout,
+                          env=env if env is not None else os.environ)
 
 
 def _s3_env():

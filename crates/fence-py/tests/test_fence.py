@@ -55,6 +55,23 @@ def test_errors_carry_kind_and_commit(file_url):
     b.release()
 
 
+def test_store_text_in_an_error_message_cannot_act_on_a_terminal(file_url):
+    """A node name comes from the store like any record's text: it reaches str(error)
+    escaped, so a traceback shows it instead of running it (here a bidi override, which
+    would print the name reversed)."""
+    holder = fence.Fence(file_url, "mallory\u202eexe.txt", ttl=5.0).acquire()
+    cell = holder.claim("c")
+    other = fence.Fence(file_url, "b", ttl=5.0).acquire()
+    with pytest.raises(fence.BusyError) as busy:
+        other.claim("c", timeout=0)
+    said = str(busy.value)
+    assert "\u202e" not in said and "mallory\\u202eexe.txt" in said, said
+    assert busy.value.message == said
+    cell.release()
+    holder.release()
+    other.release()
+
+
 def test_a_stale_holders_write_is_refused_by_the_store(file_url):
     """Holder A still believes it holds (its lease renews every TTL/3 and has not noticed),
     but a successor took the node's lease and claimed the cell at a later epoch: A's write
@@ -71,7 +88,7 @@ def test_a_stale_holders_write_is_refused_by_the_store(file_url):
     assert refused.value.commit == "not_committed"
     assert fence.Fence(file_url, "reader").read("jobs").data == b"from A"
     with pytest.raises(fence.FencedError):
-        fence.Fence(file_url, "x").put("jobs", stale.epoch, b"stale put")
+        fence.Fence(file_url, "x").write("jobs", stale.epoch, b"stale put")
     fresh.release()
     b.release()
 
@@ -93,11 +110,13 @@ def test_asyncio_api(url):
 
 
 def test_asyncio_cancellation_of_a_wait_holds_nothing(file_url):
-    holder = fence.Fence(file_url, "n", ttl=2.0).acquire()
+    holder = fence.Fence(file_url, "holder", ttl=2.0).acquire()
+    held = holder.claim("c")
+    held.write(b"x")  # a cell with data reads back with its owner
+    waiter = fence.Fence(file_url, "waiter", ttl=2.0).acquire()
 
     async def main():
-        waiter = fence.Fence(file_url, "n", ttl=2.0)
-        task = asyncio.ensure_future(waiter.acquire_async(timeout=None))
+        task = asyncio.ensure_future(waiter.claim_async("c", timeout=None))
         await asyncio.sleep(0.3)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -105,12 +124,16 @@ def test_asyncio_cancellation_of_a_wait_holds_nothing(file_url):
 
     asyncio.run(main())
     time.sleep(1.0)  # the cancelled wait ends its slice and gives back what it got
-    assert holder.is_held()
+    assert held.is_held() and fence.Fence(file_url, "reader").read("c").owner == "holder"
+    held.release()
+    waiter.release()
     holder.release()
 
 
 def test_the_gil_is_released_while_waiting(file_url):
-    holder = fence.Fence(file_url, "n", ttl=2.0).acquire()
+    holder = fence.Fence(file_url, "holder", ttl=2.0).acquire()
+    held = holder.claim("c")
+    waiter = fence.Fence(file_url, "waiter", ttl=2.0).acquire()
     ticks = []
     stop = threading.Event()
 
@@ -122,11 +145,13 @@ def test_the_gil_is_released_while_waiting(file_url):
     t = threading.Thread(target=tick)
     t.start()
     with pytest.raises(fence.BusyError):
-        fence.Fence(file_url, "n", ttl=2.0).acquire(timeout=0.6)
+        waiter.claim("c", timeout=0.6)
     stop.set()
     t.join()
     # A Python thread ran throughout the wait: it never held the GIL for long.
     assert len(ticks) >= 10
+    held.release()
+    waiter.release()
     holder.release()
 
 

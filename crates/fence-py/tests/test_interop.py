@@ -3,7 +3,6 @@ contend for one lease on one store. Runs never overlap, epochs rise run after ru
 stale Python holder's write is refused by the store."""
 
 import os
-import pathlib
 import subprocess
 import sys
 import tempfile
@@ -11,9 +10,8 @@ import tempfile
 import pytest
 
 import fence
+from conftest import FENCE_BIN
 
-ROOT = pathlib.Path(__file__).resolve().parents[3]
-FENCE_BIN = os.environ.get("FENCE_BIN", str(ROOT / "target" / "debug" / "fence"))
 RUNS = 3
 
 PY_RUNNER = """
@@ -71,7 +69,7 @@ def test_python_and_rust_exclude_each_other_and_epochs_rise(backend, monkeypatch
     f = fence.run_lease(url, "jobs")
     oldest = epochs[0]
     with pytest.raises(fence.FencedError) as refused:
-        f.put("jobs", oldest, b"stale write from python")
+        f.write("jobs", oldest, b"stale write from python")
     assert refused.value.commit == "not_committed"
     last = f.read("jobs")
     assert last.epoch == epochs[-1] and last.data != b"stale write from python"

@@ -2,22 +2,19 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use fence_core::{Error, ErrorKind};
-use fence_wire::limits::StoreLimits;
-use fence_wire::listing::ListingLimits;
-use fence_wire::names::{parse_url, ObjectNames};
+use fence_wire::names::Location;
+use fence_wire::options::StoreOptions;
 use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut};
-use object_store::{BackoffConfig, ClientConfigKey, RetryConfig};
+use object_store::ClientConfigKey;
 
 use crate::credentials::{CredentialSource, CredentialsUnavailable, NamedSource};
 use crate::store::S3Store;
 use fence_wire::client::Timeouts;
 use fence_wire::exchange::ObservingConnector;
 
-/// The lease TTL the CAS client's timeouts derive from unless set.
-pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
+pub use fence_wire::options::DEFAULT_LEASE_TTL;
 
 /// Configures an [`S3Store`]: endpoint, region, credentials, bucket and key prefix, and the
 /// timeouts of its two clients (see the crate docs).
@@ -42,14 +39,8 @@ pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct S3StoreBuilder {
     s3: AmazonS3Builder,
-    bucket: Option<String>,
-    prefix: Option<String>,
-    lease_ttl: Duration,
-    cas_timeout: Option<Duration>,
-    read_timeout: Duration,
-    read_retries: usize,
-    limits: StoreLimits,
-    invalid: Option<String>,
+    location: Location,
+    options: StoreOptions,
     metadata_disabled: bool,
 }
 
@@ -79,39 +70,27 @@ impl S3StoreBuilder {
     fn from_s3(s3: AmazonS3Builder) -> Self {
         S3StoreBuilder {
             s3,
-            bucket: None,
-            prefix: None,
-            lease_ttl: DEFAULT_LEASE_TTL,
-            cas_timeout: None,
-            read_timeout: Duration::from_secs(30),
-            read_retries: 3,
-            limits: StoreLimits::default(),
-            invalid: None,
+            location: Location::default(),
+            options: StoreOptions::default(),
             metadata_disabled: false,
         }
     }
 
     /// Bucket and optional key prefix from `s3://bucket/prefix/path`.
     pub fn with_url(mut self, url: impl AsRef<str>) -> Self {
-        match parse_url(url.as_ref(), &["s3"]) {
-            Ok((bucket, prefix)) => {
-                self.bucket = Some(bucket);
-                self.prefix = prefix;
-            }
-            Err(why) => self.invalid = Some(why),
-        }
+        self.location.set_url(url.as_ref(), &["s3"]);
         self
     }
 
     /// The bucket.
     pub fn with_bucket(mut self, bucket: impl Into<String>) -> Self {
-        self.bucket = Some(bucket.into());
+        self.location.bucket = Some(bucket.into());
         self
     }
 
     /// Every key is stored under `prefix/` (validated like a [`Key`](fence_core::Key)).
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = Some(prefix.into());
+        self.location.prefix = Some(prefix.into());
         self
     }
 
@@ -172,54 +151,23 @@ impl S3StoreBuilder {
         self
     }
 
-    /// The lease TTL the conditional-write timeouts derive from (default 10 s): each
-    /// conditional write is bounded by `ttl / 3` unless [`with_cas_timeout`] says otherwise.
-    ///
-    /// [`with_cas_timeout`]: S3StoreBuilder::with_cas_timeout
-    pub fn with_lease_ttl(mut self, ttl: Duration) -> Self {
-        self.lease_ttl = ttl;
+    /// Any other object_store S3 option (session token, proxy, …), as in its
+    /// [`AmazonS3ConfigKey`](https://docs.rs/object_store/0.14/object_store/aws/enum.AmazonS3ConfigKey.html).
+    /// What fence decides itself (conditional puts, bulk deletes, the clients' timeouts and
+    /// retries) is set again by [`build`](S3StoreBuilder::build) whatever is given here.
+    pub fn with_config(mut self, key: AmazonS3ConfigKey, value: impl Into<String>) -> Self {
+        self.s3 = self.s3.with_config(key, value);
         self
     }
 
-    /// The whole-request timeout of one conditional write (default: lease TTL / 3).
-    pub fn with_cas_timeout(mut self, timeout: Duration) -> Self {
-        self.cas_timeout = Some(timeout);
-        self
-    }
-
-    /// The request timeout and retry count of reads and lists (default 30 s, 3 retries).
-    pub fn with_read_policy(mut self, timeout: Duration, retries: usize) -> Self {
-        self.read_timeout = timeout;
-        self.read_retries = retries;
-        self
-    }
-
-    /// The record limit (default [`fence_core::DEFAULT_RECORD_LIMIT`], 5 MiB): `put` refuses a larger
-    /// body before any I/O, and `get` stops reading an object past it and answers
-    /// [`ErrorKind::Corrupt`] naming the key. Declared as
-    /// [`Capabilities::max_body`](fence_core::Capabilities::max_body). It bounds what a
-    /// read can make this process hold.
-    pub fn with_record_limit(mut self, bytes: usize) -> Self {
-        self.limits.record = bytes;
-        self
-    }
-
-    /// The bounds of one `list` (default [`ListingLimits::DEFAULT`]); a listing past them
-    /// fails with [`ErrorKind::Unsupported`] saying which.
-    pub fn with_listing_limits(mut self, limits: ListingLimits) -> Self {
-        self.limits.listing = limits;
-        self
-    }
+    fence_wire::store_option_setters!(options);
 
     /// Builds the store: two object_store clients with separate connection pools, one for
     /// conditional writes (no retries, short timeouts), one for reads (retries on). Neither
     /// follows redirects.
     pub fn build(self) -> Result<S3Store, Error> {
-        if let Some(why) = &self.invalid {
-            return Err(invalid(why.clone()));
-        }
+        let names = self.location.names()?;
         let bucket = self.bucket_name()?;
-        let names = ObjectNames::new(self.prefix.as_deref())?;
         self.check_http()?;
         let base = self
             .credentials(&bucket)?
@@ -227,16 +175,21 @@ impl S3StoreBuilder {
             .with_conditional_put(S3ConditionalPut::ETagMatch)
             // One plain DELETE per object: core S3 API, answered by status like every request.
             .with_disable_bulk_delete(true);
-        let cas_timeout = self.cas_timeout();
-        let cas = build_client(cas_client(base.clone(), cas_timeout), &bucket)?;
-        let read = build_client(self.read_client(base), &bucket)?;
+        let options = self.options;
+        let cas = base
+            .clone()
+            .with_http_connector(connector(options.cas_timeouts()))
+            .with_retry(options.cas_retry());
+        let read = base
+            .with_http_connector(connector(options.read_timeouts()))
+            .with_retry(options.read_retry());
         Ok(S3Store::new(
-            cas,
-            read,
+            build_client(cas, &bucket)?,
+            build_client(read, &bucket)?,
             bucket,
             names,
-            cas_timeout,
-            self.limits,
+            options.cas_timeout(),
+            options.limits,
         ))
     }
 
@@ -247,6 +200,7 @@ impl S3StoreBuilder {
     /// any I/O (object_store would build no valid request from it).
     fn bucket_name(&self) -> Result<String, Error> {
         let bucket = self
+            .location
             .bucket
             .clone()
             .or_else(|| self.s3.get_config_value(&AmazonS3ConfigKey::Bucket))
@@ -315,38 +269,6 @@ impl S3StoreBuilder {
         })?;
         Ok(self.s3.clone().with_credentials(Arc::new(provider)))
     }
-
-    fn cas_timeout(&self) -> Duration {
-        let derived = (self.lease_ttl / 3).max(Duration::from_millis(100));
-        self.cas_timeout.unwrap_or(derived)
-    }
-
-    fn read_client(&self, base: AmazonS3Builder) -> AmazonS3Builder {
-        let retry = RetryConfig {
-            backoff: BackoffConfig::default(),
-            max_retries: self.read_retries,
-            retry_timeout: self.read_timeout * 2,
-        };
-        base.with_http_connector(connector(Timeouts {
-            request: self.read_timeout,
-            connect: Duration::from_secs(5),
-        }))
-        .with_retry(retry)
-    }
-}
-
-/// The client of conditional writes: no retries at all, every request bounded by `timeout`.
-fn cas_client(base: AmazonS3Builder, timeout: Duration) -> AmazonS3Builder {
-    let retry = RetryConfig {
-        backoff: BackoffConfig::default(),
-        max_retries: 0,
-        retry_timeout: timeout,
-    };
-    base.with_http_connector(connector(Timeouts {
-        request: timeout,
-        connect: timeout.min(Duration::from_secs(1)),
-    }))
-    .with_retry(retry)
 }
 
 /// The HTTP layer of a client: redirects off, every attempt recorded, answers bounded (see
@@ -377,18 +299,16 @@ fn invalid(message: String) -> Error {
 impl fmt::Debug for S3StoreBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("S3StoreBuilder")
-            .field("bucket", &self.bucket)
-            .field("prefix", &self.prefix)
-            .field("lease_ttl", &self.lease_ttl)
-            .field("cas_timeout", &self.cas_timeout)
-            .field("read_timeout", &self.read_timeout)
-            .field("limits", &self.limits)
+            .field("location", &self.location)
+            .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -411,9 +331,9 @@ mod tests {
     #[test]
     fn cas_timeout_derives_from_the_lease_ttl() {
         let b = S3StoreBuilder::new().with_lease_ttl(Duration::from_secs(9));
-        assert_eq!(b.cas_timeout(), Duration::from_secs(3));
+        assert_eq!(b.store_options().cas_timeout(), Duration::from_secs(3));
         let b = b.with_cas_timeout(Duration::from_millis(700));
-        assert_eq!(b.cas_timeout(), Duration::from_millis(700));
+        assert_eq!(b.store_options().cas_timeout(), Duration::from_millis(700));
     }
 
     #[test]

@@ -15,8 +15,8 @@
 //!   not committed; timeouts, resets, 429, 5xx and unreadable answers → ambiguous;
 //! - bodies are stored as given and object keys are the key's UTF-8 bytes; S3 ETags are
 //!   content hashes, which the store declares
-//!   ([`Capabilities::content_versions`](fence_core::Capabilities)); the nonce trailer of
-//!   earlier versions is stripped on read;
+//!   ([`Capabilities::content_versions`](fence_core::Capabilities)); a body is read exactly
+//!   as stored;
 //! - no conditional delete: `delete` answers `Unsupported` (release with a tombstone);
 //!   `delete_immutable` is one plain `DELETE`;
 //! - every answer is bounded: a record at the record limit
@@ -32,7 +32,6 @@ mod builder;
 mod classify;
 pub mod credentials;
 mod store;
-mod trailer;
 
 pub use builder::{S3StoreBuilder, DEFAULT_LEASE_TTL};
 pub use credentials::{CredentialSource, CredentialsUnavailable};

@@ -23,7 +23,6 @@ use crate::builder::S3StoreBuilder;
 use crate::classify::{
     classify_delete, classify_list, classify_put, classify_read, strong_etag, Failure, PutVerdict,
 };
-use crate::trailer;
 use fence_wire::exchange::{list_names, Exchange};
 
 /// S3's bound of an object key: 1024 bytes of UTF-8.
@@ -273,7 +272,7 @@ impl S3Store {
             return Err(unusable_etag(key));
         }
         Ok(Some(Stored {
-            body: trailer::strip(body),
+            body,
             version: Version::new(tag)?,
         }))
     }
@@ -384,7 +383,7 @@ impl ConditionalStore for S3Store {
     }
 
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
-        self.list_paths(prefix).await
+        self.list_paths(prefix).await.map_err(|e| e.listing(prefix))
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -4,12 +4,14 @@
 //! releases, hand-offs and a co-writer; succession and adoption with a pause; three nodes
 //! with mixed TTLs; a takeover racing a faulty append; 2 nodes × 2 cells with a pause and
 //! writes);
-//! `FENCE_MODEL_PRESET=faults|ci-two-faults|three-nodes|hand-off|faulty|quick|resume|log|log-takeover|log-faults|two-cells|two-by-two`
+//! `FENCE_MODEL_PRESET=faults|ci-two-faults|three-nodes|hand-off|faulty|quick|mixed-ttls|resume|succession|adoption|collection|collection-across-epochs|release|log|log-takeover|log-handover|log-faults|two-cells|two-by-two`
 //! runs one of them in place of the CI scope (`faults`, 2 faulty answers with a write, has not
-//! been seen to finish); `FENCE_MODEL_SCOPE=<chaos>,<settle>,<faults>,<pauses>,<crashes>` overrides
-//! the CI scope's ticks and budgets for experiments (`FENCE_MODEL_WRITES=<n>` its data writes
-//! per node, `FENCE_MODEL_CELLS=<n>` its cells, 1 to 4); `FENCE_MODEL_SWITCH=<name>` checks only
-//! that sabotage switch (`--features sabotage`).
+//! been seen to finish; `release` fails on this tree, docs/testkit.md says why);
+//! `FENCE_MODEL_SCOPE=<chaos>,<settle>,<faults>,<pauses>,<crashes>` overrides the CI scope's
+//! ticks and budgets for experiments (`FENCE_MODEL_WRITES=<n>` its data writes per node,
+//! `FENCE_MODEL_CELLS=<n>` its cells, 1 to 4, `FENCE_MODEL_TTL=<ms>[,<ms>…]` its nodes'
+//! TTLs); `FENCE_MODEL_SWITCH=<name>` checks only that sabotage switch (`--features
+//! sabotage`).
 
 use fence_testkit::model::{check, run, Exception, ModelConfig};
 
@@ -30,6 +32,13 @@ fn ci_scope() -> ModelConfig {
         Ok("log-faults") => ModelConfig::log_faults(),
         Ok("two-cells") => ModelConfig::two_cells(),
         Ok("two-by-two") => ModelConfig::two_by_two(),
+        Ok("mixed-ttls") => ModelConfig::mixed_ttls(),
+        Ok("log-handover") => ModelConfig::log_handover(),
+        Ok("release") => ModelConfig::release(),
+        Ok("collection-across-epochs") => ModelConfig::collection_across_epochs(),
+        Ok("succession") => ModelConfig::succession(),
+        Ok("adoption") => ModelConfig::adoption(),
+        Ok("collection") => ModelConfig::collection(),
         _ => ModelConfig::ci(),
     };
     if let Ok(s) = std::env::var("FENCE_MODEL_LOG") {
@@ -60,6 +69,16 @@ fn ci_scope() -> ModelConfig {
             .trim()
             .parse()
             .unwrap_or_else(|_| panic!("FENCE_MODEL_WRITES={s:?}: a number of writes, 0 to 255"));
+    }
+    if let Ok(s) = std::env::var("FENCE_MODEL_TTL") {
+        cfg.ttl_ms = s
+            .split(',')
+            .map(|t| {
+                t.trim().parse().unwrap_or_else(|_| {
+                    panic!("FENCE_MODEL_TTL={s:?}: TTLs in ms, comma-separated")
+                })
+            })
+            .collect();
     }
     if let Ok(s) = std::env::var("FENCE_MODEL_CELLS") {
         cfg.cells = s
@@ -102,22 +121,33 @@ fn every_state_of_the_quick_scope_holds_every_property() {
     assert_clean(&ModelConfig::quick());
 }
 
-/// Payload collection racing a co-writer at the claim's epoch: every state of
-/// `ModelConfig::collection()`.
+/// Payload collection racing a co-writer at the claim's epoch, and collection meeting the
+/// current payload object of an earlier epoch (carried forward by a claim after a release):
+/// every state of `ModelConfig::collection()` and `ModelConfig::collection_across_epochs()`.
 #[test]
-fn every_state_of_the_collection_scope_holds_every_property() {
+fn every_state_of_the_collection_scopes_holds_every_property() {
     assert_clean(&ModelConfig::collection());
+    assert_clean(&ModelConfig::collection_across_epochs());
 }
 
-/// The append log, driven by the model: appends, a faulty answer and a co-writer at the
-/// claim's epoch, every ambiguous append settled by a seal (`ModelConfig::log()`); and a
-/// takeover in the middle of an append (`ModelConfig::log_takeover()`). Every state of each.
-/// (A takeover while an append's answer is faulty, settled by the later epoch's head, is
-/// `ModelConfig::log_faults()`, on demand: `FENCE_MODEL_LARGE=1`.)
+/// Node 0's TTL twice node 1's: every state of `ModelConfig::mixed_ttls()`.
+#[test]
+fn every_state_of_the_mixed_ttl_scope_holds_every_property() {
+    assert_clean(&ModelConfig::mixed_ttls());
+}
+
+/// The append log, driven by the model: three appends, a faulty answer and a co-writer at
+/// the claim's epoch, every ambiguous append settled by a seal (`ModelConfig::log()`); a
+/// takeover in the middle of an append (`ModelConfig::log_takeover()`); and two appending
+/// nodes, the first one's append left ambiguous by a faulty answer while the second takes
+/// the cell over and appends at the same sequence number (`ModelConfig::log_handover()`).
+/// Every state of each. (`ModelConfig::log_faults()`, the same race over two ticks of faults
+/// with one appending node, is on demand: `FENCE_MODEL_LARGE=1`.)
 #[test]
 fn every_state_of_the_log_scopes_holds_every_property() {
     assert_clean(&ModelConfig::log());
     assert_clean(&ModelConfig::log_takeover());
+    assert_clean(&ModelConfig::log_handover());
 }
 
 /// A lapsed node resuming its cell as its own successor while its peer takes it over, and
@@ -164,7 +194,10 @@ fn the_larger_scopes_on_demand() {
 /// that believe they hold the cell at once.
 #[test]
 fn each_admitted_exception_is_found_when_switched_on() {
-    for exception in [Exception::SlowClocks, Exception::WallBehind] {
+    // A clock 0.25 % slow, a quarter beyond the 0.2 % margin a peer's observation allows
+    // for (over a hold of three ticks, less is below the model's millisecond).
+    let beyond = Exception::SlowClock { ppm: 2_500 };
+    for exception in [Exception::SlowClocks, Exception::WallBehind, beyond] {
         let cfg = ModelConfig {
             exception: Some(exception),
             pauses: 1,
@@ -252,4 +285,17 @@ fn the_canonical_form_merges_states_and_keeps_every_verdict() {
         canonical.states,
         plain.states
     );
+}
+
+/// A clock rate within the margin a peer's observation allows for is no breach: node 0's
+/// monotonic and wall clocks 0.2 % slow (2,000 ppm, the whole margin), one pause, every
+/// state holds every property. (Beyond the margin the exception is found:
+/// `each_admitted_exception_is_found_when_switched_on`.)
+#[test]
+fn every_state_with_a_clock_slow_within_the_margin_holds_every_property() {
+    assert_clean(&ModelConfig {
+        exception: Some(Exception::SlowClock { ppm: 2_000 }),
+        pauses: 1,
+        ..ModelConfig::bare()
+    });
 }

@@ -17,7 +17,8 @@
 //!   object_store, OpenDAL), or under a client that reads bodies whole;
 //! - [`headers`]: headers an answer is trusted on only when they say one thing;
 //! - [`listing`]: listings bounded in names, bytes and pages;
-//! - [`limits`]: a store's record limit and listing limits, in one place.
+//! - [`limits`]: a store's record limit and listing limits, in one place;
+//! - [`options`]: the timeouts and limits the S3 and Azure builders share, and their setters.
 //!
 //! Status codes and error codes stay in each adapter: they are the dialect.
 //!
@@ -46,4 +47,5 @@ pub mod headers;
 pub mod limits;
 pub mod listing;
 pub mod names;
+pub mod options;
 pub mod outcome;

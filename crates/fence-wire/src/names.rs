@@ -118,6 +118,51 @@ fn invalid_key(key: &Key, why: &str) -> Error {
         .not_committed()
 }
 
+/// Where a store's objects live: a bucket (or container) and a key prefix, from a
+/// `scheme://bucket/prefix` URL or set one by one. A malformed URL is kept, to be reported by
+/// the builder's `build` before anything else.
+///
+/// ```
+/// let mut location = fence_wire::names::Location::default();
+/// location.set_url("s3://b/fleet/a", &["s3"]);
+/// assert_eq!(location.bucket.as_deref(), Some("b"));
+/// assert_eq!(location.names().unwrap().prefix(), "fleet/a");
+/// location.set_url("gs://b", &["s3"]);
+/// assert!(location.names().is_err());
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Location {
+    /// The bucket or container, if given.
+    pub bucket: Option<String>,
+    /// The key prefix, if given.
+    pub prefix: Option<String>,
+    invalid: Option<String>,
+}
+
+impl Location {
+    /// Bucket and prefix from `url`, one of `schemes`; a malformed URL fails
+    /// [`names`](Self::names).
+    pub fn set_url(&mut self, url: &str, schemes: &[&str]) {
+        match parse_url(url, schemes) {
+            Ok((bucket, prefix)) => {
+                self.bucket = Some(bucket);
+                self.prefix = prefix;
+                self.invalid = None;
+            }
+            Err(why) => self.invalid = Some(why),
+        }
+    }
+
+    /// The object names under the prefix; [`ErrorKind::InvalidInput`] (not committed) for a
+    /// malformed URL or an invalid prefix.
+    pub fn names(&self) -> Result<ObjectNames, Error> {
+        if let Some(why) = &self.invalid {
+            return Err(Error::new(ErrorKind::InvalidInput, why.clone()).not_committed());
+        }
+        ObjectNames::new(self.prefix.as_deref())
+    }
+}
+
 /// `scheme://bucket/prefix` → (bucket, prefix), for any of `schemes` (e.g. `["s3"]`).
 ///
 /// ```

@@ -466,10 +466,20 @@ pub struct S3Env {
 impl S3Env {
     /// The moto server, or `None` with a notice (a failure when `FENCE_REQUIRE_SERVERS=1`).
     pub fn moto(test: &str) -> Option<S3Env> {
+        S3Env::server(test, "FENCE_S3_MOTO_ENDPOINT")
+    }
+
+    /// The SeaweedFS server, or `None` with a notice (a failure when
+    /// `FENCE_REQUIRE_SERVERS=1`).
+    pub fn seaweed(test: &str) -> Option<S3Env> {
+        S3Env::server(test, "FENCE_S3_SEAWEED_ENDPOINT")
+    }
+
+    fn server(test: &str, endpoint: &str) -> Option<S3Env> {
         let var = |v: &str| std::env::var(v).ok().filter(|s| !s.is_empty());
         let found = (|| {
             Some(S3Env {
-                endpoint: var("FENCE_S3_MOTO_ENDPOINT")?,
+                endpoint: var(endpoint)?,
                 bucket: var("FENCE_S3_BUCKET")?,
                 key_id: var("FENCE_S3_ACCESS_KEY_ID")?,
                 secret: var("FENCE_S3_SECRET_ACCESS_KEY")?,
@@ -494,6 +504,19 @@ impl S3Env {
             .env("AWS_ACCESS_KEY_ID", &self.key_id)
             .env("AWS_SECRET_ACCESS_KEY", &self.secret);
         c
+    }
+
+    /// The store at `url` on this server, opened directly (not through `fence`).
+    #[cfg(feature = "s3")]
+    pub fn direct(&self, url: &str) -> fence::s3::S3Store {
+        fence::s3::S3StoreBuilder::new()
+            .with_url(url)
+            .with_endpoint(&self.endpoint)
+            .with_region("us-east-1")
+            .with_credentials(&self.key_id, &self.secret)
+            .with_allow_http(true)
+            .build()
+            .unwrap()
     }
 
     /// A fresh `s3://bucket/prefix` URL.

@@ -14,7 +14,10 @@
 //! nonces → landed; the head still at the guard's version → not landed *yet* (it may still
 //! land: only the same write, under the same guard, may be sent again); a head at another
 //! version still owned by us → ours can never land any more, but may have landed underneath
-//! (never re-applied, never acknowledged); a later epoch or another owner → fenced.
+//! (never re-applied, never acknowledged); a later epoch or another owner → fenced. A head
+//! at our node and epoch that another process wrote (another lease generation: a `fence
+//! run` of the same lease, a resume or an adoption elsewhere) is another owner too: the cell
+//! is that process's now, not a co-writer's move to build on or wait out.
 
 use super::observe::Liveness;
 use crate::record::CellHead;
@@ -138,7 +141,8 @@ pub enum Evidence {
 
 /// Judges a read of the head (`None`: absent) for a write sent under `guard` with one of
 /// `nonces`, by `me` at `epoch`. The sent write itself may release the cell; a release by
-/// anyone else is `Superseded`.
+/// anyone else is `Superseded`. [`readback_as`] also tells a head of another process of
+/// `me` apart.
 ///
 /// ```
 /// use fence_core::decide::{readback, Evidence};
@@ -152,6 +156,39 @@ pub fn readback(
     me: &str,
     epoch: u64,
 ) -> Evidence {
+    readback_as(head, nonces, guard, me, epoch, None)
+}
+
+/// [`readback`] for a write by the process of lease generation `generation` (`None`: not
+/// known, any process of `me` counts as ours). A head at `(me, epoch)` that names another
+/// generation was written by another process of node `me` — a claim of the same epoch by
+/// a `fence run` of the same lease, or a resume elsewhere — so the cell is no longer this
+/// process's: `Superseded`, not a co-writer's move ([`Evidence::MovedOn`]). Its co-writers
+/// (`fence put` through `update_cell`, this claim's own writes) keep the generation of the
+/// head they build on; a head without one (the seed's, `cas_owner`'s) proves nothing.
+///
+/// ```
+/// use fence_core::decide::{readback_as, Evidence};
+/// use fence_core::record::{CellHead, CellPayload, Extra, HeadFormat};
+/// use fence_core::{CasGuard, Version};
+/// let theirs = CellHead {
+///     node: Some("run.nightly".into()), epoch: 4, nonce: "b".into(),
+///     generation: Some("g-waiter".into()), payload: CellPayload::Empty,
+///     extra: Extra::new(), format: HeadFormat::V2,
+/// };
+/// let (v0, v1) = (Version::new("v0").unwrap(), Version::new("v1").unwrap());
+/// let seen = readback_as(Some((&theirs, &v1)), &["a".into()], &CasGuard::Match(v0),
+///                        "run.nightly", 4, Some("g-me"));
+/// assert_eq!(seen, Evidence::Superseded { epoch: 4 });
+/// ```
+pub fn readback_as(
+    head: Option<(&CellHead, &Version)>,
+    nonces: &[String],
+    guard: &CasGuard,
+    me: &str,
+    epoch: u64,
+    generation: Option<&str>,
+) -> Evidence {
     let Some((head, version)) = head else {
         return match guard {
             CasGuard::Absent => Evidence::Unchanged,
@@ -164,7 +201,11 @@ pub fn readback(
     if matches!(guard, CasGuard::Match(g) if g == version) {
         return Evidence::Unchanged;
     }
-    if head.is_owned_by(me, epoch) {
+    let other_process = match (head.generation.as_deref(), generation) {
+        (Some(theirs), Some(ours)) => theirs != ours,
+        _ => false,
+    };
+    if head.is_owned_by(me, epoch) && !other_process {
         Evidence::MovedOn(version.clone())
     } else {
         Evidence::Superseded { epoch: head.epoch }
@@ -250,6 +291,16 @@ mod tests {
             readback(None, &ours, &guard, "me", 5),
             Evidence::Superseded { epoch: 0 }
         );
+        // Another process of `me` at our epoch is another owner; a head without a
+        // generation, or a write whose generation is not known, proves nothing more.
+        let mut other = head(Some("me"), 5, "other");
+        other.generation = Some("g2".into());
+        let as_g1 = |h: &CellHead, g| readback_as(Some((h, &v("y"))), &ours, &guard, "me", 5, g);
+        assert_eq!(as_g1(&other, Some("g1")), Evidence::Superseded { epoch: 5 });
+        assert_eq!(as_g1(&other, Some("g2")), Evidence::MovedOn(v("y")));
+        assert_eq!(as_g1(&other, None), Evidence::MovedOn(v("y")));
+        other.generation = None;
+        assert_eq!(as_g1(&other, Some("g1")), Evidence::MovedOn(v("y")));
         // A seed record has no nonce: it never matches an empty identity.
         assert_eq!(
             readback(

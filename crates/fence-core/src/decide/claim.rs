@@ -106,6 +106,12 @@ pub enum ClaimEnd {
         /// The head's owner and epoch.
         found: Option<(Option<String>, u64)>,
     },
+    /// A request failed after the lease was lost: the claim is over whatever the store did.
+    LeaseLost {
+        /// Whether an attempt of the seal may have landed (the head then names this node
+        /// until it is taken over; a seal changes no data).
+        maybe_landed: bool,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -220,7 +226,8 @@ impl ClaimFlow {
             let vouched = h
                 .generation
                 .as_ref()
-                .is_some_and(|g| self.resumable.contains(g));
+                .is_some_and(|g| self.resumable.contains(g))
+                || sabotaged!(self.flaws, ResumeUnvouched);
             if ours && (vouched || self.adopt) {
                 return self.reseal(h.clone(), v.clone());
             }
@@ -366,8 +373,9 @@ impl ClaimFlow {
                 return self.claimed(body, v, false, takeover_from);
             }
         }
-        let write =
-            HeadWrite::new(body.nonce.clone(), guard, &self.me, body.epoch).with_flaws(self.flaws);
+        let write = HeadWrite::new(body.nonce.clone(), guard, &self.me, body.epoch)
+            .writing_as(&self.generation)
+            .with_flaws(self.flaws);
         self.phase = Phase::Sealing {
             epoch: body.epoch,
             resumed,
@@ -392,6 +400,23 @@ impl ClaimFlow {
             resumed,
             takeover_from,
         })
+    }
+
+    /// A request of the claim failed: a read, a judgement, a carry, or a seal that got no
+    /// verdict (`maybe_landed`: an attempt of the seal may have landed). With the lease no
+    /// longer held (judged now), that is the answer, whatever the store did: even a landed
+    /// seal could not be acted on ([`ClaimEnd::LeaseLost`]), and a process paused in the
+    /// middle of a claim learns so instead of reporting the timeout its pause caused. With
+    /// the lease held, `None`: the store's failure is the answer.
+    pub fn on_failed(&mut self, lease_held: bool, maybe_landed: bool) -> Option<ClaimStep> {
+        if lease_held {
+            return None;
+        }
+        let sealing = matches!(self.phase, Phase::Sealing { .. });
+        self.phase = Phase::Done;
+        Some(ClaimStep::Done(ClaimEnd::LeaseLost {
+            maybe_landed: maybe_landed && sealing,
+        }))
     }
 
     /// How the seal settled (a seal that got no verdict is the shell's error to report).
@@ -477,6 +502,60 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// Issue 35 item 5: a `fence run` stopped while its seal was in flight; meanwhile a
+    /// waiter — another process of the same node `run.NAME` — claimed the same epoch. The
+    /// read-back after the ambiguous answer shows that claim: the cell is the waiter's, and
+    /// the claim lost its race (it was reported as an unsettled conflicting write).
+    #[test]
+    fn a_claim_of_our_epoch_by_another_process_of_our_node_settles_an_ambiguous_seal() {
+        use crate::decide::write::{PutAnswer, ReadAnswer, WriteStep};
+        let seal_then_read = |theirs: CellHead| {
+            let mut flow = ClaimFlow::new("run.x", "g-stopped", "n1");
+            flow.start();
+            let ClaimStep::Seal { mut write, .. } = flow.on_head(None) else {
+                panic!("a seal");
+            };
+            write.start();
+            assert_eq!(write.on_put(PutAnswer::Ambiguous), WriteStep::Read);
+            match write.on_read(ReadAnswer::Head(Some((theirs, v("w"))))) {
+                WriteStep::Done(settled) => Some(flow.on_sealed(settled)),
+                _ => None,
+            }
+        };
+        let waiter = head(Some("run.x"), 1, "g-waiter");
+        assert_eq!(
+            seal_then_read(waiter),
+            Some(ClaimStep::Done(ClaimEnd::LostRace { maybe_landed: true }))
+        );
+        // A head of this very process at the epoch is no proof either way: still unsettled.
+        assert_eq!(seal_then_read(head(Some("run.x"), 1, "g-stopped")), None);
+    }
+
+    #[test]
+    fn a_request_that_fails_after_the_lease_was_lost_ends_the_claim_as_lease_lost() {
+        let mut flow = ClaimFlow::new("me", "g", "n1");
+        flow.start();
+        assert_eq!(
+            flow.on_failed(true, false),
+            None,
+            "a held lease: the store's error"
+        );
+        assert_eq!(
+            flow.on_failed(false, true),
+            Some(ClaimStep::Done(ClaimEnd::LeaseLost {
+                maybe_landed: false
+            })),
+            "nothing was sent: a read failed"
+        );
+        let mut sealing = ClaimFlow::new("me", "g", "n1");
+        sealing.start();
+        sealing.on_head(None);
+        assert_eq!(
+            sealing.on_failed(false, true),
+            Some(ClaimStep::Done(ClaimEnd::LeaseLost { maybe_landed: true }))
+        );
     }
 
     #[test]

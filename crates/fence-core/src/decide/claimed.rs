@@ -14,6 +14,7 @@
 //! assert_eq!(w.start(), CellStep::ReadBase);
 //! ```
 
+pub use super::collect::{blob_epoch, collectable};
 use super::write::{HeadWrite, Settled};
 use crate::flaws::{sabotaged, Flaws};
 use crate::record::{CellHead, CellPayload, Extra, HeadFormat};
@@ -123,6 +124,90 @@ pub enum CellEnd {
     KeptMoving,
 }
 
+/// How a claim ended, as far as this process knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ClaimStatus {
+    /// The lease is held and no write has found the claim superseded.
+    Held,
+    /// A write found the cell at a later epoch or with another owner.
+    Superseded {
+        /// The epoch found (0 when the head was gone).
+        epoch: u64,
+    },
+    /// The claim was released.
+    Released,
+    /// The claim was handed to another node, which holds the cell at `epoch` from now on
+    /// ([`CellClaim::hand_off`](crate::CellClaim::hand_off)).
+    HandedOff {
+        /// The epoch the receiver holds.
+        epoch: u64,
+    },
+    /// This process ended the claim ([`CellClaim::close`](crate::CellClaim::close), or a
+    /// release or hand-off sent and not, or not yet, known to have landed): no write of it is
+    /// sent any more, though the store may still name this node.
+    Closed,
+    /// The node lease is no longer held.
+    LeaseLost,
+}
+
+/// A claim's standing in its own process: the rule behind `CellClaim::is_held`, `status`,
+/// `lost` and the refusal of every later write. A claim believes it holds its cell only while
+/// its lease is held (judged now) and nothing ended it. A release or a hand-off **stops the
+/// claim acting before it is sent** ([`Standing::stop_acting`]): from the instant it may land,
+/// and while its process is suspended with it in flight, another node may own the cell, so
+/// the claim believes nothing any more; it learns how it really ended once the write settles
+/// ([`Standing::end`]).
+///
+/// ```
+/// use fence_core::decide::claimed::{ClaimStatus, Standing};
+/// let mut s = Standing::default();
+/// assert_eq!(s.status(true), ClaimStatus::Held);
+/// s.stop_acting(); // a release is about to be sent
+/// assert_eq!(s.status(true), ClaimStatus::Closed);
+/// s.end(ClaimStatus::Released); // it landed
+/// assert_eq!(s.status(true), ClaimStatus::Released);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Standing {
+    ended: Option<ClaimStatus>,
+}
+
+impl Standing {
+    /// The claim's status with its lease `lease_held` (judged now).
+    pub fn status(&self, lease_held: bool) -> ClaimStatus {
+        match self.ended {
+            Some(how) => how,
+            None if lease_held => ClaimStatus::Held,
+            None => ClaimStatus::LeaseLost,
+        }
+    }
+
+    /// Whether the claim has ended (closed included).
+    pub fn ended(&self) -> Option<ClaimStatus> {
+        self.ended
+    }
+
+    /// The claim acts no more: a release or a hand-off is about to be sent (or the claim was
+    /// closed). No effect on a claim that already ended otherwise.
+    pub fn stop_acting(&mut self) {
+        self.ended.get_or_insert(ClaimStatus::Closed);
+    }
+
+    /// The claim ended as `how`. A claim this process closed (or stopped for a release or a
+    /// hand-off) may still learn how it really ended — its release or hand-off landed, a
+    /// write found it superseded; any other end is final.
+    pub fn end(&mut self, how: ClaimStatus) {
+        if matches!(self.ended, None | Some(ClaimStatus::Closed)) {
+            self.ended = Some(how);
+        }
+    }
+
+    /// Whether the claim may send a write now ([`admit`]).
+    pub fn admit(&self, lease_held: bool, flaws: Flaws) -> Result<(), Refusal> {
+        admit(lease_held, self.ended.is_some(), flaws)
+    }
+}
+
 /// Why a claim refuses to send anything.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Refusal {
@@ -142,27 +227,6 @@ pub fn admit(lease_held: bool, ended: bool, flaws: Flaws) -> Result<(), Refusal>
         return Err(Refusal::ClaimEnded);
     }
     Ok(())
-}
-
-/// Whether a payload object written under `epoch` (`None`: a name fence did not write) may
-/// be deleted by a claim at `claim_epoch` (`current`: the head points at it now). Only
-/// objects of *earlier* epochs: no writer of an earlier epoch can land a head after this
-/// claim's seal, while a write of this epoch (an ambiguous one landing late, a co-writer's)
-/// may still point a head at its object.
-pub fn collectable(epoch: Option<u64>, claim_epoch: u64, current: bool, flaws: Flaws) -> bool {
-    let older = if sabotaged!(flaws, GcCurrentEpoch) {
-        epoch.is_some_and(|e| e <= claim_epoch)
-    } else {
-        epoch.is_some_and(|e| e < claim_epoch)
-    };
-    older && !current
-}
-
-/// The epoch a payload object's name states (`<epoch>-<nonce>`, as fence names them), or
-/// `None` for a name fence did not write. With [`collectable`], the rule that decides which
-/// objects of a listing a claim may delete.
-pub fn blob_epoch(name: &str) -> Option<u64> {
-    name.split('-').next().and_then(|e| e.parse::<u64>().ok())
 }
 
 /// Whether an object found at a log record's name is the record this append wrote (an
@@ -293,8 +357,9 @@ impl CellWrite {
             format: HeadFormat::V2,
         };
         let guard = CasGuard::Match(base.version.clone());
-        let write =
-            HeadWrite::new(body.nonce.clone(), guard, &self.me, self.epoch).with_flaws(self.flaws);
+        let write = HeadWrite::new(body.nonce.clone(), guard, &self.me, self.epoch)
+            .writing_as(&self.generation)
+            .with_flaws(self.flaws);
         self.base = Some(base);
         CellStep::Seal { body, write }
     }
@@ -381,19 +446,43 @@ mod tests {
     }
 
     #[test]
-    fn only_earlier_epochs_are_collected_and_only_our_bytes_are_our_record() {
+    fn only_our_bytes_are_our_record() {
         let f = Flaws::default();
-        assert!(collectable(Some(2), 3, false, f));
-        assert!(
-            !collectable(Some(3), 3, false, f),
-            "a write of this epoch may still land"
-        );
-        assert!(!collectable(Some(2), 3, true, f), "the head points at it");
-        assert!(!collectable(None, 3, false, f), "not a name fence wrote");
-        assert_eq!(blob_epoch("12-ab3f"), Some(12));
-        assert_eq!(blob_epoch("notes.txt"), None);
         assert!(record_is_ours(b"rec", b"rec", f));
         assert!(!record_is_ours(b"orphan", b"rec", f));
+    }
+
+    #[test]
+    fn a_claim_believes_nothing_once_its_release_or_hand_off_may_land() {
+        let f = Flaws::default();
+        let mut s = Standing::default();
+        assert_eq!(
+            (s.status(true), s.status(false)),
+            (ClaimStatus::Held, ClaimStatus::LeaseLost)
+        );
+        assert_eq!(s.admit(true, f), Ok(()));
+        s.stop_acting();
+        assert_eq!(
+            s.status(true),
+            ClaimStatus::Closed,
+            "the release is on its way"
+        );
+        assert_eq!(s.admit(true, f), Err(Refusal::ClaimEnded));
+        s.end(ClaimStatus::Released);
+        assert_eq!(s.status(true), ClaimStatus::Released);
+        s.end(ClaimStatus::Closed);
+        assert_eq!(
+            s.status(true),
+            ClaimStatus::Released,
+            "a known end is final"
+        );
+        let mut superseded = Standing::default();
+        superseded.end(ClaimStatus::Superseded { epoch: 4 });
+        superseded.stop_acting();
+        assert_eq!(
+            superseded.status(true),
+            ClaimStatus::Superseded { epoch: 4 }
+        );
     }
 
     #[test]

@@ -359,10 +359,19 @@ impl LeaseCore {
     }
 
     fn left(&self, anchor: u64, anchor_wall: u64, now: Now) -> u64 {
-        let ttl = self.cfg.ttl_ms;
+        let ttl = self.own_ttl();
         let mono = anchor.saturating_add(ttl).saturating_sub(now.mono_ms);
         let wall = anchor_wall.saturating_add(ttl).saturating_sub(now.wall_ms);
         mono.min(wall)
+    }
+
+    /// The TTL this holder counts its own authority by (a sabotaged one overstays).
+    fn own_ttl(&self) -> u64 {
+        let ttl = self.cfg.ttl_ms;
+        if sabotaged!(self.flaws, HolderOverstays) {
+            return ttl + ttl / 5;
+        }
+        ttl
     }
 
     /// Whether the core holds a lease now (renewing, resolving, backing off included),
@@ -387,7 +396,7 @@ impl LeaseCore {
     pub fn authority_until(&self) -> Option<u64> {
         self.held
             .as_ref()
-            .map(|h| h.anchor.saturating_add(self.cfg.ttl_ms))
+            .map(|h| h.anchor.saturating_add(self.own_ttl()))
     }
 
     /// The current status, judged at `now`: a lease whose authority ran out reads as
@@ -663,17 +672,23 @@ impl LeaseCore {
             return self.fence(FenceReason::LandedAfterExpiry, out);
         }
         let was_held = self.held.is_some();
+        // Anchored when the write was sent (a sabotaged core counts from the answer).
+        let (anchor, anchor_wall) = if sabotaged!(self.flaws, AuthorityFromAnswer) {
+            (now.mono_ms, now.wall_ms)
+        } else {
+            (t.anchor, t.anchor_wall)
+        };
         self.held = Some(Held {
             version,
             nonce: t.nonce,
-            anchor: t.anchor,
-            anchor_wall: t.anchor_wall,
+            anchor,
+            anchor_wall,
         });
         self.phase = Phase::Held;
         if !was_held {
             out.push(LeaseEffect::Status(LeaseStatus::Held));
         }
-        out.push(LeaseEffect::WakeAt(self.cfg.renew_at(t.anchor)));
+        out.push(LeaseEffect::WakeAt(self.cfg.renew_at(anchor)));
     }
 
     fn resolve(&mut self, now: Now, mut a: Attempts, out: &mut Vec<LeaseEffect>) {

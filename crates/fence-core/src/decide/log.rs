@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use super::claimed::record_is_ours;
 use crate::error::{Error, ErrorKind};
-use crate::flaws::Flaws;
+use crate::flaws::{sabotaged, Flaws};
 use crate::key::Key;
 use crate::store::Version;
 
@@ -109,7 +109,8 @@ impl LogHead {
         if data.is_empty() {
             return Ok(LogHead::default());
         }
-        let head: LogHead = serde_json::from_slice(data)
+        let head: LogHead = crate::record::rules::parse_json(data)
+            .and_then(serde_json::from_value)
             .map_err(|e| Error::corrupt(key, format!("not a log head: {e}")))?;
         let ordered = head.runs.windows(2).all(|w| {
             w[0].first_seq <= w[1].first_seq
@@ -170,13 +171,14 @@ impl LogHead {
 
     /// The head with record `seq` committed (`decode` refuses a head whose `next` cannot be
     /// raised, so this never wraps).
-    fn appended(&self, seq: u64, epoch: u64, tag: Option<&str>) -> LogHead {
+    fn appended(&self, seq: u64, epoch: u64, tag: Option<&str>, flaws: Flaws) -> LogHead {
         let mut next = self.clone();
         next.next = seq.saturating_add(1);
+        let ignore_tag = sabotaged!(flaws, LogRunIgnoresTag);
         let same = next
             .runs
             .last()
-            .is_some_and(|r| r.epoch == epoch && r.tag.as_deref() == tag);
+            .is_some_and(|r| r.epoch == epoch && (r.tag.as_deref() == tag || ignore_tag));
         if !same {
             next.runs.push(Run {
                 first_seq: seq,
@@ -466,7 +468,7 @@ impl Append {
             self.phase = Phase::Done;
             return AppendStep::Done(AppendEnd::RecordFailed);
         };
-        let next = head.appended(self.seq, self.epoch, self.tag.as_deref());
+        let next = head.appended(self.seq, self.epoch, self.tag.as_deref(), self.flaws);
         self.phase = Phase::Committing(next.clone());
         AppendStep::WriteHead {
             head: next,
@@ -605,10 +607,17 @@ pub enum Landed {
 
 /// The verdict of `head` on record `seq` appended under `epoch`.
 pub fn landed(head: &LogHead, seq: u64, epoch: u64) -> Landed {
+    landed_with(head, seq, epoch, Flaws::default())
+}
+
+/// [`landed`] with sabotage `flaws` (only ever set with the `sabotage` feature).
+pub fn landed_with(head: &LogHead, seq: u64, epoch: u64, flaws: Flaws) -> Landed {
     match head.run_of(seq) {
-        Some(run) if run.epoch == epoch => Landed::Compare {
-            name: record_name(seq, epoch, run.tag.as_deref()),
-        },
+        Some(run) if run.epoch == epoch || sabotaged!(flaws, LogSettlesOnOwnOrphan) => {
+            Landed::Compare {
+                name: record_name(seq, epoch, run.tag.as_deref()),
+            }
+        }
         _ => Landed::No,
     }
 }

@@ -11,7 +11,9 @@
 //!   full TTL on its own monotonic clock, so no wall clock decides a takeover.
 //! - [`cell`]: the claim rule and the evidence rules of a write on a cell head.
 //! - [`claim`]: a claim, resume or adoption of a cell, as a step machine.
-//! - [`claimed`]: the writes of a claimed cell (data, release, hand-off), as a step machine.
+//! - [`claimed`]: the writes of a claimed cell (data, release, hand-off), as a step machine,
+//!   and a claim's standing (what it believes it holds).
+//! - [`collect`]: which payload objects may be deleted, and when.
 //! - [`log`]: the append log's rules (append, seal, the verdict on an ambiguous append), as
 //!   step machines.
 //! - [`register`]: a lease's register of its claimed cells, and what it lets resume a cell
@@ -21,6 +23,7 @@
 pub mod cell;
 pub mod claim;
 pub mod claimed;
+pub mod collect;
 pub mod lease;
 pub mod log;
 pub mod observe;
@@ -28,7 +31,9 @@ pub mod register;
 pub mod write;
 
 pub use crate::flaws::Flaws;
-pub use cell::{decide_claim, next_epoch, readback, ClaimDecision, Evidence, HeadView};
+pub use cell::{
+    decide_claim, next_epoch, readback, readback_as, ClaimDecision, Evidence, HeadView,
+};
 pub use lease::{
     FenceReason, Holder, LeaseCore, LeaseEffect, LeaseEvent, LeaseStatus, ReadResult, WriteResult,
 };

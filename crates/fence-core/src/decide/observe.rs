@@ -122,6 +122,11 @@ impl Observation {
         } else {
             sent_mono
         };
+        let lease = if sabotaged!(flaws, ObserverIgnoresStatedTtl) {
+            lease.map(|l| ObservedLease { ttl_ms: None, ..l })
+        } else {
+            lease
+        };
         let same = prior.is_some_and(|p| same_state(p.lease.as_ref(), lease.as_ref()));
         match prior {
             Some(p) if same => Observation {

@@ -35,14 +35,24 @@ use crate::flaws::{sabotaged, Flaws};
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Register {
     claimed: BTreeMap<Box<str>, u64>,
+    flaws: Flaws,
 }
 
 impl Register {
+    /// The same register with sabotage `flaws` (only ever set with the `sabotage` feature).
+    #[must_use]
+    pub fn with_flaws(mut self, flaws: Flaws) -> Self {
+        self.flaws = flaws;
+        self
+    }
+
     /// Reserves `cell` for a claim, resume or adoption about to start (epoch 0 until it
     /// lands); `Err(epoch)` if this lease already has a claim of it (`0`: one in progress).
     pub fn reserve(&mut self, cell: &str) -> Result<(), u64> {
         if let Some(e) = self.claimed.get(cell) {
-            return Err(*e);
+            if !sabotaged!(self.flaws, RegisterAdmitsTwice) {
+                return Err(*e);
+            }
         }
         self.claimed.insert(cell.into(), 0);
         Ok(())

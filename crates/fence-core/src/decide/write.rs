@@ -2,7 +2,7 @@
 //! back and waits as told, and feeds each answer in; the machine says what the answers prove.
 //!
 //! The same body (one nonce) is sent on every attempt under the same guard, so at most one
-//! attempt can land and a read-back recognises whichever did ([`readback`]). After an
+//! attempt can land and a read-back recognises whichever did ([`readback_as`]). After an
 //! ambiguous answer the write is only ever re-sent unchanged; it is never rebuilt on a newer
 //! head, because a head that moved on does not prove ours never landed underneath it.
 //!
@@ -18,7 +18,7 @@
 //! assert_eq!(w.on_put(PutAnswer::Applied(v.clone())), WriteStep::Done(Settled::Landed(v)));
 //! ```
 
-use super::cell::{readback, Evidence};
+use super::cell::{readback_as, Evidence};
 use crate::flaws::{sabotaged, Flaws};
 use crate::record::CellHead;
 use crate::store::{CasGuard, Version};
@@ -113,6 +113,8 @@ pub struct HeadWrite {
     guard: CasGuard,
     owner: String,
     epoch: u64,
+    /// The lease generation of the process writing, if known.
+    writer: Option<String>,
     sends: u8,
     uncertain: bool,
     flaws: Flaws,
@@ -127,6 +129,7 @@ impl HeadWrite {
             guard,
             owner: owner.to_owned(),
             epoch,
+            writer: None,
             sends: 0,
             uncertain: false,
             flaws: Flaws::default(),
@@ -137,6 +140,15 @@ impl HeadWrite {
     #[must_use]
     pub fn with_flaws(mut self, flaws: Flaws) -> Self {
         self.flaws = flaws;
+        self
+    }
+
+    /// The same write by the process of lease generation `generation`: a read-back that
+    /// finds a head at `(owner, epoch)` written by another process of that node takes the
+    /// cell for that process's ([`readback_as`]), not for a co-writer's move.
+    #[must_use]
+    pub fn writing_as(mut self, generation: &str) -> Self {
+        self.writer = Some(generation.to_owned());
         self
     }
 
@@ -211,7 +223,8 @@ impl HeadWrite {
         };
         let nonces = [self.nonce.clone()];
         let seen = read.as_ref().map(|(h, v)| (h, v));
-        match readback(seen, &nonces, &self.guard, &self.owner, self.epoch) {
+        let writer = self.writer.as_deref();
+        match readback_as(seen, &nonces, &self.guard, &self.owner, self.epoch, writer) {
             Evidence::Landed(v) => WriteStep::Done(Settled::Landed(v)),
             Evidence::Unchanged if self.uncertain => self.send(),
             Evidence::Unchanged => WriteStep::Failed(Unsettled::GuardStillHolds),
@@ -226,7 +239,7 @@ impl HeadWrite {
             Evidence::MovedOn(_) => WriteStep::Failed(Unsettled::MovedAfterAmbiguity),
             Evidence::Superseded { epoch } => WriteStep::Done(Settled::Fenced {
                 epoch,
-                maybe_landed: self.uncertain,
+                maybe_landed: self.uncertain && !sabotaged!(self.flaws, SupersededForgetsAmbiguity),
             }),
         }
     }

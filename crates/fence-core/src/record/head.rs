@@ -4,7 +4,7 @@ use base64::Engine;
 use bytes::Bytes;
 use serde_json::{json, Value};
 
-use super::{encode, Extra, Fields, HEAD_FORMAT};
+use super::{encode, rules, Extra, Fields, HEAD_FORMAT};
 use crate::error::Error;
 use crate::key::Key;
 use crate::store::Version;
@@ -145,14 +145,14 @@ impl CellHead {
             }
         };
         // The seed's own shape may leave `node` out for a released cell; fence's formats always
-        // write it, so a v1/v2 head without it is damaged, not released.
-        if format != HeadFormat::Seed && !f.has("node") {
-            return Err(f.corrupt("owner record without a `node` field"));
-        }
-        // `null` (version 1), `""` (the seed, version 2) and a seed record without `node` all
-        // mean released.
-        let node = f.string("node")?.filter(|n| !n.is_empty());
+        // write it, so a v1/v2 head without it is damaged, not released. `""` (the seed,
+        // version 2) and `null` (version 1, the seed) mean released; a version-2 `null` is
+        // corrupt: no writer of version 2 writes it.
+        let node = rules::head_node(format, f.take("node")).map_err(|b| f.breach(b))?;
         let epoch = f.required_u64("epoch")?;
+        if let Some(b) = rules::zero_epoch(format, epoch) {
+            return Err(f.breach(b));
+        }
         let nonce = f.string("nonce")?.unwrap_or_default();
         if format != HeadFormat::Seed && nonce.is_empty() {
             return Err(f.corrupt("owner record without a nonce"));
@@ -293,6 +293,12 @@ mod tests {
         assert_eq!(seed.extra["az"], "b");
         let seed = CellHead::decode(&key(), br#"{"epoch":41}"#).unwrap();
         assert_eq!((seed.node, seed.epoch), (None, 41));
+        // The seed's shape, not a version-2 head: `null` and epoch 0 are its to write.
+        let seed = CellHead::decode(&key(), br#"{"node":null,"epoch":0}"#).unwrap();
+        assert_eq!(
+            (seed.node, seed.epoch, seed.format),
+            (None, 0, HeadFormat::Seed)
+        );
         let v1 = CellHead::decode(&key(), br#"{"v":1,"node":null,"epoch":3,"nonce":"q"}"#).unwrap();
         assert_eq!((v1.node, v1.epoch, v1.format), (None, 3, HeadFormat::V1));
     }
@@ -309,6 +315,13 @@ mod tests {
             br#"{"v":2,"node":"n","epoch":1,"nonce":"x","blob":{"name":"a"}}"#,
             br#"{"v":2,"epoch":1,"nonce":"x"}"#,
             br#"{"v":1,"epoch":1,"nonce":"x"}"#,
+            // Issue 35: fence claimed over both (3 → 4, and 0 → 1); only `fence check` saw
+            // them.
+            br#"{"v":2,"node":null,"epoch":3,"nonce":"x"}"#,
+            br#"{"v":2,"node":"n","epoch":0,"nonce":"x"}"#,
+            // Two members of one name: a first-wins reader would read another owner.
+            br#"{"v":2,"node":"","epoch":3,"nonce":"x","node":"n"}"#,
+            br#"{"v":2,"node":"n","epoch":3,"nonce":"x","blob":{"name":"a","len":1,"len":2}}"#,
             br#"{"node":"n"}"#,
             br#"{"node":5,"epoch":1}"#,
             br#""just a string""#,

@@ -4,7 +4,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::{encode, Extra, Fields, LEASE_FORMAT};
+use super::{encode, rules, Extra, Fields, LEASE_FORMAT};
 use crate::error::Error;
 use crate::key::Key;
 use crate::store::Version;
@@ -85,10 +85,11 @@ impl LeaseBody {
     /// Decodes the body stored at `key`: fence's version 1, or the seed's shape (no `v`).
     pub fn decode(key: &Key, bytes: &[u8]) -> Result<Self, Error> {
         let mut f = Fields::parse(key, bytes)?;
-        match f.u64("v")? {
-            None | Some(LEASE_FORMAT) => {}
+        let versioned = match f.u64("v")? {
+            None => false,
+            Some(LEASE_FORMAT) => true,
             Some(v) => return Err(f.corrupt(format!("lease format v{v}; this fence reads v1"))),
-        }
+        };
         let node = f.string("node")?.unwrap_or_default();
         if node.is_empty() {
             return Err(f.corrupt("lease record without a node"));
@@ -101,6 +102,9 @@ impl LeaseBody {
         let generation = f.string("generation")?.unwrap_or_default();
         let nonce = f.string("nonce")?.unwrap_or_default();
         let ttl_ms = f.u64("ttl_ms")?;
+        if let Some(b) = rules::lease_ttl(versioned, expires_ms, ttl_ms) {
+            return Err(f.breach(b));
+        }
         Ok(LeaseBody {
             record: NodeLeaseRecord {
                 node,
@@ -164,6 +168,13 @@ mod tests {
     }
 
     #[test]
+    fn a_released_lease_needs_no_ttl() {
+        let released = br#"{"v":1,"node":"n","expires_ms":0,"generation":"g","nonce":"x"}"#;
+        let b = LeaseBody::decode(&key(), released).unwrap();
+        assert_eq!((b.record.expires_ms, b.ttl_ms), (0, None));
+    }
+
+    #[test]
     fn truncated_foreign_and_hostile_records_are_corrupt() {
         let bytes = body().encode();
         for cut in [0, 1, bytes.len() / 2, bytes.len() - 1] {
@@ -179,6 +190,10 @@ mod tests {
             br#"{"node":"n"}"#,
             br#"[1,2]"#,
             br#"{"node":"n","expires_ms":1,"peer_protocol":99999999999}"#,
+            // Issue 35: a live version-1 lease must state its holder's TTL (a peer with a
+            // shorter one took it over early).
+            br#"{"v":1,"node":"n","expires_ms":5,"generation":"g","nonce":"x"}"#,
+            br#"{"v":1,"node":"n","expires_ms":5,"ttl_ms":1,"expires_ms":0}"#,
         ] {
             let err = LeaseBody::decode(&key(), bad).unwrap_err();
             assert_eq!(

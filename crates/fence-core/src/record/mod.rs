@@ -43,6 +43,7 @@
 mod head;
 mod lease;
 pub mod legacy;
+pub mod rules;
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
@@ -76,15 +77,12 @@ pub(crate) struct Fields<'k> {
 }
 
 impl<'k> Fields<'k> {
+    /// The record's JSON object ([`rules::parse_object`]: two members of one name are
+    /// corrupt).
     pub(crate) fn parse(key: &'k Key, bytes: &[u8]) -> Result<Self, Error> {
-        match serde_json::from_slice::<Value>(bytes) {
-            Ok(Value::Object(map)) => Ok(Fields { key, map }),
-            Ok(_) => Err(Error::corrupt(key, "record is not a JSON object")),
-            Err(e) => Err(Error::corrupt(
-                key,
-                format!("undecodable record ({} bytes)", bytes.len()),
-            )
-            .with_source(e)),
+        match rules::parse_object(bytes) {
+            Ok(map) => Ok(Fields { key, map }),
+            Err(breach) => Err(breach.corrupt(key)),
         }
     }
 
@@ -92,11 +90,12 @@ impl<'k> Fields<'k> {
         Error::corrupt(self.key, why)
     }
 
-    pub(crate) fn has(&self, name: &str) -> bool {
-        self.map.contains_key(name)
+    /// The error of the record breaking a shared rule.
+    pub(crate) fn breach(&self, breach: rules::Breach) -> Error {
+        breach.corrupt(self.key)
     }
 
-    fn take(&mut self, name: &str) -> Option<Value> {
+    pub(crate) fn take(&mut self, name: &str) -> Option<Value> {
         self.map.remove(name)
     }
 

@@ -9,6 +9,7 @@ use super::bounded;
 use super::claim::WriteAck;
 use super::head::{self, HeadWrite, Settled};
 use crate::clock::{Clock, Entropy};
+use crate::decide::collect::{unused_payload, Fate};
 use crate::error::{Error, ErrorKind};
 use crate::flaws::Flaws;
 use crate::ownership::{Ownership, INLINE_MAX_DEFAULT};
@@ -180,29 +181,21 @@ pub async fn update_cell(
             flaws: Flaws::default(),
             clock: &clock,
         };
-        match write.settle(|| bound).await? {
-            Settled::Landed(version) => {
-                // The payload object this write replaced is referred to by no head any more
-                // (heads never go back).
-                if head.payload.blob() != body.payload.blob() {
-                    drop_unused(ownership, cell, &head.payload, &clock, bound).await;
-                }
-                return Ok(WriteAck { epoch, version });
-            }
-            Settled::Moved { head, version } => {
-                // Proven not landed: its payload object is nobody's.
-                drop_unused(ownership, cell, &body.payload, &clock, bound).await;
-                current = Some((head, version));
-            }
+        let settled = write.settle(|| bound).await;
+        let fate = match &settled {
+            Ok(settled) => Fate::of_settled(settled),
+            Err(e) => Fate::of_failure(e.is_ambiguous()),
+        };
+        let freed = (fate, &body.payload, &head.payload);
+        drop_unused(ownership, cell, freed, (&clock, bound)).await;
+        let settled = settled?;
+        match settled {
+            Settled::Landed(version) => return Ok(WriteAck { epoch, version }),
+            Settled::Moved { head, version } => current = Some((head, version)),
             Settled::Fenced {
                 epoch: found,
                 maybe_landed,
-            } => {
-                if !maybe_landed {
-                    drop_unused(ownership, cell, &body.payload, &clock, bound).await;
-                }
-                return Err(head::superseded(cell, epoch, found, maybe_landed));
-            }
+            } => return Err(head::superseded(cell, epoch, found, maybe_landed)),
         }
     }
 }
@@ -271,16 +264,16 @@ impl<'a> Contention<'a> {
     }
 }
 
-/// Deletes `payload`'s object, if it has one, within `bound`; a failure leaves it for
-/// [`CellClaim::collect_garbage`](super::claim::CellClaim::collect_garbage).
+/// Deletes the payload object a write of `written` over `replaced` left to nobody, by its
+/// `fate` ([`unused_payload`]: never the object of a write whose fate is unknown), within
+/// `bound`; a failure leaves it for the next claim's collection.
 async fn drop_unused(
     ownership: &Ownership,
     cell: &str,
-    payload: &CellPayload,
-    clock: &Clock,
-    bound: u64,
+    (fate, written, replaced): (Fate, &CellPayload, &CellPayload),
+    (clock, bound): (&Clock, u64),
 ) {
-    let Some(blob) = payload.blob() else {
+    let Some(blob) = unused_payload(fate, written, replaced) else {
         return;
     };
     if let Err(e) = bounded(clock, bound, ownership.delete_blob(cell, blob)).await {

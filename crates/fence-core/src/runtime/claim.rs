@@ -11,12 +11,12 @@ use super::{bounded, cell, CellData};
 use std::time::Duration;
 
 use crate::decide::claim::{ClaimEnd, ClaimFlow, ClaimStep};
-use crate::decide::claimed::{
-    admit, blob_epoch, collectable, Base, CellEnd, CellStep, CellWrite, Change, Refusal,
-};
+use crate::decide::claimed::{Base, CellEnd, CellStep, CellWrite, Change, Refusal, Standing};
+use crate::decide::collect::{unused_payload, victims, Fate};
+use crate::decide::Flaws;
 use crate::error::{Commit, Error, ErrorKind};
 use crate::flaws::sabotaged;
-use crate::ownership::check_name;
+use crate::ownership::{check_name, Ownership};
 use crate::record::{CellHead, CellPayload, Extra, HeadFormat};
 use crate::stats;
 use crate::store::Version;
@@ -73,30 +73,7 @@ impl From<Base> for Known {
     }
 }
 
-/// How a claim ended, as far as this process knows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClaimStatus {
-    /// The lease is held and no write has found the claim superseded.
-    Held,
-    /// A write found the cell at a later epoch or with another owner.
-    Superseded {
-        /// The epoch found (0 when the head was gone).
-        epoch: u64,
-    },
-    /// The claim was released.
-    Released,
-    /// The claim was handed to another node, which holds the cell at `epoch` from now on
-    /// ([`CellClaim::hand_off`]).
-    HandedOff {
-        /// The epoch the receiver holds.
-        epoch: u64,
-    },
-    /// This process ended the claim ([`CellClaim::close`], or a hand-off that did not land):
-    /// no write of it is sent any more, though the store may still name this node.
-    Closed,
-    /// The node lease is no longer held.
-    LeaseLost,
-}
+pub use crate::decide::claimed::ClaimStatus;
 
 /// A claimed cell: its epoch, and fenced writes of its head.
 ///
@@ -111,8 +88,9 @@ pub struct CellClaim {
     epoch: u64,
     /// `None` after a write that got no verdict: the next write reads the head first.
     known: tokio::sync::Mutex<Option<Known>>,
-    /// Set once a write found the claim superseded (or it was released).
-    ended: std::sync::Mutex<Option<ClaimStatus>>,
+    /// Whether (and how) the claim ended: set once a write found it superseded, it was
+    /// closed, or a release or hand-off was about to be sent.
+    standing: std::sync::Mutex<Standing>,
     /// Whether this claim still stands in the lease's register of claimed cells (an ended
     /// claim leaves it at once, so the cell can be claimed or adopted again).
     registered: std::sync::atomic::AtomicBool,
@@ -185,25 +163,29 @@ async fn run_flow(
     let bound = || shared.request_bound_ms();
     let mut step = flow.start();
     loop {
-        step = match step {
+        let next = match step {
             ClaimStep::ReadHead => {
                 let read = bounded(&fence.clock, bound(), own.read_head(cell));
-                flow.on_head(read.await.map_err(Error::not_committed)?)
+                read.await
+                    .map_err(Error::not_committed)
+                    .map(|h| flow.on_head(h))
             }
             ClaimStep::Sleep(ms) => {
                 fence.clock.sleep(Duration::from_millis(ms)).await;
-                flow.resume()
+                Ok(flow.resume())
             }
             ClaimStep::JudgeOwner { node, writer } => {
                 let seen = fence
                     .observer
                     .liveness(fence, &node, writer.as_deref(), bound());
-                flow.on_liveness(seen.await.map_err(Error::not_committed)?)
+                seen.await
+                    .map_err(Error::not_committed)
+                    .map(|l| flow.on_liveness(l))
             }
-            ClaimStep::Carry { head, epoch } => {
-                let (payload, extra) = carried(shared, cell, epoch, head).await?;
-                flow.on_carried(payload, extra)
-            }
+            ClaimStep::Carry { head, epoch } => carried(shared, cell, epoch, head)
+                .await
+                .map_err(Error::not_committed)
+                .map(|(payload, extra)| flow.on_carried(payload, extra)),
             ClaimStep::Seal { body, write } => {
                 let shell = HeadWrite {
                     own,
@@ -215,9 +197,15 @@ async fn run_flow(
                     flaws: fence.flaws,
                     clock: &fence.clock,
                 };
-                flow.on_sealed(shell.drive(write, bound).await?)
+                shell.drive(write, bound).await.map(|s| flow.on_sealed(s))
             }
             ClaimStep::Done(end) => return claim_ended(shared, slot, cell, end),
+        };
+        step = match next {
+            Ok(next) => next,
+            Err(e) => flow
+                .on_failed(shared.is_held(), e.is_ambiguous())
+                .ok_or(e)?,
         };
     }
 }
@@ -247,6 +235,11 @@ fn claim_ended(
                     (None, 1) => stats::ClaimKind::New,
                     (None, _) => stats::ClaimKind::Reclaim,
                 });
+            }
+            if !resumed {
+                // The seal ended every earlier epoch: what their writers left is nobody's.
+                let keep = body.payload.blob().map(|b| b.name.clone());
+                collect_after_seal(shared, cell, epoch, keep);
             }
             let known = Some(Known::of(body, version));
             Ok((CellClaim::new(shared, slot, cell, epoch, known), resumed))
@@ -281,6 +274,138 @@ fn claim_ended(
         ClaimEnd::NotAdoptable { found: None } => {
             Err(Error::fenced(format!("cell {cell} has no head to adopt")))
         }
+        ClaimEnd::LeaseLost { maybe_landed } => Err(lease_lost(cell, maybe_landed)),
+    }
+}
+
+/// The error of a claim whose lease was lost while it ran.
+fn lease_lost(cell: &str, maybe_landed: bool) -> Error {
+    let what = if maybe_landed {
+        "its seal may have landed: the cell then names this node until it is taken over"
+    } else {
+        "nothing written"
+    };
+    let commit = if maybe_landed {
+        Commit::Ambiguous
+    } else {
+        Commit::NotCommitted
+    };
+    Error::new(
+        ErrorKind::Fenced,
+        format!("cell {cell}: the lease was lost while the cell was being claimed; {what}"),
+    )
+    .with_commit(commit)
+}
+
+/// Deletes of payload objects one collection keeps in flight.
+const DELETES_IN_FLIGHT: usize = 8;
+
+/// A collection's deadline, in longest attempt timeouts: it stops there (the next claim goes
+/// on), and a lease's release waits for it no longer.
+pub(crate) const COLLECTION_BUDGET_ATTEMPTS: u64 = 4;
+
+/// The deadline of one payload collection under `cfg`.
+pub(crate) fn collection_budget_ms(cfg: &crate::decide::LeaseConfig) -> u64 {
+    cfg.attempt_max_ms
+        .saturating_mul(COLLECTION_BUDGET_ATTEMPTS)
+}
+
+/// After a claim sealed `epoch` (a new one: a resume seals nothing new): collects, in the
+/// background, the payload objects of earlier epochs other than `keep` (the one its head
+/// names) — the objects of writers killed before their head write, or before deleting what
+/// they replaced ([`victims`]). The claim does not wait for it; its lease's release does.
+fn collect_after_seal(shared: &Arc<Shared>, cell: &str, epoch: u64, keep: Option<String>) {
+    let running = shared.collection_begins();
+    let fence = &shared.fence;
+    let (own, clock, flaws) = (fence.ownership.clone(), fence.clock.clone(), fence.flaws);
+    let (bound, budget) = (fence.cfg.attempt_max_ms, collection_budget_ms(&fence.cfg));
+    let cell = cell.to_owned();
+    tokio::spawn(async move {
+        let _turn = running.turn().await;
+        let collector = Collector {
+            own: &own,
+            clock: &clock,
+            cell: &cell,
+            bound,
+        };
+        let work = collector.collect(epoch, keep.as_deref(), flaws);
+        match bounded(&clock, budget, work).await {
+            Ok(0) => {}
+            Ok(n) => info!(
+                cell,
+                epoch,
+                deleted = n,
+                "payload objects of earlier epochs collected"
+            ),
+            Err(e) => {
+                tracing::debug!(cell, epoch, error = %e, "payload collection stopped; a later claim goes on")
+            }
+        }
+        drop(running);
+    });
+}
+
+/// The requests of one payload collection of `cell`, each bounded by `bound` ms.
+struct Collector<'a> {
+    own: &'a Ownership,
+    clock: &'a crate::Clock,
+    cell: &'a str,
+    bound: u64,
+}
+
+impl Collector<'_> {
+    /// One collection by a claim at `epoch` whose head names `keep`: one listing, then the
+    /// deletes [`victims`] chooses.
+    async fn collect(&self, epoch: u64, keep: Option<&str>, flaws: Flaws) -> Result<usize, Error> {
+        let listed = self.list().await?;
+        self.delete(&listed, epoch, keep, flaws).await
+    }
+
+    /// The names of the cell's payload objects (only objects right under `blobs/`).
+    async fn list(&self) -> Result<Vec<String>, Error> {
+        let prefix = self.own.blobs_prefix(self.cell)?;
+        let list = self.own.store().list(Some(&prefix));
+        let listed = bounded(self.clock, self.bound, list).await?;
+        let folder = format!("{}/", prefix.as_str());
+        let names = listed
+            .iter()
+            .filter_map(|k| k.as_str().strip_prefix(folder.as_str()))
+            .filter(|name| !name.contains('/'));
+        Ok(names.map(str::to_owned).collect())
+    }
+
+    /// Deletes the objects of `listed` that [`victims`] chooses for a claim at `epoch` whose
+    /// head names `keep`, a few in flight at a time. Counts the deletes; the first failure,
+    /// if any, is the answer.
+    async fn delete(
+        &self,
+        listed: &[String],
+        epoch: u64,
+        keep: Option<&str>,
+        flaws: Flaws,
+    ) -> Result<usize, Error> {
+        let chosen = victims(listed.iter().map(String::as_str), epoch, keep, flaws);
+        let (mut deleted, mut failed) = (0, None);
+        for batch in chosen.chunks(DELETES_IN_FLIGHT) {
+            let deletes = batch.iter().map(|name| self.delete_one(name));
+            for result in futures::future::join_all(deletes).await {
+                match result {
+                    Ok(()) => deleted += 1,
+                    Err(e) => failed = failed.or(Some(e)),
+                }
+            }
+        }
+        failed.map_or(Ok(deleted), Err)
+    }
+
+    async fn delete_one(&self, name: &str) -> Result<(), Error> {
+        let key = self.own.blob_key(self.cell, name)?;
+        bounded(
+            self.clock,
+            self.bound,
+            self.own.store().delete_immutable(&key),
+        )
+        .await
     }
 }
 
@@ -374,7 +499,7 @@ impl CellClaim {
             cell: cell.into(),
             epoch,
             known: tokio::sync::Mutex::new(known),
-            ended: std::sync::Mutex::new(None),
+            standing: std::sync::Mutex::new(Standing::default()),
             registered: std::sync::atomic::AtomicBool::new(true),
         }
     }
@@ -386,32 +511,26 @@ impl CellClaim {
         }
     }
 
-    /// Ends the claim as `how`; a claim this process closed may still learn how it really
-    /// ended (a hand-off that landed, a supersession).
+    fn standing(&self) -> std::sync::MutexGuard<'_, Standing> {
+        self.standing.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Ends the claim as `how` ([`Standing::end`]) and takes it out of the lease's register.
     fn end(&self, how: ClaimStatus) {
-        let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
-        match *ended {
-            None | Some(ClaimStatus::Closed) => *ended = Some(how),
-            Some(_) => {}
-        }
-        drop(ended);
+        self.standing().end(how);
         self.leave_register();
         self.shared.claim_ended();
     }
 
-    /// Marks the claim closed without leaving the lease's register (a hand-off about to be
-    /// sent).
+    /// Stops the claim acting without leaving the lease's register: a release or a hand-off
+    /// is about to be sent ([`Standing::stop_acting`]).
     fn stop_acting(&self) {
-        let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
-        if ended.is_none() {
-            *ended = Some(ClaimStatus::Closed);
-        }
-        drop(ended);
+        self.standing().stop_acting();
         self.shared.claim_ended();
     }
 
     fn ended(&self) -> Option<ClaimStatus> {
-        *self.ended.lock().unwrap_or_else(|p| p.into_inner())
+        self.standing().ended()
     }
 
     /// The cell.
@@ -422,6 +541,13 @@ impl CellClaim {
     /// The epoch this claim holds.
     pub fn epoch(&self) -> u64 {
         self.epoch
+    }
+
+    /// The fence of the lease this claim belongs to (its store and node): what a fenced
+    /// read-modify-write at this claim's epoch goes through
+    /// ([`keymap::put`](crate::keymap::put), [`update_cell`](super::update_cell)).
+    pub fn fence(&self) -> &super::Fence {
+        &self.shared.fence
     }
 
     /// The bound of one request made for this claim now: the attempt timeout for the
@@ -442,11 +568,8 @@ impl CellClaim {
 
     /// This claim's state, as far as this process knows.
     pub fn status(&self) -> ClaimStatus {
-        match self.ended() {
-            Some(s) => s,
-            None if self.shared.is_held() => ClaimStatus::Held,
-            None => ClaimStatus::LeaseLost,
-        }
+        let standing = *self.standing();
+        standing.status(self.shared.is_held())
     }
 
     /// Waits until the claim is over as far as this process can tell — the lease is lost
@@ -543,7 +666,7 @@ impl CellClaim {
         // The claim may have ended (closed, handed off, released), or the lease run out,
         // while this write waited for the one before it.
         if let Err(e) = self.refuse_unless_acting("write") {
-            self.collect_unused(&stored);
+            self.collect_freed(Fate::NotLanded, &stored, &CellPayload::Empty);
             return Err(e);
         }
         self.write_on(&mut known, stored, exact).await
@@ -562,16 +685,19 @@ impl CellClaim {
         let end = match self.change(slot, change).await {
             Ok(end) => end,
             Err(e) => {
-                if !e.is_ambiguous() {
-                    self.collect_unused(&payload);
-                }
+                let fate = Fate::of_failure(e.is_ambiguous());
+                self.collect_freed(fate, &payload, &CellPayload::Empty);
                 return Err(e);
             }
         };
+        let replaced = match &end {
+            CellEnd::Written { replaced, .. } => replaced.clone(),
+            _ => CellPayload::Empty,
+        };
+        self.collect_freed(Fate::of_end(&end), &payload, &replaced);
         match end {
-            CellEnd::Written { base, replaced } => {
+            CellEnd::Written { base, .. } => {
                 stats::write_acknowledged();
-                self.collect_replaced(&replaced, &payload);
                 #[cfg(feature = "sabotage")]
                 if sabotaged!(self.shared.fence.flaws, RollbackAcknowledged) {
                     self.shared.fence.wrote(&self.cell, &payload);
@@ -584,8 +710,6 @@ impl CellClaim {
                 })
             }
             CellEnd::Conflict { base } => {
-                // The head is another write's: this one never lands.
-                self.collect_unused(&payload);
                 *slot = Some(Known::from(base));
                 Err(moved_on(&self.cell))
             }
@@ -593,18 +717,12 @@ impl CellClaim {
                 epoch,
                 maybe_landed,
             } => {
-                if !maybe_landed {
-                    self.collect_unused(&payload);
-                }
                 warn!(node = self.shared.node(), cell = %self.cell, epoch = self.epoch, found = epoch,
                       "write refused: the epoch was superseded");
                 stats::write_fenced();
                 Err(self.superseded_by(epoch, maybe_landed))
             }
-            CellEnd::KeptMoving => {
-                self.collect_unused(&payload);
-                Err(kept_moving(&self.cell))
-            }
+            CellEnd::KeptMoving => Err(kept_moving(&self.cell)),
         }
     }
 
@@ -676,8 +794,8 @@ impl CellClaim {
     /// once the claim's write lock is taken, so a request queued behind a slow one is never
     /// sent after the lease's authority ran out meanwhile.
     fn refuse_unless_acting(&self, what: &str) -> Result<(), Error> {
-        let ended = self.ended().is_some();
-        match admit(self.shared.is_held(), ended, self.shared.fence.flaws) {
+        let standing = *self.standing();
+        match standing.admit(self.shared.is_held(), self.shared.fence.flaws) {
             Ok(()) => Ok(()),
             Err(Refusal::LeaseNotHeld) => Err(Error::fenced(format!(
                 "cell {}: lease not held; {what} refused locally, nothing written",
@@ -778,17 +896,12 @@ impl CellClaim {
         }
     }
 
-    /// Deletes the payload object a landed write replaced (nothing refers to it any more).
-    fn collect_replaced(&self, old: &CellPayload, new: &CellPayload) {
-        if old.blob().is_some() && old.blob() != new.blob() {
-            self.collect_unused(old);
-        }
-    }
-
-    /// Deletes a payload object that no head refers to, in the background, bounded like
-    /// every request of a claim (a store that never answers leaves no task behind).
-    fn collect_unused(&self, payload: &CellPayload) {
-        let Some(blob) = payload.blob().cloned() else {
+    /// Deletes, in the background, the payload object a finished write of `written` (which
+    /// replaced `replaced`, if it landed) leaves to nobody ([`unused_payload`]: never the
+    /// object of a write whose fate is unknown). Bounded like every request of a claim (a
+    /// store that never answers leaves no task behind).
+    fn collect_freed(&self, fate: Fate, written: &CellPayload, replaced: &CellPayload) {
+        let Some(blob) = unused_payload(fate, written, replaced).cloned() else {
             return;
         };
         let fence = &self.shared.fence;
@@ -806,10 +919,13 @@ impl CellClaim {
 
     /// Deletes payload objects of this cell that no head can refer to any more: those of
     /// earlier epochs (no writer of an earlier epoch can land a head after this claim's
-    /// seal) other than the one the head points at now. Objects a crash or an unsettled write
-    /// left behind go this way; a replaced object is deleted when its write lands. Returns how
-    /// many were deleted. Uses one listing (for inspection, as the store contract allows: what
-    /// is deleted is decided by epochs and the head, never by the listing alone).
+    /// seal) other than the one the head points at now, at most
+    /// [`MAX_VICTIMS`](crate::decide::collect::MAX_VICTIMS). Every claim at a new epoch
+    /// runs the same collection in the background once it is sealed; this one is for a claim
+    /// held long after objects were left (a resumed claim, a claim whose own collection was
+    /// cut short). Returns how many were deleted. Uses one listing (for inspection, as the
+    /// store contract allows: what is deleted is decided by epochs and the head, never by the
+    /// listing alone).
     pub async fn collect_garbage(&self) -> Result<usize, Error> {
         let fence = &self.shared.fence;
         let own = &fence.ownership;
@@ -817,26 +933,21 @@ impl CellClaim {
         // request is bounded, so `close()` and later writes never wait behind a hung one.
         let _writes = self.known.lock().await;
         self.refuse_unless_acting("collection")?;
-        let bound = || self.shared.request_bound_ms();
-        let prefix = own.blobs_prefix(&self.cell)?;
-        let names = bounded(&fence.clock, bound(), own.store().list(Some(&prefix))).await?;
-        let Some((head, _)) = bounded(&fence.clock, bound(), own.read_head(&self.cell)).await?
-        else {
+        let collector = Collector {
+            own,
+            clock: &fence.clock,
+            cell: &self.cell,
+            bound: self.shared.request_bound_ms(),
+        };
+        let listed = collector.list().await?;
+        let read = bounded(&fence.clock, collector.bound, own.read_head(&self.cell));
+        let Some((head, _)) = read.await? else {
             return Ok(0);
         };
-        let current = head.payload.blob().map(|b| b.name.clone());
-        let mut deleted = 0;
-        for key in names {
-            let Some(name) = key.as_str().rsplit('/').next() else {
-                continue;
-            };
-            let current = current.as_deref() == Some(name);
-            if collectable(blob_epoch(name), self.epoch, current, fence.flaws) {
-                bounded(&fence.clock, bound(), own.store().delete_immutable(&key)).await?;
-                deleted += 1;
-            }
-        }
-        Ok(deleted)
+        let keep = head.payload.blob().map(|b| b.name.as_str());
+        collector
+            .delete(&listed, self.epoch, keep, fence.flaws)
+            .await
     }
 
     /// Reads the cell's data, bounded by the fence's longest attempt timeout (default
@@ -854,8 +965,16 @@ impl CellClaim {
         self.release_shared().await
     }
 
-    /// [`release`](Self::release) through a shared reference, for a claim kept in an `Arc`:
-    /// the claim ends (later writes are refused locally) once the release lands.
+    /// [`release`](Self::release) through a shared reference, for a claim kept in an `Arc`.
+    ///
+    /// Like a hand-off, the claim stops acting before the release is sent: it waits for any
+    /// write of it in flight, then reads as [`ClaimStatus::Closed`] — `is_held()` is false,
+    /// `lost()` returns, later writes are refused locally — from the instant the release may
+    /// land (another node may own the cell from then on, also while this process is
+    /// suspended with the release in flight), and as [`ClaimStatus::Released`] once it
+    /// landed. A release that fails leaves the claim closed; the store still names this node
+    /// at this epoch unless the error is ambiguous: [adopt](super::LeaseKeeper::adopt) it to
+    /// act again.
     pub async fn release_shared(&self) -> Result<(), Error> {
         if !self.shared.is_held() {
             return Err(Error::fenced(format!(
@@ -866,10 +985,19 @@ impl CellClaim {
         self.refuse_if_over()?;
         let mut slot = self.known.lock().await;
         self.refuse_unless_acting("release")?;
-        self.rewrite(&mut slot, Change::Release).await?;
-        info!(node = self.shared.node(), cell = %self.cell, epoch = self.epoch, "cell released");
-        self.end(ClaimStatus::Released);
-        Ok(())
+        self.stop_acting();
+        let _leave = LeaveRegister(self);
+        match self.rewrite(&mut slot, Change::Release).await {
+            Ok(()) => {
+                info!(node = self.shared.node(), cell = %self.cell, epoch = self.epoch, "cell released");
+                self.end(ClaimStatus::Released);
+                Ok(())
+            }
+            Err(e) => {
+                self.end(ClaimStatus::Closed);
+                Err(e)
+            }
+        }
     }
 
     /// Rewrites the head from what this claim knows of it (a release or a hand-off),

@@ -25,10 +25,14 @@ pub(crate) fn superseded(cell: &str, epoch: u64, found: u64, maybe_landed: bool)
     } else {
         "; nothing written"
     };
-    let e = Error::new(
-        ErrorKind::Fenced,
-        format!("cell {cell}: epoch {epoch} superseded (now {found}){what}"),
-    );
+    // A head at the same epoch that is not ours was written by another process without a new
+    // claim: a release (an administrator's break) or another owner named at this epoch.
+    let now = if found == epoch {
+        format!("cell {cell}: epoch {epoch} was released by another process (or given another owner at that epoch)")
+    } else {
+        format!("cell {cell}: epoch {epoch} superseded (now {found})")
+    };
+    let e = Error::new(ErrorKind::Fenced, format!("{now}{what}"));
     if maybe_landed {
         e
     } else {
@@ -88,6 +92,12 @@ impl HeadWrite<'_> {
                             answer
                         }
                     };
+                    tracing::debug!(
+                        cell = self.cell,
+                        epoch = self.epoch,
+                        ?answer,
+                        "head write answered"
+                    );
                     core.on_put(answer)
                 }
                 WriteStep::Pause(ms) => {
@@ -103,6 +113,7 @@ impl HeadWrite<'_> {
                             ReadAnswer::Failed
                         }
                     };
+                    tracing::debug!(cell = self.cell, epoch = self.epoch, read = ?answer, "head read back");
                     core.on_read(answer)
                 }
                 WriteStep::Done(settled) => return Ok(settled),

@@ -53,6 +53,53 @@ pub(crate) struct Shared {
     claimed: Mutex<Register>,
     /// Woken whenever one of this lease's claims ends (one for all, to keep claims small).
     claim_ended: tokio::sync::Notify,
+    /// Payload collections of this lease's claims still running in the background.
+    collections: Collections,
+}
+
+/// How many payload collections of a lease's claims run (runtime/claim.rs), and a signal
+/// when one ends: the lease's release waits for them, so a short-lived process (a `fence
+/// run` of a quick command) does not cut its claim's collection off at exit.
+#[derive(Debug)]
+struct Collections {
+    running: std::sync::atomic::AtomicUsize,
+    ended: tokio::sync::Notify,
+    /// Collections that list and delete at once: a fleet that claims thousands of cells
+    /// together does not send thousands of listings together.
+    turns: Arc<tokio::sync::Semaphore>,
+}
+
+/// Payload collections of one lease that run at once; the others wait their turn.
+const COLLECTIONS_AT_ONCE: usize = 4;
+
+impl Default for Collections {
+    fn default() -> Self {
+        Collections {
+            running: Default::default(),
+            ended: Default::default(),
+            turns: Arc::new(tokio::sync::Semaphore::new(COLLECTIONS_AT_ONCE)),
+        }
+    }
+}
+
+/// A payload collection running for one of a lease's claims; dropped when it ends, however
+/// it ends.
+pub(crate) struct Collecting(Arc<Shared>);
+
+impl Collecting {
+    /// Waits for this collection's turn ([`COLLECTIONS_AT_ONCE`] of a lease run at once).
+    pub(crate) async fn turn(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let turns = self.0.collections.turns.clone();
+        turns.acquire_owned().await.ok()
+    }
+}
+
+impl Drop for Collecting {
+    fn drop(&mut self) {
+        let c = &self.0.collections;
+        c.running.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        c.ended.notify_waiters();
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -82,6 +129,7 @@ impl Shared {
             last_error: Mutex::new(None),
             claimed: Mutex::new(Register::default()),
             claim_ended: tokio::sync::Notify::new(),
+            collections: Collections::default(),
         })
     }
 
@@ -114,6 +162,30 @@ impl Shared {
     /// A future that completes at the next end of a claim (create it before checking).
     pub(crate) fn claim_ended_signal(&self) -> tokio::sync::futures::Notified<'_> {
         self.claim_ended.notified()
+    }
+
+    /// A payload collection of one of this lease's claims begins: it ends when the returned
+    /// guard is dropped.
+    pub(crate) fn collection_begins(self: &Arc<Self>) -> Collecting {
+        let c = &self.collections;
+        c.running.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Collecting(self.clone())
+    }
+
+    /// Waits until no payload collection of this lease's claims runs, at most `ms` (each
+    /// collection stops at a deadline of its own as well).
+    async fn collections_end(&self, ms: u64) {
+        let c = &self.collections;
+        let all_ended = async {
+            loop {
+                let ended = c.ended.notified();
+                if c.running.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                    return;
+                }
+                ended.await;
+            }
+        };
+        let _ = self.fence.clock.timeout(ms, all_ended).await;
     }
 
     /// Waits until the keeper publishes that the lease is no longer held.
@@ -626,12 +698,16 @@ impl LeaseKeeper {
     }
 
     /// Stops renewing and writes a released lease record (`expires_ms: 0`), so peers may take
-    /// over at once. Returns when done.
+    /// over at once. Returns when done, and once the payload collections its claims began
+    /// have ended (each stops at a deadline of 4 × the longest attempt timeout, 10 s by
+    /// default).
     pub async fn release(mut self) {
         let _ = self.commands.send(Command::Release).await;
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
+        let budget = claim::collection_budget_ms(&self.shared.fence.cfg);
+        self.shared.collections_end(budget).await;
     }
 
     /// Waits until the lease is no longer held (fenced or released) and returns the status.

@@ -7,7 +7,7 @@
 //! # }
 //! # block(async {
 //! use std::{sync::Arc, time::Duration};
-//! use fence_core::{runtime::Fence, MemoryStore};
+//! use fence_core::{Fence, MemoryStore};
 //!
 //! let store = Arc::new(MemoryStore::new());
 //! let fence = Fence::builder(store, "node-a").ttl(Duration::from_secs(2)).build().unwrap();

@@ -178,9 +178,14 @@ pub const TTL: Duration = Duration::from_secs(2);
 
 /// A fence for `node` on `store` with [`TTL`] and the virtual [`clock`].
 pub fn fence(store: Arc<dyn ConditionalStore>, node: &str) -> Fence {
+    fence_on(store, node, clock())
+}
+
+/// A fence for `node` on `store` with [`TTL`] and `clock`.
+pub fn fence_on(store: Arc<dyn ConditionalStore>, node: &str, clock: Clock) -> Fence {
     Fence::builder(store, node)
         .ttl(TTL)
-        .clock(clock())
+        .clock(clock)
         .build()
         .unwrap()
 }

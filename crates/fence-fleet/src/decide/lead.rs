@@ -2,7 +2,8 @@
 //!
 //! - **Takeover**: the records are listed and read, and every listed node's lease; the
 //!   placement the records show is rebuilt, and every member's record is to be written
-//!   under the new term.
+//!   under the new term. Until a listing succeeds, the leader places nothing (a failed
+//!   listing is not a fleet of one): each round tries the takeover again.
 //! - **A round**: the notices addressed to the leader (joins, leaves, deaths — a death is
 //!   believed only when a read of the lease shows it), then a sweep if due (one listing,
 //!   a read of the lease of each node it does not know, and an audit of some records), a
@@ -15,7 +16,7 @@ use std::sync::Arc;
 
 use fence_core::decide::{Liveness, Observation, ObservedLease};
 
-use super::record::{Assignment, Notice, NoticeKind, Watched};
+use super::record::{Assignment, Notice, NoticeKind, Watched, MAX_NOTICES};
 use super::{Flaws, Now, Timing};
 use crate::assign::{plan, watchers, Placement};
 use crate::cells::Cells;
@@ -163,6 +164,14 @@ pub struct LeaderCore {
     audited: usize,
     /// The live set and the members of the last plan (`None`: plan at once).
     planned: Option<(Vec<String>, Vec<String>)>,
+    /// Whether the placement was rebuilt from a complete listing of the records. Until it
+    /// is, the leader places nothing: a listing that failed is not a fleet of one.
+    rebuilt: bool,
+    /// Notices heard before the rebuild, heard once it is done (the newest
+    /// [`MAX_NOTICES`]: notices repeat until the leader acts on them).
+    deferred: Vec<Notice>,
+    /// Whether a round waits for the rebuild in progress, to run once it is done.
+    round_after_rebuild: bool,
     waiting: Option<Wait>,
     stages: VecDeque<Stage>,
     deaths: Vec<Death>,
@@ -187,6 +196,9 @@ impl LeaderCore {
             next_sweep: 0,
             audited: 0,
             planned: None,
+            rebuilt: false,
+            deferred: Vec::new(),
+            round_after_rebuild: false,
             waiting: None,
             stages: VecDeque::new(),
             deaths: Vec::new(),
@@ -217,6 +229,7 @@ impl LeaderCore {
     /// Drops what it waits for (a drain's deadline).
     pub(crate) fn abandon(&mut self) {
         self.waiting = None;
+        self.round_after_rebuild = false;
         self.stages.clear();
     }
 
@@ -225,7 +238,8 @@ impl LeaderCore {
         self.next_sweep = 0;
     }
 
-    /// Takes over: lists the records first.
+    /// Takes over: lists the records first. When the listing fails, nothing is rebuilt and
+    /// the next round tries again.
     pub(crate) fn take_over(&mut self) -> LeadStep {
         self.wait(Wait::RebuildList, LeadEffect::List)
     }
@@ -238,9 +252,26 @@ impl LeaderCore {
     /// A round: `notices` addressed to the leader first (a join admitted only when its
     /// lease reads live, a death believed only when it reads dead), then a sweep if due, a
     /// plan if the live set changed, and the records to write.
+    /// Until a takeover's listing succeeded, a round only tries the rebuild again, keeping
+    /// its notices for the round that follows the rebuild.
     pub(crate) fn round(&mut self, now: Now, notices: Vec<Notice>) -> LeadStep {
-        let (mut joined, mut gone) = (Vec::new(), Vec::new());
         for n in notices {
+            if !self.deferred.contains(&n) {
+                self.deferred.push(n);
+            }
+        }
+        if !self.rebuilt {
+            let over = self.deferred.len().saturating_sub(MAX_NOTICES);
+            self.deferred.drain(..over);
+            self.round_after_rebuild = true;
+            return self.take_over();
+        }
+        self.start_round(now)
+    }
+
+    fn start_round(&mut self, now: Now) -> LeadStep {
+        let (mut joined, mut gone) = (Vec::new(), Vec::new());
+        for n in std::mem::take(&mut self.deferred) {
             match n.kind {
                 NoticeKind::Joined if !n.node.is_empty() => joined.push(n.node),
                 NoticeKind::Leaving => {
@@ -270,7 +301,11 @@ impl LeaderCore {
         };
         match (w, input) {
             (Wait::RebuildList, LeadInput::Listed(ids)) => {
-                let ids = ids.unwrap_or_else(|| vec![self.me.clone()]);
+                let Some(ids) = ids else {
+                    self.round_after_rebuild = false;
+                    return LeadStep::Done(Vec::new());
+                };
+                self.rebuilt = true;
                 return self.wait(
                     Wait::RebuildRecords(ids.clone()),
                     LeadEffect::ReadRecords(ids),
@@ -282,6 +317,9 @@ impl LeaderCore {
             }
             (Wait::RebuildLeases(leaving), LeadInput::Leases { sent_mono, reads }) => {
                 self.rebuilt(now, &leaving, sent_mono, reads);
+                if std::mem::take(&mut self.round_after_rebuild) {
+                    return self.start_round(now);
+                }
                 return LeadStep::Done(Vec::new());
             }
             (Wait::Admit, LeadInput::Leases { sent_mono, reads }) => {

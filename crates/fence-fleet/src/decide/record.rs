@@ -122,7 +122,9 @@ impl Assignment {
     /// Decodes the record of `node` stored at `key`: anything malformed, of another format,
     /// of another node, or naming an invalid node or cell is [`ErrorKind::Corrupt`](fence_core::ErrorKind::Corrupt).
     pub fn decode(key: &Key, node: &str, bytes: &[u8]) -> Result<Self, Error> {
-        let a: Assignment = serde_json::from_slice(bytes)
+        // Two members of one name are corrupt (serde keeps the last, other readers the first).
+        let a: Assignment = fence_core::record::rules::parse_json(bytes)
+            .and_then(serde_json::from_value)
             .map_err(|e| Error::corrupt(key, format!("assignment record: {e}")))?;
         if a.format != FORMAT {
             let msg = format!(
@@ -232,6 +234,11 @@ mod tests {
             br#"{"v":1,"node":"n","notices":[{"at":-1,"kind":"handed"}]}"#,
             br#"{"v":1,"node":"n","term":1e99}"#,
             br#"[1]"#,
+            // Two members of one name, where serde keeps the last: a known field, an unknown
+            // (flattened) one, a key of a map.
+            br#"{"v":1,"node":"n","cells":["a"],"cells":["b"]}"#,
+            br#"{"v":1,"node":"n","zone":"a","zone":"b"}"#,
+            br#"{"v":1,"node":"n","heirs":{"c":"a","c":"b"}}"#,
         ] {
             let e = Assignment::decode(&k(), "n", bad).unwrap_err();
             assert_eq!(

@@ -543,3 +543,57 @@ fn a_cell_waited_for_past_patience_is_asked_for_and_claimed() {
         .any(|x| matches!(x, FleetEffect::Claim { cells } if *cells == names(&["c1"])));
     assert!(asked && claimed, "{all:?}");
 }
+
+/// A takeover whose listing of the records failed places nothing (it is not a fleet of one:
+/// on main before the fix, the leader took itself for the only member and placed every cell
+/// on itself); each round lists again, and once a listing succeeds the round goes on with
+/// the placement the records show and the notices heard meanwhile.
+#[test]
+fn a_leader_that_cannot_list_the_records_places_nothing_until_it_can() {
+    let cells = crate::cells::intern(names(&["c1", "c2", "c3", "c4"]));
+    let mut l = LeaderCore::new("a", 2, cells, timing(), Flaws::default());
+    assert_eq!(l.take_over(), LeadStep::Effect(LeadEffect::List));
+    assert_eq!(
+        l.step(at(0), LeadInput::Listed(None)),
+        LeadStep::Done(vec![])
+    );
+    let joined = Notice {
+        at: WALL,
+        kind: NoticeKind::Joined,
+        cell: String::new(),
+        node: "c".into(),
+    };
+    for t in [100, 200] {
+        let step = l.round(at(t), vec![joined.clone()]);
+        assert_eq!(step, LeadStep::Effect(LeadEffect::List), "round at {t}");
+        let failed = l.step(at(t), LeadInput::Listed(None));
+        assert_eq!(failed, LeadStep::Done(vec![]), "nothing written at {t}");
+        assert!(l.placement().targets.is_empty() && l.members().is_empty());
+    }
+    assert_eq!(l.round(at(300), vec![]), LeadStep::Effect(LeadEffect::List));
+    let listed = LeadInput::Listed(Some(names(&["a", "b"])));
+    assert!(matches!(
+        l.step(at(300), listed),
+        LeadStep::Effect(LeadEffect::ReadRecords(_))
+    ));
+    let mut b = Assignment::empty("b");
+    b.term = 1;
+    b.cells = names(&["c1", "c2", "c3", "c4"]);
+    let records = LeadInput::Records(vec![("a".into(), None), ("b".into(), Some(b))]);
+    assert!(matches!(
+        l.step(at(300), records),
+        LeadStep::Effect(LeadEffect::ReadLeases(_))
+    ));
+    // The rebuild is done: the round goes on with the join heard while listings failed.
+    assert_eq!(
+        l.step(at(300), leases(&["a", "b"])),
+        LeadStep::Effect(LeadEffect::ReadLeases(names(&["c"])))
+    );
+    assert_eq!(l.placement().targets.len(), 4);
+    assert!(l.placement().targets.values().all(|n| n == "b"));
+    let parts = published(l.step(at(300), leases(&["c"])));
+    assert!(parts.contains_key("c"), "{parts:?}");
+    let placed: Vec<&String> = parts.values().flat_map(|p| &p.cells).collect();
+    assert_eq!(placed.len(), 4, "every cell placed once: {parts:?}");
+    assert!(parts["c"].cells.is_empty(), "c has not settled: {parts:?}");
+}

@@ -30,7 +30,12 @@ pub fn store() -> Arc<dyn ConditionalStore> {
 }
 
 pub fn node(store: &Arc<dyn ConditionalStore>, id: &str) -> Node {
-    let path = Arc::new(PausableStore::new(store.clone()));
+    node_through(store.clone(), id)
+}
+
+/// A node whose path to the store goes through `via` (a store that injects faults).
+pub fn node_through(via: Arc<dyn ConditionalStore>, id: &str) -> Node {
+    let path = Arc::new(PausableStore::new(via));
     let stop = Arc::new(Stop::default());
     let fence = Fence::builder(path.clone(), id)
         .ttl(Duration::from_millis(TTL_MS))

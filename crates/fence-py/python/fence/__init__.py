@@ -2,7 +2,17 @@
 writes, and a deposed owner's late writes refused by the store.
 
 The Rust core (``fence-core``, ``fence-fleet``), not a re-implementation: the same records,
-the same rules (docs/protocol.md), so Python and Rust processes share one lock domain.
+the same rules (docs/protocol.md), so Python and Rust processes share one lock domain. The
+distribution is ``fence-lock``; the import name is ``fence``.
+
+The common case is one line: the lock ``fence run --lease jobs`` takes, so a Python job and
+``fence run`` exclude each other (blocks until free; ``BusyError`` when ``acquire`` gives up)::
+
+    with fence.lock("file:///var/lock/app", "jobs"):
+        ...
+
+After ``os.fork()`` the child holds nothing (its parent's objects raise ``ForkedError``);
+what a process still holds at interpreter exit is released then.
 
 >>> import fence, tempfile
 >>> f = fence.Fence("file://" + tempfile.mkdtemp(), "worker-1", ttl=5.0)
@@ -18,6 +28,7 @@ twin for asyncio, and leases, claims, fleets and elections work with ``async wit
 """
 
 from ._fence import (
+    AlreadyHeldError,
     BusyError,
     CellData,
     Claim,
@@ -31,6 +42,7 @@ from ._fence import (
     FencedError,
     Fleet,
     FleetEvent,
+    ForkedError,
     InvalidInputError,
     InvalidKeyError,
     Lease,
@@ -46,27 +58,25 @@ from ._fence import (
 )
 
 
-def run_lease(store, name: str, *, ttl: float = 10.0) -> Fence:
-    """The fence a ``fence run --lease NAME`` process uses: node ``run.NAME`` over ``store``.
+import atexit as _atexit
+import os as _os
 
-    Its lease excludes every ``fence run`` of the same name (they all contend for that one
-    node lease), and its claim of cell ``NAME`` raises the epoch ``fence run`` hands to its
-    command as ``FENCE_EPOCH``.
+from . import _fence
+from ._lock import Lock, lock, run_lease
 
-    >>> import fence, tempfile
-    >>> fence.run_lease("file://" + tempfile.mkdtemp(), "nightly").node
-    'run.nightly'
-    """
-    return Fence(store, "run." + name, ttl=ttl, addr=f"python:{_pid()}")
+# A forked child holds nothing: its Locks start empty, and every native object its parent
+# made raises ForkedError (the native module checks the process id on each call).
+if hasattr(_os, "register_at_fork"):
+    from ._lock import _after_fork_in_child
 
+    _os.register_at_fork(after_in_child=_after_fork_in_child)
 
-def _pid() -> int:
-    import os
-
-    return os.getpid()
-
+# What is still held at interpreter exit is released then, so a waiter gets it at once
+# instead of a TTL later (a forked child releases nothing: it holds nothing).
+_atexit.register(_fence.release_all)
 
 __all__ = [
+    "AlreadyHeldError",
     "BusyError",
     "CellData",
     "Claim",
@@ -80,9 +90,11 @@ __all__ = [
     "FencedError",
     "Fleet",
     "FleetEvent",
+    "ForkedError",
     "InvalidInputError",
     "InvalidKeyError",
     "Lease",
+    "Lock",
     "NotFoundError",
     "PermissionDeniedError",
     "Shard",
@@ -92,5 +104,6 @@ __all__ = [
     "UnavailableError",
     "UnsupportedError",
     "WriteAck",
+    "lock",
     "run_lease",
 ]

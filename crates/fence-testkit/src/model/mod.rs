@@ -54,12 +54,20 @@ pub use world::{Action, World};
 #[cfg(feature = "sabotage")]
 pub use fence_core::sabotage::Sabotage;
 
-/// A deliberate breach of an assumption docs/design.md names: with one switched on, the
-/// model must find two nodes that believe they hold the cell at once.
+/// A clock or an assumption docs/design.md names, bent on purpose. Beyond what the design
+/// admits, the model must find two nodes that believe they hold the cell at once; within it
+/// (a clock rate inside the 0.2 % margin), every property must hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Exception {
     /// Node 0's monotonic *and* wall clocks run at half speed (far beyond the 0.2 % margin).
     SlowClocks,
+    /// Node 0's monotonic *and* wall clocks run slower than real time by `ppm` parts per
+    /// million: within the margin a peer's observation allows for (2,000 ppm, 0.2 %), no
+    /// breach at all; beyond it, an admitted exception.
+    SlowClock {
+        /// How much slower, in parts per million.
+        ppm: u32,
+    },
     /// Node 0's wall clock is set behind by more than its peers' `stale_after`: they judge
     /// its live lease stale at once, without observation.
     WallBehind,
@@ -78,6 +86,9 @@ pub struct ModelConfig {
     /// How many of them (the first ones) make choices — write, release, hand off — and can
     /// be paused or crash; the others only keep their leases and claim.
     pub actors: usize,
+    /// How many nodes (the first ones) append to the cell's log: the acting ones, and more
+    /// (which make no other choice) when this is larger.
+    pub appenders: usize,
     /// Each node's lease TTL in ms (mixed TTLs allowed); the last one repeats.
     pub ttl_ms: Vec<u64>,
     /// One tick of model time, in ms.
@@ -101,8 +112,8 @@ pub struct ModelConfig {
     /// Collections of unused payload objects (`collect_garbage`) in all, at most. With
     /// any, the co-writer's data goes to payload objects (nodes write inline data).
     pub collections: u8,
-    /// Appends to the cell's log per acting node (and per cell), at most (`AppendLog`: the cell's data is
-    /// then the log's head; nodes do not also write data).
+    /// Appends to the cell's log per appending node (and per cell), at most (`AppendLog`: the
+    /// cell's data is then the log's head; nodes do not also write data).
     pub appends: u8,
     /// Adoptions of a cell by node 0 in a second task (`LeaseKeeper::adopt`), racing its
     /// first (a hand-off, a claim), as far as the lease's register of claims lets them
@@ -129,7 +140,7 @@ pub struct ModelConfig {
 impl ModelConfig {
     /// The scope of faults every CI run checks: 2 nodes × 1 cell, up to 1 faulty answer, one
     /// pause (stall or suspension), one crash and restart, one fenced write, all during the
-    /// first 2 ticks. Two faulty answers are [`ci_two_faults`](Self::ci_two_faults); both
+    /// first 2 ticks, then 8 quiet ones. Two faulty answers are [`ci_two_faults`](Self::ci_two_faults); both
     /// together with the write ([`two_faults`](Self::two_faults)) do not fit CI's 3 minutes
     /// and run on demand.
     pub fn ci() -> Self {
@@ -137,7 +148,11 @@ impl ModelConfig {
             nodes: 2,
             cells: 1,
             actors: 1,
-            ttl_ms: vec![900],
+            appenders: 1,
+            // With ticks of 300 ms, a peer's hold of a TTL of 898 ms (plus the 0.2 % margin
+            // for clock rates, 2 ms) is exactly three ticks: no tick of slack hides a holder
+            // that believes its lease a little too long.
+            ttl_ms: vec![898],
             tick_ms: 300,
             faults: 1,
             pauses: 1,
@@ -152,7 +167,9 @@ impl ModelConfig {
             adopts: 0,
             successions: 0,
             chaos_ticks: 2,
-            settle_ticks: 10,
+            // Every path has settled well before: a cell is held again by a live node at
+            // the latest 8 ticks after the faults (the liveness property holds with 8).
+            settle_ticks: 8,
             exception: None,
             canonical: true,
             #[cfg(feature = "sabotage")]
@@ -198,14 +215,48 @@ impl ModelConfig {
     }
 
     /// A larger scope (`FENCE_MODEL_LARGE=1` or `FENCE_MODEL_PRESET=three-nodes`): three
-    /// nodes with mixed TTLs (900, 1,800 and 900 ms), node 0 acting, with
+    /// nodes with mixed TTLs (898, 1,796 and 898 ms), node 0 acting, with
     /// [`quick`](Self::quick)'s pause and write. (With [`ci`](Self::ci)'s faulty answer and
     /// crash too, `FENCE_MODEL_SCOPE=2,10,1,1,1`, it has not been seen to finish.)
     pub fn three_nodes() -> Self {
         ModelConfig {
             nodes: 3,
-            ttl_ms: vec![900, 1_800, 900],
+            ttl_ms: vec![898, 1_796, 898],
             ..ModelConfig::quick()
+        }
+    }
+
+    /// [`quick`](Self::quick) with mixed TTLs: node 0 holds its lease for twice node 1's
+    /// TTL (1,796 and 898 ms), so node 1 must believe the TTL node 0's record states, not its
+    /// own. Checked in every CI run.
+    pub fn mixed_ttls() -> Self {
+        ModelConfig {
+            ttl_ms: vec![1_796, 898],
+            ..ModelConfig::quick()
+        }
+    }
+
+    /// [`quick`](Self::quick) with a release of the cell by node 0 (on demand,
+    /// `FENCE_MODEL_PRESET=release`, until a release stops acting before it is sent: on
+    /// this tree node 0 still believes it holds the cell after its release landed, while
+    /// node 1 claims it).
+    pub fn release() -> Self {
+        ModelConfig {
+            releases: 1,
+            ..ModelConfig::quick()
+        }
+    }
+
+    /// Payload collection meeting the current payload object of an earlier epoch (on
+    /// demand, `FENCE_MODEL_PRESET=collection-across-epochs`): the co-writer stores its data
+    /// in a payload object at epoch 1, node 0 releases the cell and claims it again at
+    /// epoch 2, carrying that object forward, and collects.
+    pub fn collection_across_epochs() -> Self {
+        ModelConfig {
+            co_writes: 1,
+            collections: 1,
+            releases: 1,
+            ..ModelConfig::bare()
         }
     }
 
@@ -322,16 +373,34 @@ impl ModelConfig {
     }
 
     /// The scope of the append log's evidence, checked in every CI run: one node appending
-    /// two records through its claim, one faulty answer, and a co-writer at the claim's
+    /// three records through its claim, one faulty answer, and a co-writer at the claim's
     /// epoch (`update_cell` writing the log's head back as it is, as a second `AppendLog` of
     /// the claim sealing it would): ambiguous appends, their settlement by a seal, and a
-    /// record object found at the name an append wants.
+    /// record object found at the name an append wants — and, with a third append, a run of
+    /// records under a new tag after one under the plain names.
     pub fn log() -> Self {
         ModelConfig {
             nodes: 1,
             faults: 1,
             co_writes: 1,
-            appends: 2,
+            appends: 3,
+            ..ModelConfig::bare()
+        }
+    }
+
+    /// Two nodes appending one record each, one faulty answer and one pause during the
+    /// first tick, checked in every CI run: node 0's append is left ambiguous, node 1 takes
+    /// the cell over and commits its own record at the same sequence number (node 1 appends
+    /// as soon as it holds the cell, also after the first tick), and node 0 settles its
+    /// append against the later epoch's head (its own record object at that number is an
+    /// orphan).
+    pub fn log_handover() -> Self {
+        ModelConfig {
+            appenders: 2,
+            faults: 1,
+            pauses: 1,
+            appends: 1,
+            chaos_ticks: 1,
             ..ModelConfig::bare()
         }
     }
@@ -433,6 +502,35 @@ impl ModelConfig {
             // landed; the next append finds the first one's record object at its name. One
             // node suffices (no takeover is needed), and keeps the scope small.
             Sabotage::LogAcceptsForeignRecord => ModelConfig::log(),
+            // Node 0 stalls: it believes its lease past a TTL after its last renewal was
+            // sent (and node 1 takes over after exactly a TTL).
+            Sabotage::HolderOverstays => ModelConfig { pauses: 1, ..b },
+            // A renewal answered a tick after it was sent, then a stall: node 0 believes its
+            // lease until a TTL after the answer.
+            Sabotage::AuthorityFromAnswer => ModelConfig {
+                faults: 1,
+                pauses: 1,
+                ..b
+            },
+            // A write whose answer is lost, a stall while its read-back travels, a takeover
+            // meanwhile: the read-back shows a later epoch, and the write landed. All of it
+            // can start in the first tick.
+            Sabotage::SupersededForgetsAmbiguity => ModelConfig {
+                chaos_ticks: 1,
+                ..ModelConfig::faulty()
+            },
+            // Node 0 crashes; its next process claims the cell, whose head names node 0 but
+            // was written by the crashed process's lease.
+            Sabotage::ResumeUnvouched => ModelConfig { crashes: 1, ..b },
+            Sabotage::RegisterAdmitsTwice => ModelConfig::adoption(),
+            Sabotage::LogRunIgnoresTag => ModelConfig::log(),
+            Sabotage::LogSettlesOnOwnOrphan => ModelConfig::log_handover(),
+            // Node 0 (TTL 1,796 ms) stalls; node 1 (898 ms) judges it by its own TTL.
+            Sabotage::ObserverIgnoresStatedTtl => ModelConfig {
+                pauses: 1,
+                ttl_ms: vec![1_796, 898],
+                ..b
+            },
         };
         ModelConfig {
             sabotage: Some(switch),
@@ -463,6 +561,9 @@ impl ModelConfig {
             self.settle_ticks,
             self.tick_ms
         );
+        if self.appenders > self.actors {
+            s.push_str(&format!(", {} appending", self.appenders));
+        }
         if self.adopts > 0 {
             s.push_str(&format!(", {} adoption", self.adopts));
         }

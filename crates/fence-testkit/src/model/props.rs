@@ -19,6 +19,11 @@ pub enum PropertyName {
     NoWriteAppliedTwice,
     /// No write sent once the writer's lease was no longer held is acknowledged.
     NoWriteWithoutLease,
+    /// No data write its writer was told was not committed ever lands.
+    RefusedNotWritten,
+    /// A claim resumes a head at its epoch only when its caller vouched for the generation
+    /// that wrote it.
+    ResumeVouched,
 }
 
 impl PropertyName {
@@ -33,6 +38,8 @@ impl PropertyName {
             PropertyName::NoWriteWithoutLease => {
                 "no write sent without a held lease is acknowledged"
             }
+            PropertyName::RefusedNotWritten => "a write refused as not committed never lands",
+            PropertyName::ResumeVouched => "a resume resumes only a head its caller vouched for",
         }
     }
 }
@@ -86,6 +93,26 @@ pub const ONE_LEASE_TWO_CELLS: &str = "one lease holds two cells at once";
 /// The name of the exclusion property.
 pub const EXCLUSION: &str = "no two nodes believe they hold the cell at once";
 
+/// The name of the property that bounds a holder's own authority: a node believes it holds
+/// its lease only before the send of the latest lease write of that lease the store applied,
+/// plus the TTL, by its own monotonic clock (docs/design.md: authority is anchored before
+/// the write is sent).
+pub const AUTHORITY: &str =
+    "a node believes its lease only until a TTL after sending its latest applied lease write";
+
+/// The name of the register's property: one lease holds at most one claim of a cell (its
+/// register refuses a second claim, resume or adoption while one stands).
+pub const ONE_CLAIM_PER_LEASE: &str = "a lease holds at most one claim of a cell";
+
+/// Whether node `n` believes it holds its lease now only within its authority.
+fn within_authority(m: &FenceModel, w: &World, n: usize) -> bool {
+    let node = &w.nodes[n];
+    let now = m.now(w, n);
+    let held = node.alive && node.lease.as_ref().is_some_and(|l| l.is_held(now));
+    let until = node.authority_sent.map(|s| s + m.cfg.ttl(n));
+    !held || until.is_some_and(|u| now.mono_ms < u)
+}
+
 fn holds(v: &CellView<'_>, p: PropertyName) -> bool {
     v.hist.broken != Some(p)
 }
@@ -131,6 +158,18 @@ pub(crate) fn all() -> Vec<Property<FenceModel>> {
         }),
         Property::always(NoWriteWithoutLease.name(), |m, w| {
             every_cell(m, w, |v| holds(v, NoWriteWithoutLease))
+        }),
+        Property::always(RefusedNotWritten.name(), |m, w| {
+            every_cell(m, w, |v| holds(v, RefusedNotWritten))
+        }),
+        Property::always(ResumeVouched.name(), |m, w| {
+            every_cell(m, w, |v| holds(v, ResumeVouched))
+        }),
+        Property::always(AUTHORITY, |m: &FenceModel, w: &World| {
+            (0..w.nodes.len()).all(|n| within_authority(m, w, n))
+        }),
+        Property::always(ONE_CLAIM_PER_LEASE, |m, w| {
+            every_cell(m, w, |v| (0..w.nodes.len()).all(|n| v.claims(n) <= 1))
         }),
         Property::always(NO_DANGLING_HEAD, |m, w| {
             every_cell(m, w, |v| {

@@ -63,7 +63,7 @@ fn who(from: u8) -> String {
 
 fn op(o: &Op) -> String {
     match o {
-        Op::PutLease { guard, obj } => format!(
+        Op::PutLease { guard, obj, .. } => format!(
             "put lease {} (expires {}) if {guard:?}",
             obj.record.node, obj.record.expires_ms
         ),

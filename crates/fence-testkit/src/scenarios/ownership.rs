@@ -386,7 +386,7 @@ async fn ambiguous_lease(a: &Ownership, faulty: &FaultyStore) -> Result<(), Stri
     let body = LeaseBody {
         record: lease("amb", t + 1, "g"),
         nonce: nonce.clone(),
-        ttl_ms: None,
+        ttl_ms: Some(10_000),
         extra: Default::default(),
     };
     match a.put_lease_body(CasGuard::Match(etag), &body).await {

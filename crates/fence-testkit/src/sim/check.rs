@@ -29,7 +29,8 @@ pub enum Property {
     NoAckedWriteLost,
     /// (d) No process says it holds a lease whose authority — counted from the issue of its
     /// latest lease write that the store *applied* — ended by its own monotonic clock, and no
-    /// write it made after that is acknowledged. (An acknowledgement may *arrive*
+    /// write through a claim first *sent* after that (dated when it entered the process's
+    /// path, not when the application asked) is acknowledged. (An acknowledgement may *arrive*
     /// after a takeover — a stopped process learns late — but (b) and (c) together say the
     /// acknowledged write landed before it.)
     NoExpiredLeaseComesBack,
@@ -445,11 +446,18 @@ fn no_expired_lease_comes_back(events: &[Event], ttl_ms: u64, out: &mut Vec<Viol
     // can be no later than that.
     let mut issued: HashMap<&str, u64> = HashMap::new();
     let mut anchor: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut late_attempts: HashMap<&Bytes, (u64, Option<u64>)> = HashMap::new();
+    let mut sends = SendDates::default();
     for e in events {
         match e {
-            Event::LeaseIssued { nonce, mono, .. } => {
+            Event::LeaseIssued {
+                nonce,
+                mono,
+                node,
+                gen,
+                ..
+            } => {
                 issued.insert(nonce, *mono);
+                sends.node_of.insert(gen, node);
             }
             Event::LeaseApplied { gen, nonce, .. } => {
                 if let Some(mono) = issued.get(nonce.as_str()) {
@@ -463,18 +471,33 @@ fn no_expired_lease_comes_back(events: &[Event], ttl_ms: u64, out: &mut Vec<Viol
                 gen,
                 ..
             } => {
-                if let Some((mono, last)) = late_attempts.get(payload) {
-                    let detail = format!("cell {cell} at {t} ms: {gen} made a write at its monotonic {mono} ms, after its authority ended (its latest applied lease write was issued at {last:?}, TTL {ttl_ms} ms), and it was acknowledged");
+                if let Some((mono, last)) = sends.late.get(payload) {
+                    let detail = format!("cell {cell} at {t} ms: {gen} sent a write at its monotonic {mono} ms, after its authority ended (its latest applied lease write was issued at {last:?}, TTL {ttl_ms} ms), and it was acknowledged");
                     violation(out, Property::NoExpiredLeaseComesBack, detail);
                 }
             }
             Event::Attempt {
-                payload, gen, mono, ..
+                cell,
+                payload,
+                mono,
+                by_claim: true,
+                ..
+            } => {
+                sends.unsent.insert(payload, (cell, *mono));
+            }
+            Event::HeadRead {
+                node, cell, mono, ..
+            } => {
+                sends.read.insert((node, cell), *mono);
+            }
+            Event::HeadSent {
+                payload,
+                gen: Some(gen),
+                mono,
+                ..
             } => {
                 let last = anchor.get(gen.as_str()).copied();
-                if last.is_none_or(|p| *mono >= p + ttl_ms) {
-                    late_attempts.insert(payload, (*mono, last));
-                }
+                sends.sent(payload, gen, *mono, last, ttl_ms);
             }
             Event::Held {
                 t, node, gen, mono, ..
@@ -486,6 +509,53 @@ fn no_expired_lease_comes_back(events: &[Event], ttl_ms: u64, out: &mut Vec<Viol
                 }
             }
             _ => {}
+        }
+    }
+}
+
+/// When each write through a claim was first *sent*, for rule (d): a write is dated by
+/// the moment it entered its process's path, not by when the application asked. One
+/// exception, the runtime's own: a write whose claim did not know the head reads it first
+/// (its base), and sends the moment the answer comes. That read was checked against the
+/// authority, but its answer may come after it ended (a process stopped while the read
+/// travelled), so a write is late only when sent after its authority with no read of its
+/// cell's head sent, within the authority, since the write was asked for. A write queued
+/// behind another and not checked again when its turn came has no such read.
+#[derive(Default)]
+struct SendDates<'a> {
+    /// Each lease generation's node.
+    node_of: HashMap<&'a str, &'a str>,
+    /// Claim writes asked for and not yet sent: their cell, and when they were asked for.
+    unsent: HashMap<&'a Bytes, (&'a str, u64)>,
+    /// The latest head read of each (node, cell), by the node's clock.
+    read: HashMap<(&'a str, &'a str), u64>,
+    /// Claim writes first sent after their authority: when, and its anchor's issue.
+    late: HashMap<&'a Bytes, (u64, Option<u64>)>,
+}
+
+impl<'a> SendDates<'a> {
+    /// `payload` entered `gen`'s path at `mono`; `gen`'s latest applied lease write was
+    /// issued at `anchor` (None: none), its authority lasting `ttl_ms` from then.
+    fn sent(
+        &mut self,
+        payload: &'a Bytes,
+        gen: &'a str,
+        mono: u64,
+        anchor: Option<u64>,
+        ttl_ms: u64,
+    ) {
+        let Some((cell, asked)) = self.unsent.remove(payload) else {
+            return;
+        };
+        let until = anchor.map(|a| a + ttl_ms);
+        if until.is_some_and(|u| mono < u) {
+            return;
+        }
+        let node = self.node_of.get(gen).copied().unwrap_or_default();
+        let read = self.read.get(&(node, cell)).copied();
+        let based = read.is_some_and(|r| r >= asked && until.is_some_and(|u| r < u));
+        if !based {
+            self.late.insert(payload, (mono, anchor));
         }
     }
 }
@@ -538,339 +608,4 @@ fn exclusive_belief(events: &[Event], out: &mut Vec<Violation>) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn head(cell: &str, node: Option<&str>, epoch: u64, payload: &'static str) -> Event {
-        Event::HeadApplied {
-            t: 0,
-            cell: cell.into(),
-            node: node.map(str::to_owned),
-            epoch,
-            gen: None,
-            payload: Bytes::from_static(payload.as_bytes()),
-            blob: None,
-        }
-    }
-
-    fn ack(epoch: u64, payload: &'static str) -> Event {
-        Event::Acked {
-            t: 0,
-            cell: "c".into(),
-            epoch,
-            node: "n".into(),
-            gen: "g".into(),
-            payload: Bytes::from_static(payload.as_bytes()),
-        }
-    }
-
-    fn attempt(payload: &'static str) -> Event {
-        Event::Attempt {
-            cell: "c".into(),
-            payload: Bytes::from_static(payload.as_bytes()),
-            gen: "g".into(),
-            mono: 0,
-        }
-    }
-
-    fn issued_at(nonce: &str, mono: u64) -> Event {
-        Event::LeaseIssued {
-            t: mono,
-            node: "n".into(),
-            gen: "g".into(),
-            nonce: nonce.into(),
-            mono,
-        }
-    }
-
-    fn applied(nonce: &str) -> Event {
-        Event::LeaseApplied {
-            t: 0,
-            node: "n".into(),
-            gen: "g".into(),
-            nonce: nonce.into(),
-            expires_ms: 1,
-        }
-    }
-
-    fn claimed(epoch: u64, node: &str, gen: &str, t: u64) -> Event {
-        Event::Claimed {
-            t,
-            cell: "c".into(),
-            epoch,
-            node: node.into(),
-            gen: gen.into(),
-        }
-    }
-
-    fn finals(epoch: u64, payload: &'static str) -> BTreeMap<String, Option<FinalHead>> {
-        let head = FinalHead {
-            epoch,
-            payload: Bytes::from_static(payload.as_bytes()),
-        };
-        BTreeMap::from([("c".to_owned(), Some(head))])
-    }
-
-    fn violated(events: &[Event], f: &BTreeMap<String, Option<FinalHead>>) -> Vec<Property> {
-        check(events, f, 1_000)
-            .into_iter()
-            .map(|v| v.property)
-            .collect()
-    }
-
-    #[test]
-    fn a_sound_history_passes() {
-        let events = [
-            issued_at("l1", 0),
-            applied("l1"),
-            head("c", Some("n"), 1, ""),
-            claimed(1, "n", "g", 0),
-            attempt("x"),
-            head("c", Some("n"), 1, "x"),
-            ack(1, "x"),
-            head("c", None, 1, "x"),
-            head("c", Some("m"), 2, "x"),
-        ];
-        assert!(violated(&events, &finals(2, "x")).is_empty());
-    }
-
-    #[test]
-    fn an_acknowledged_write_that_never_landed_is_lost() {
-        let events = [
-            issued_at("l1", 0),
-            applied("l1"),
-            attempt("x"),
-            head("c", Some("n"), 1, "x"),
-            attempt("y"),
-            ack(1, "y"),
-        ];
-        assert_eq!(
-            violated(&events, &finals(1, "x")),
-            [Property::NoAckedWriteLost]
-        );
-    }
-
-    #[test]
-    fn a_rolled_back_or_reapplied_payload_is_caught() {
-        // An acknowledged write y is rolled back to x by a later head carrying x again.
-        let events = [
-            issued_at("l1", 0),
-            applied("l1"),
-            attempt("x"),
-            attempt("y"),
-            head("c", Some("n"), 1, "x"),
-            head("c", Some("n"), 1, "y"),
-            ack(1, "y"),
-            head("c", Some("n"), 2, "x"),
-        ];
-        assert!(violated(&events, &finals(2, "x")).contains(&Property::NoAckedWriteLost));
-        // A claim that drops the data (back to empty) is a rollback too.
-        let events = [
-            issued_at("l1", 0),
-            applied("l1"),
-            attempt("x"),
-            head("c", Some("n"), 1, "x"),
-            ack(1, "x"),
-            head("c", Some("m"), 2, ""),
-        ];
-        assert!(violated(&events, &finals(2, "")).contains(&Property::NoAckedWriteLost));
-    }
-
-    #[test]
-    fn a_refused_write_that_landed_and_a_skipped_epoch_are_caught() {
-        let refused = Event::Refused {
-            t: 0,
-            cell: "c".into(),
-            payload: Bytes::from_static(b"x"),
-            kind: "Fenced".into(),
-        };
-        let events = [attempt("x"), head("c", Some("n"), 1, "x"), refused];
-        assert_eq!(
-            violated(&events, &finals(1, "x")),
-            [Property::NoAckedWriteLost]
-        );
-        let events = [head("c", Some("n"), 1, ""), head("c", Some("m"), 3, "")];
-        assert_eq!(
-            violated(&events, &finals(3, "")),
-            [Property::EpochsIncrease]
-        );
-    }
-
-    #[test]
-    fn a_stale_epoch_replacing_the_head_is_caught() {
-        let events = [
-            issued_at("l1", 0),
-            applied("l1"),
-            attempt("x"),
-            attempt("y"),
-            head("c", Some("m"), 2, "x"),
-            head("c", Some("n"), 1, "y"),
-        ];
-        assert!(violated(&events, &finals(1, "y")).contains(&Property::EpochsIncrease));
-    }
-
-    #[test]
-    fn an_unsealed_claim_and_overlapping_beliefs_are_caught() {
-        let events = [issued_at("l1", 0), applied("l1"), claimed(1, "n", "g", 0)];
-        assert!(violated(&events, &BTreeMap::new()).contains(&Property::OneWriterPerEpoch));
-        let believes = |t, gen: &str, epoch| Event::Believes {
-            t,
-            cell: "c".into(),
-            epoch,
-            node: "n".into(),
-            gen: gen.into(),
-            process: "n#1".into(),
-        };
-        let events = [
-            head("c", Some("n"), 1, ""),
-            claimed(1, "n", "g", 0),
-            head("c", Some("m"), 2, ""),
-            claimed(2, "m", "h", 5),
-            believes(4, "g", 1),
-            believes(6, "g", 1),
-        ];
-        assert_eq!(
-            violated(&events, &BTreeMap::new()),
-            [Property::ExclusiveBelief]
-        );
-        // A suspended process is not exempt: its wall clock ends its authority.
-        let suspended = [
-            Event::Suspended {
-                t: 1,
-                process: "n#1".into(),
-            },
-            events[4].clone(),
-            events[5].clone(),
-        ];
-        let mut with = events[..4].to_vec();
-        with.extend(suspended);
-        assert_eq!(
-            violated(&with, &BTreeMap::new()),
-            [Property::ExclusiveBelief]
-        );
-    }
-
-    #[test]
-    fn a_resume_needs_its_own_seal_and_a_vouched_generation() {
-        let sealed = |t, gen: &str| Event::HeadApplied {
-            t,
-            cell: "c".into(),
-            node: Some("n".into()),
-            epoch: 1,
-            gen: Some(gen.into()),
-            payload: Bytes::new(),
-            blob: None,
-        };
-        let resumed = |t, since, gen: &str, vouched: &[&str]| Event::Resumed {
-            t,
-            since,
-            cell: "c".into(),
-            epoch: 1,
-            node: "n".into(),
-            gen: gen.into(),
-            vouched: vouched.iter().map(|v| (*v).to_owned()).collect(),
-        };
-        let first = [sealed(0, "g"), claimed(1, "n", "g", 0)];
-        // Sealed after it was asked for, vouching for the generation that held the epoch.
-        let mut ok = first.to_vec();
-        ok.extend([sealed(10, "h"), resumed(11, 5, "h", &["h", "g"])]);
-        assert!(violated(&ok, &BTreeMap::new()).is_empty());
-        // No head naming the resumer at that epoch after it asked: it never sealed.
-        let mut unsealed = first.to_vec();
-        unsealed.push(resumed(11, 5, "h", &["h", "g"]));
-        assert_eq!(
-            violated(&unsealed, &BTreeMap::new()),
-            [Property::OneWriterPerEpoch]
-        );
-        let mut stale = first.to_vec();
-        stale.extend([sealed(3, "h"), resumed(11, 5, "h", &["h", "g"])]);
-        assert_eq!(
-            violated(&stale, &BTreeMap::new()),
-            [Property::OneWriterPerEpoch]
-        );
-        // A second process at the epoch that vouched for nobody who held it.
-        let mut intruder = first.to_vec();
-        intruder.extend([sealed(10, "h"), resumed(11, 5, "h", &["h"])]);
-        assert_eq!(
-            violated(&intruder, &BTreeMap::new()),
-            [Property::OneWriterPerEpoch]
-        );
-    }
-
-    #[test]
-    fn a_head_pointing_at_a_deleted_payload_object_is_caught() {
-        let on_blob = |name: &str| Event::HeadApplied {
-            t: 0,
-            cell: "c".into(),
-            node: Some("n".into()),
-            epoch: 1,
-            gen: None,
-            payload: Bytes::from_static(b"x"),
-            blob: Some(name.into()),
-        };
-        let deleted = |name: &str| Event::BlobDeleted {
-            t: 0,
-            cell: "c".into(),
-            name: name.into(),
-        };
-        // A replaced object deleted after the head moved on: fine.
-        let events = [
-            attempt("x"),
-            on_blob("1-a"),
-            head("c", Some("n"), 1, "y"),
-            deleted("1-a"),
-        ];
-        let mut with_y = events.to_vec();
-        with_y.insert(0, attempt("y"));
-        assert!(violated(&with_y, &finals(1, "y")).is_empty());
-        // A head landing on an object already deleted (a collection that took a co-writer's
-        // object of the claim's own epoch for garbage).
-        let events = [attempt("x"), deleted("1-a"), on_blob("1-a")];
-        assert_eq!(
-            violated(&events, &finals(1, "x")),
-            [Property::NoAckedWriteLost]
-        );
-        // The object the head points at, deleted under it.
-        let events = [attempt("x"), on_blob("1-a"), deleted("1-a")];
-        assert_eq!(
-            violated(&events, &finals(1, "x")),
-            [Property::NoAckedWriteLost]
-        );
-    }
-
-    #[test]
-    fn holding_or_writing_past_the_last_lease_write_is_caught() {
-        let held = |mono| Event::Held {
-            t: mono,
-            node: "n".into(),
-            gen: "g".into(),
-            mono,
-        };
-        assert!(violated(
-            &[issued_at("l1", 0), applied("l1"), held(999)],
-            &BTreeMap::new()
-        )
-        .is_empty());
-        assert_eq!(
-            violated(
-                &[issued_at("l1", 0), applied("l1"), held(1_000)],
-                &BTreeMap::new()
-            ),
-            [Property::NoExpiredLeaseComesBack]
-        );
-        let late = Event::Attempt {
-            cell: "c".into(),
-            payload: Bytes::from_static(b"z"),
-            gen: "g".into(),
-            mono: 1_500,
-        };
-        let events = [
-            issued_at("l1", 0),
-            applied("l1"),
-            late,
-            head("c", Some("n"), 1, "z"),
-            ack(1, "z"),
-        ];
-        assert!(violated(&events, &finals(1, "z")).contains(&Property::NoExpiredLeaseComesBack));
-    }
-}
+mod tests;

@@ -59,7 +59,7 @@ use late::LateStore;
 use node::{KeeperSlot, Process};
 pub use pause::PausableStore;
 pub use trace::{trace_hash, Event, Log};
-use trace::{HistoryStore, LeaseProbe};
+use trace::{HistoryStore, PathProbe};
 
 /// The environment variable that replays one seed: `FENCE_SIM_SEED=<seed>`.
 pub const SEED_ENV: &str = "FENCE_SIM_SEED";
@@ -532,10 +532,11 @@ impl World {
             .filter(|_| self.rng.gen_bool(0.5));
         let incarnation = self.slots.get(idx).map_or(1, |s| s.incarnation + 1);
         let (path, suspension, stop, clock) = self.process_parts(idx);
-        let view: Arc<dyn ConditionalStore> = Arc::new(LeaseProbe::new(
+        let view: Arc<dyn ConditionalStore> = Arc::new(PathProbe::new(
             path.clone(),
             clock.clone(),
             self.log.clone(),
+            node.clone(),
         ));
         let builder = Fence::builder(view, node.clone())
             .ttl(Duration::from_millis(self.cfg.ttl()))

@@ -178,7 +178,7 @@ impl Process {
                 }
                 continue;
             }
-            self.believe(keeper, &gen, mono, &claims);
+            self.believe(&gen, mono, &claims);
             // Every process competes for every cell it does not hold.
             wanted.extend(
                 self.cells
@@ -271,14 +271,9 @@ impl Process {
         }
     }
 
-    /// Records that the process believes it holds each of its claims now.
-    fn believe(
-        &self,
-        keeper: &LeaseKeeper,
-        gen: &str,
-        mono: u64,
-        claims: &BTreeMap<String, CellClaim>,
-    ) {
+    /// Records that the process holds its lease now, and believes it holds each of its
+    /// claims that says so.
+    fn believe(&self, gen: &str, mono: u64, claims: &BTreeMap<String, CellClaim>) {
         let (node, g) = (self.node.clone(), gen.to_owned());
         self.log.push(|t| Event::Held {
             t,
@@ -286,25 +281,42 @@ impl Process {
             gen: g,
             mono,
         });
-        if !keeper.is_held() {
+        for claim in claims.values() {
+            self.believes(gen, claim);
+        }
+    }
+
+    /// Records that the process believes it holds `claim`'s cell, if the claim says it may
+    /// act now (`CellClaim::is_held`: its lease held, the claim not ended).
+    fn believes(&self, gen: &str, claim: &CellClaim) {
+        if !claim.is_held() {
             return;
         }
-        for (cell, claim) in claims {
-            let (cell, node, gen, epoch) = (
-                cell.clone(),
-                self.node.clone(),
-                gen.to_owned(),
-                claim.epoch(),
-            );
-            let process = self.process.clone();
-            self.log.push(|t| Event::Believes {
-                t,
-                cell,
-                epoch,
-                node,
-                gen,
-                process,
-            });
+        let (cell, node, gen, epoch) = (
+            claim.cell().to_owned(),
+            self.node.clone(),
+            gen.to_owned(),
+            claim.epoch(),
+        );
+        let process = self.process.clone();
+        self.log.push(|t| Event::Believes {
+            t,
+            cell,
+            epoch,
+            node,
+            gen,
+            process,
+        });
+    }
+
+    /// Asks `claim` every TTL/20 whether it may act, recording each yes, until dropped: a
+    /// claim whose hand-off is on its way must say no from the moment it is sent.
+    async fn watch(&self, gen: &str, claim: &CellClaim) {
+        loop {
+            self.believes(gen, claim);
+            self.clock
+                .sleep(Duration::from_millis((self.ttl_ms / 20).max(1)))
+                .await;
         }
     }
 
@@ -391,10 +403,16 @@ impl Process {
             self.clock.sleep(nap).await;
             Some(self.claim(keeper, &cell, gen, vouched).await)
         };
-        let (_, raced) = tokio::join!(
-            within(self.ttl_ms, claim.hand_off(&to, to_gen.as_deref())),
-            race
-        );
+        // The sender's own view of its claim while the hand-off travels, and after it.
+        let handing = async {
+            tokio::select! {
+                biased; // a seed drives the whole run: no random choice of branch
+                _ = within(self.ttl_ms, claim.hand_off(&to, to_gen.as_deref())) => {}
+                () = self.watch(gen, &claim) => {}
+            }
+            self.believes(gen, &claim);
+        };
+        let (_, raced) = tokio::join!(handing, race);
         raced.and_then(Result::ok)
     }
 
@@ -422,6 +440,7 @@ impl Process {
             payload: p,
             gen: g,
             mono,
+            by_claim: true,
         });
         match within(self.ttl_ms, claim.write(payload.clone())).await {
             Some(Ok(ack)) => {
@@ -482,6 +501,7 @@ impl Process {
                 payload: p,
                 gen: g,
                 mono,
+                by_claim: false,
             });
             Ok(payload)
         };

@@ -127,6 +127,32 @@ pub enum Event {
         gen: String,
         /// The process's monotonic time when it asked.
         mono: u64,
+        /// Made through a claim (`CellClaim::write`), whose lease must still be held when
+        /// it is sent; `false`: a keeperless co-writer's (`update_cell`).
+        by_claim: bool,
+    },
+    /// A read of a cell head entered the process's path to the store.
+    HeadRead {
+        /// Virtual time.
+        t: u64,
+        /// Node.
+        node: String,
+        /// Cell.
+        cell: String,
+        /// The process's monotonic time.
+        mono: u64,
+    },
+    /// A cell head write carrying data entered the process's path to the store (each send
+    /// of it, a re-send included).
+    HeadSent {
+        /// Virtual time.
+        t: u64,
+        /// The lease generation the head names as its writer.
+        gen: Option<String>,
+        /// The data it carries (inline, or its payload object's bytes).
+        payload: Bytes,
+        /// The process's monotonic time.
+        mono: u64,
     },
     /// A fenced write was refused with `Commit::NotCommitted`: it must never land.
     Refused {
@@ -276,6 +302,14 @@ fn kind(key: &Key) -> Kind<'_> {
     Kind::Other
 }
 
+/// The key of payload object `name` of the cell whose head is `head_key`.
+fn blob_key(head_key: &Key, name: &str) -> Option<Key> {
+    let key = head_key
+        .as_str()
+        .replace("/own.json", &format!("/blobs/{name}"));
+    Key::new(key).ok()
+}
+
 /// Records every applied head and lease write of the store underneath, in the order the
 /// store applied them (the ground truth the properties are checked against). Payload objects
 /// are remembered so a head that points at one is recorded with its bytes.
@@ -300,12 +334,8 @@ impl HistoryStore {
             CellPayload::Empty => Bytes::new(),
             CellPayload::Inline(b) => b.clone(),
             CellPayload::Blob(blob) => {
-                let name = key
-                    .as_str()
-                    .replace("/own.json", &format!("/blobs/{}", blob.name));
                 let blobs = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
-                Key::new(name)
-                    .ok()
+                blob_key(key, &blob.name)
                     .and_then(|k| blobs.get(&k).cloned())
                     .unwrap_or_else(|| Bytes::from(format!("<missing payload object of {cell}>")))
             }
@@ -380,39 +410,101 @@ impl ConditionalStore for HistoryStore {
     }
 }
 
-/// One process's view: records when a lease write enters the process's path (before any
-/// freeze), stamped with the process's own monotonic clock.
+/// One process's view: records when a lease write, a head read and a head write carrying
+/// data enter the process's path (before any freeze), stamped with the process's own
+/// monotonic clock.
 #[derive(Debug)]
-pub(crate) struct LeaseProbe {
+pub(crate) struct PathProbe {
     inner: Arc<dyn ConditionalStore>,
     clock: Clock,
     log: Log,
+    node: String,
+    /// The payload objects this process created, by key: a head pointing at one is
+    /// recorded with its bytes.
+    blobs: Mutex<HashMap<Key, Bytes>>,
 }
 
-impl LeaseProbe {
-    pub(crate) fn new(inner: Arc<dyn ConditionalStore>, clock: Clock, log: Log) -> Self {
-        LeaseProbe { inner, clock, log }
+impl PathProbe {
+    pub(crate) fn new(
+        inner: Arc<dyn ConditionalStore>,
+        clock: Clock,
+        log: Log,
+        node: String,
+    ) -> Self {
+        PathProbe {
+            inner,
+            clock,
+            log,
+            node,
+            blobs: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The data a head write sent under `key` carries, if any.
+    fn head_data(&self, key: &Key, head: &CellHead) -> Option<Bytes> {
+        match &head.payload {
+            CellPayload::Empty => None,
+            CellPayload::Inline(b) => Some(b.clone()),
+            CellPayload::Blob(blob) => {
+                let blobs = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
+                blob_key(key, &blob.name).and_then(|k| blobs.get(&k).cloned())
+            }
+        }
+    }
+
+    fn sent(&self, key: &Key, body: &Bytes) {
+        let mono = self.clock.mono_ms();
+        match kind(key) {
+            Kind::Lease => {
+                if let Ok(b) = LeaseBody::decode(key, body) {
+                    self.log.push(|t| Event::LeaseIssued {
+                        t,
+                        node: b.record.node,
+                        gen: b.record.generation,
+                        nonce: b.nonce,
+                        mono,
+                    });
+                }
+            }
+            Kind::Head(_) => {
+                let Ok(head) = CellHead::decode(key, body) else {
+                    return;
+                };
+                if let Some(payload) = self.head_data(key, &head) {
+                    let gen = head.generation;
+                    self.log.push(|t| Event::HeadSent {
+                        t,
+                        gen,
+                        payload,
+                        mono,
+                    });
+                }
+            }
+            Kind::Blob(..) => {
+                let mut blobs = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
+                blobs.insert(key.clone(), body.clone());
+            }
+            Kind::Other => {}
+        }
     }
 }
 
 #[async_trait]
-impl ConditionalStore for LeaseProbe {
+impl ConditionalStore for PathProbe {
     async fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
+        if let Kind::Head(cell) = kind(key) {
+            let (node, cell, mono) = (self.node.clone(), cell.to_owned(), self.clock.mono_ms());
+            self.log.push(|t| Event::HeadRead {
+                t,
+                node,
+                cell,
+                mono,
+            });
+        }
         self.inner.get(key).await
     }
     async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
-        if let Kind::Lease = kind(key) {
-            if let Ok(b) = LeaseBody::decode(key, &body) {
-                let mono = self.clock.mono_ms();
-                self.log.push(|t| Event::LeaseIssued {
-                    t,
-                    node: b.record.node,
-                    gen: b.record.generation,
-                    nonce: b.nonce,
-                    mono,
-                });
-            }
-        }
+        self.sent(key, &body);
         self.inner.put(key, body, guard).await
     }
     async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {

@@ -550,3 +550,17 @@ pub async fn assert_create_lands_ambiguously(
     let landed = direct.get(key).await.unwrap().expect("the create landed");
     assert_eq!(landed.body, body);
 }
+
+/// Lists `cells` through `store`, whose server refused the listing with `status`: an error
+/// of `kind`, not committed, naming `cells` — never an empty list.
+pub async fn assert_listing_refused(
+    store: &dyn fence_core::ConditionalStore,
+    status: u16,
+    kind: fence_core::ErrorKind,
+) {
+    let cells = fence_core::Key::new("cells").unwrap();
+    let err = within_deadline(store.list(Some(&cells))).await.unwrap_err();
+    let not_committed = fence_core::Commit::NotCommitted;
+    assert_eq!(kind_commit(&err), (kind, not_committed), "{status}: {err}");
+    assert_eq!(err.key(), Some(&cells), "{status}: {err}");
+}

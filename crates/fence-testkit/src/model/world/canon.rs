@@ -6,7 +6,7 @@
 //! property, so exploring one of them explores both. For each field the comment names
 //! every place that reads it and why none of them can read the erased value.
 
-use super::{Budget, FenceModel, Node, Req, ReqState, Thread, World};
+use super::{Budget, FenceModel, Node, Op, Req, ReqState, Thread, World};
 
 impl FenceModel {
     /// Brings `w` to its canonical form (after every step, and for the initial state).
@@ -32,6 +32,7 @@ impl FenceModel {
         if !self.chaos(w) {
             self.spend_all(w);
         }
+        self.each_cell(w, forget_refusals_that_cannot_land);
         let may_turn_slow = w.budget.faults > 0 && self.chaos(w);
         for r in &mut w.net {
             canonical_req(r, may_turn_slow);
@@ -64,9 +65,11 @@ impl FenceModel {
             // lapses, also after the chaos ticks.
             successions: w.budget.successions,
         };
+        // (A node that appends without making choices appends after the chaos too.)
+        let actors = self.cfg.actors;
         self.each_cell(w, |w| {
             w.co.left = 0;
-            for node in &mut w.nodes {
+            for node in w.nodes.iter_mut().take(actors) {
                 node.cell.writes_left = 0;
                 node.cell.appends_left = 0;
             }
@@ -93,6 +96,13 @@ fn canonical_node(node: &mut Node) {
     if !node.suspended {
         node.paused_at = 0;
     }
+    // `authority_sent` is read only while the node's lease is held (the authority property
+    // in props.rs); a finished lease is never held again, and a new one starts without it
+    // (`acquire_as`). An orphan of the finished lease landing sets it again, and this rule
+    // erases it again.
+    if node.lease.as_ref().is_none_or(|l| l.is_finished()) {
+        node.authority_sent = None;
+    }
 }
 
 /// The node's part of the cell in place.
@@ -105,6 +115,33 @@ fn canonical_node_cell(node: &mut Node, time: u64, keep_last_written: bool) {
     if !keep_last_written {
         node.cell.last_written = None;
     }
+}
+
+/// The history's refused data writes (of the cell in place) are read only when a data
+/// write lands (`head_lands`: was it refused?); recording a refusal reads whether the
+/// write already landed, not the set. A refusal is recorded when the write's task is over,
+/// so from then on only a request of it still travelling can land it: a refused write that
+/// no request in the network carries any more can never land, and is forgotten.
+fn forget_refusals_that_cannot_land(w: &mut World) {
+    if w.hist.refused.is_empty() {
+        return;
+    }
+    let cell = w.in_place;
+    let travelling = |id: u8| {
+        w.net.iter().any(|r| {
+            r.cell == cell
+                && !matches!(r.state, ReqState::Landed(_))
+                && matches!(r.op, Op::PutHead { data: Some(d), .. } if d == id)
+        })
+    };
+    let keep: Vec<u8> = w
+        .hist
+        .refused
+        .iter()
+        .copied()
+        .filter(|id| travelling(*id))
+        .collect();
+    w.hist.refused = keep;
 }
 
 fn canonical_req(r: &mut Req, may_turn_slow: bool) {

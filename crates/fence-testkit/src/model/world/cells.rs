@@ -96,14 +96,25 @@ enum Slots<'a> {
 }
 
 impl CellView<'_> {
-    /// Whether node `n` acts on a claim of the cell (its first or its second task's).
-    pub(crate) fn acting(&self, n: usize) -> bool {
-        let slot = match self.nodes {
+    fn slot(&self, n: usize) -> &NodeCell {
+        match self.nodes {
             Slots::InPlace(nodes) => &nodes[n].cell,
             Slots::Parked(nodes) => &nodes[n],
-        };
+        }
+    }
+
+    /// Whether node `n` acts on a claim of the cell (its first or its second task's).
+    pub(crate) fn acting(&self, n: usize) -> bool {
+        let slot = self.slot(n);
         let acting = |c: &Option<Claim>| c.as_ref().is_some_and(|c| !c.ended);
         acting(&slot.claim) || acting(&slot.side.claim)
+    }
+
+    /// How many claims of the cell node `n`'s lease holds (its first and its second task's,
+    /// a claim handing the cell off included until the hand-off settled).
+    pub(crate) fn claims(&self, n: usize) -> usize {
+        let slot = self.slot(n);
+        usize::from(slot.claim.is_some()) + usize::from(slot.side.claim.is_some())
     }
 }
 

@@ -12,6 +12,38 @@
 
 use super::*;
 
+/// The append log's work: `AppendLog::append` or `AppendLog::landed`, driving fence-core's
+/// [`Append`] and [`Seal`] machines.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LogTask {
+    pub(crate) op: LogOp,
+    /// The head write under way (the claim's `write_if`), if any.
+    pub(super) write: Option<CellWrite>,
+    /// The last head write's failure may have landed.
+    pub(super) ambiguous: bool,
+}
+
+/// Which log operation.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum LogOp {
+    /// `append` of record `id`.
+    Append { append: Append, id: u8 },
+    /// `landed`: the seal, then the verdict.
+    Settle { seal: Seal, pending: Pending },
+    /// `landed` after a failed seal: a read of the cell (did it move past our epoch?).
+    MovedPast { pending: Pending },
+    /// `landed`: the committed record compared with ours.
+    Compare { pending: Pending },
+}
+
+/// An append whose answer was ambiguous, to settle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Pending {
+    pub(crate) seq: u64,
+    pub(crate) id: u8,
+    pub(crate) epoch: u64,
+}
+
 /// How an append ended, for the application.
 enum Told {
     /// Appended.
@@ -239,7 +271,7 @@ impl FenceModel {
             LogOp::Settle { pending, .. } | LogOp::MovedPast { pending } => *pending,
             _ => return None,
         };
-        match logrules::landed(head, pending.seq, pending.epoch) {
+        match logrules::landed_with(head, pending.seq, pending.epoch, self.flaws) {
             logrules::Landed::No => self.settled(w, n, Some(false)),
             logrules::Landed::Compare { name } => {
                 t.op = LogOp::Compare { pending };
