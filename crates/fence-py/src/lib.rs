@@ -8,6 +8,7 @@
 //! `wait` module); a forked child holds nothing of its parent's (the `process` module). The
 //! guide is the package's docstrings and the README's "Python".
 
+mod claim;
 mod data;
 mod election;
 mod errors;

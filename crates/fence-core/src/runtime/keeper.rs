@@ -57,7 +57,7 @@ pub(crate) struct Shared {
     collections: Collections,
 }
 
-/// How many payload collections of a lease's claims run (runtime/claim.rs), and a signal
+/// How many payload collections of a lease's claims run (runtime/claim/collect.rs), and a signal
 /// when one ends: the lease's release waits for them, so a short-lived process (a `fence
 /// run` of a quick command) does not cut its claim's collection off at exit.
 #[derive(Debug)]

@@ -121,6 +121,7 @@ fn check_credentials(
 
 /// The operator of `service` on `name` (bucket or container) with `config`.
 fn operator(service: &str, name: &str, config: Vec<(String, String)>) -> Result<Operator, Error> {
+    let secrets = secret_values(&config);
     let named = |key: &str, mut config: Vec<(String, String)>| {
         config.push((key.to_string(), name.to_string()));
         config
@@ -146,14 +147,53 @@ fn operator(service: &str, name: &str, config: Vec<(String, String)>) -> Result<
         invalid(format!(
             "OpenDAL refused the opendal+{service}:// configuration ({}): {}",
             e.kind(),
-            quoted(e.message())
+            quoted(&redacted(e.message(), &secrets))
         ))
+    })
+}
+
+/// The values of the configuration's secret keys (access keys, secrets, tokens, SAS,
+/// passwords, credentials): never printed, even when OpenDAL's refusal quotes one.
+fn secret_values(config: &[(String, String)]) -> Vec<String> {
+    const SECRET: [&str; 6] = ["secret", "key", "token", "sas", "password", "credential"];
+    config
+        .iter()
+        .filter(|(k, v)| {
+            let k = k.to_ascii_lowercase();
+            !v.is_empty() && SECRET.iter().any(|s| k.contains(s))
+        })
+        .map(|(_, v)| v.clone())
+        .collect()
+}
+
+/// `message` with every one of `secrets` in it replaced by `<redacted>`.
+fn redacted(message: &str, secrets: &[String]) -> String {
+    secrets.iter().fold(message.to_owned(), |m, s| {
+        m.replace(s.as_str(), "<redacted>")
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_never_prints_a_secret_of_the_configuration() {
+        let config = vec![
+            ("access_key_id".to_owned(), "AKIDEXAMPLE".to_owned()),
+            ("secret_access_key".to_owned(), "s3cr3t/VALUE".to_owned()),
+            ("endpoint".to_owned(), "http://127.0.0.1:1".to_owned()),
+        ];
+        let secrets = secret_values(&config);
+        let said = redacted(
+            "bad key AKIDEXAMPLE with s3cr3t/VALUE at http://127.0.0.1:1",
+            &secrets,
+        );
+        assert_eq!(
+            said,
+            "bad key <redacted> with <redacted> at http://127.0.0.1:1"
+        );
+    }
 
     #[test]
     fn urls_name_a_service_a_bucket_and_a_prefix() {
