@@ -416,12 +416,9 @@ async fn without_a_signable_credential_delete_is_unsupported_without_io() {
     );
 }
 
-/// The canned server of fence-s3's and fence-gcs's wire tests: answers chosen per request,
-/// with bodies, cut bodies and delays.
-#[path = "../../fence-wire/tests/support/canned.rs"]
-mod shared;
-
-use shared::{error_texts, Reply};
+/// The canned server of every HTTP adapter's wire tests: answers chosen per request, with
+/// bodies, cut bodies and delays.
+use fence_testkit::canned::{self as shared, error_texts, Reply};
 
 /// A store under the prefix `fleet` at a per-request canned server.
 fn fleet_store(server: &shared::Canned) -> AzureStore {
@@ -582,31 +579,4 @@ async fn a_read_answer_without_its_headers_is_unsupported_not_corrupt() {
         (ErrorKind::Unsupported, Commit::NotCommitted),
         "{err:?}"
     );
-}
-
-/// Issue 35, item 3: a listing the store refuses (403, a missing container, any error) is
-/// an error naming the listed prefix, never an empty list. (On main the error named no key:
-/// a caller could not say which listing failed.)
-#[tokio::test]
-async fn a_refused_listing_is_an_error_naming_the_prefix() {
-    for (status, code, kind) in [
-        (
-            403,
-            "AuthorizationPermissionMismatch",
-            ErrorKind::PermissionDenied,
-        ),
-        (404, "ContainerNotFound", ErrorKind::NotFound),
-        (400, "InvalidQueryParameterValue", ErrorKind::Other),
-    ] {
-        let server = shared::serve(move |r| match r.target.contains("comp=list") {
-            true => {
-                Reply::status(status, "application/xml", "").with_header("x-ms-error-code", code)
-            }
-            false => Reply::status(404, "application/xml", "")
-                .with_header("x-ms-error-code", "BlobNotFound"),
-        })
-        .await;
-        let store = fleet_store(&server);
-        shared::assert_listing_refused(&store, status, kind).await;
-    }
 }

@@ -39,7 +39,8 @@ fn duration(s: &str) -> Result<Duration, String> {
 /// Which lease `run` and `acquire` take, and how they wait for it.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Taking {
-    /// Store URL: file:///path, s3://bucket/prefix, gs://bucket/prefix, az://container/prefix.
+    /// Store URL: file:///path, s3://bucket/prefix, gs://bucket/prefix, az://container/prefix,
+    /// dynamodb://table/prefix.
     #[arg(long, env = "FENCE_STORE")]
     pub(crate) store: String,
     /// The lease (cell) name.
@@ -141,10 +142,11 @@ pub(crate) enum Cmd {
         /// Say on stderr which lease and epoch were acquired (said anyway after a wait).
         #[arg(long, short)]
         verbose: bool,
-        /// Hold the lease for this process (`fence acquire`'s holder; internal).
-        #[arg(long, hide = true, value_name = "PID",
-              value_parser = clap::value_parser!(i32).range(1..))]
-        for_pid: Option<i32>,
+        /// Hold the lease for this process, `PID` or `PID:START` (its start time, so a reused
+        /// pid is never taken for it) (`fence acquire`'s holder; internal).
+        #[arg(long, hide = true, value_name = "PID[:START]",
+              value_parser = fence_cli::script::parse_watched)]
+        for_pid: Option<fence_cli::script::Watched>,
         /// The command and its arguments, after `--` (none: hold the lease until a signal).
         #[arg(last = true, num_args = 0.., value_parser = clap::value_parser!(OsString))]
         command: Vec<OsString>,

@@ -106,6 +106,26 @@ pub enum Ended {
     NotReleased(String),
 }
 
+/// The longest reason a holder file keeps: with the store URL and the lease, the file stays
+/// well within the 4 KiB a reader accepts (a longer one would be refused as a whole, and
+/// `fence release` would say the holder ended without saying how).
+const MAX_WHY_CHARS: usize = 1_000;
+
+impl Ended {
+    /// This ending with its reason cut to [`MAX_WHY_CHARS`] characters.
+    fn cut(self) -> Ended {
+        let cut = |why: String| match why.char_indices().nth(MAX_WHY_CHARS) {
+            Some((at, _)) => format!("{}…", &why[..at]),
+            None => why,
+        };
+        match self {
+            Ended::Released => Ended::Released,
+            Ended::Lost(why) => Ended::Lost(cut(why)),
+            Ended::NotReleased(why) => Ended::NotReleased(cut(why)),
+        }
+    }
+}
+
 /// A holder file (see the module docs).
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -212,7 +232,7 @@ impl HolderRecord {
     /// Records how the holder ended, for `fence release` (best effort: without it, release
     /// reports a holder that ended without saying).
     pub fn finish(mut self, ended: Ended) {
-        self.0.file.ended = Some(ended);
+        self.0.file.ended = Some(ended.cut());
         if let Err(why) = self.save() {
             tracing::debug!(path = %self.0.path.display(), why, "holder file not updated");
         }
@@ -398,6 +418,22 @@ mod tests {
         record.finish(Ended::Lost("broken".into()));
         let found = Found::prove_in(dir.path(), &token, "file:///s", "jobs").unwrap();
         assert_eq!(found.ended(), Some(&Ended::Lost("broken".into())));
+    }
+
+    /// A store's error of any length still leaves a file `fence release` can read (an
+    /// unbounded one made it refuse the whole file and report a loss).
+    #[test]
+    fn a_long_reason_is_cut_and_the_file_stays_readable() {
+        let dir = private();
+        let me = me();
+        let url = format!("s3://bucket/{}", "p".repeat(900));
+        let (record, token) = HolderRecord::create_in(dir.path(), &me, &url, "jobs", &me).unwrap();
+        record.finish(Ended::NotReleased("é".repeat(5_000)));
+        let found = Found::prove_in(dir.path(), &token, &url, "jobs").unwrap();
+        let Some(Ended::NotReleased(why)) = found.ended() else {
+            panic!("the ending was not read back: {:?}", found.ended());
+        };
+        assert_eq!(why.chars().count(), MAX_WHY_CHARS + 1);
     }
 
     #[test]

@@ -183,6 +183,8 @@ async fn dispatch(cmd: Cmd, file_mode: Option<u32>) -> Result<u8, Failure> {
             Ok(OK)
         }
         Cmd::Acquire { taking, pid } => {
+            // Read first: the script's pid and start time, before any wait.
+            let script = script::script_of(pid)?;
             names::check_lease(&taking.lease)?;
             let opened = stores::open_shared(&taking.store, None, writing)?;
             let mut run_args = taking.run_args(&opened.url);
@@ -192,7 +194,7 @@ async fn dispatch(cmd: Cmd, file_mode: Option<u32>) -> Result<u8, Failure> {
             let lines = script::acquire(&script::AcquireOptions {
                 run_args,
                 store_url: opened.url,
-                pid: pid.unwrap_or_else(script::parent_pid),
+                script,
                 file_mode: opened.file_mode,
             })?;
             outln!("{}", lines.trim_end());

@@ -67,7 +67,7 @@ pub struct RunOptions {
     /// Without a command: hold the lease for this process (a script that ran `fence
     /// acquire`): report on stdout for `fence acquire`, then close stdout; release when the
     /// process ends; send it SIGTERM if the lease is lost.
-    pub for_pid: Option<i32>,
+    pub for_pid: Option<script::Watched>,
     /// The command and its arguments; empty: hold the lease until a signal.
     pub command: Vec<OsString>,
 }

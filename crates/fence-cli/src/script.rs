@@ -66,6 +66,15 @@ impl Watched {
         Watched { pid, start }
     }
 
+    /// `PID:START` (`PID` where `/proc` does not tell the start time): what `fence acquire`
+    /// hands its holder, parsed back by [`parse_watched`].
+    pub fn to_arg(&self) -> String {
+        match self.start {
+            Some(start) => format!("{}:{start}", self.pid),
+            None => self.pid.to_string(),
+        }
+    }
+
     /// Its pid.
     pub fn pid(&self) -> i32 {
         self.pid
@@ -179,8 +188,8 @@ pub struct AcquireOptions {
     pub run_args: Vec<String>,
     /// The store URL the script's `FENCE_STORE` gets.
     pub store_url: String,
-    /// The script's process to watch.
-    pub pid: i32,
+    /// The script's process to watch ([`script_of`]).
+    pub script: Watched,
     /// The `file://` store's file mode, for the script's `FENCE_FILE_MODE`.
     pub file_mode: Option<u32>,
 }
@@ -210,7 +219,7 @@ pub fn acquire(opts: &AcquireOptions) -> Result<String, Failure> {
     let mut holder = Command::new(me);
     holder
         .args(&opts.run_args)
-        .args(["--for-pid", &opts.pid.to_string()])
+        .args(["--for-pid", &opts.script.to_arg()])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
@@ -290,10 +299,12 @@ pub(crate) async fn hold_for(
     held: Held,
     mut signals: Signals,
     opts: &RunOptions,
-    script: i32,
+    script: Watched,
 ) -> Result<u8, Failure> {
-    // The script ended before the lease was taken: nobody to hold it for.
-    let Some(script) = Watched::new(script).and_then(|w| Pinned::open(w.pid(), w.start())) else {
+    // The script ended before the lease was taken (its pid free, or another process's now):
+    // nobody to hold it for.
+    let script = Watched::exact(script.pid(), script.start());
+    let Some(script) = script.and_then(|w| Pinned::open(w.pid(), w.start())) else {
         held.release().await;
         return Ok(OK);
     };
@@ -462,6 +473,46 @@ fn refused(why: &str) -> Failure {
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `PID` or `PID:START` as [`Watched::to_arg`] writes it (a pid of at least 1).
+pub fn parse_watched(arg: &str) -> Result<Watched, String> {
+    let (pid, start) = match arg.split_once(':') {
+        Some((pid, start)) => (pid, Some(start)),
+        None => (arg, None),
+    };
+    let pid: i32 = pid.parse().map_err(|_| format!("not a pid: {pid:?}"))?;
+    if pid < 1 {
+        return Err(format!("not a process: {pid}"));
+    }
+    let start = match start {
+        Some(s) => Some(s.parse().map_err(|_| format!("not a start time: {s:?}"))?),
+        None => None,
+    };
+    Ok(Watched::at(pid, start))
+}
+
+/// The process `fence acquire` watches: `pid` if given (`--pid`), else its parent (the
+/// shell running the script), read once at the start — pid and start time — so that a
+/// script that ends while the lease is awaited is never mistaken for the process that
+/// takes its pid later. Refused: a pid that does not run, and a parent that is already
+/// gone (`fence acquire` was re-parented to init or a subreaper: there is no script to
+/// hold the lease for).
+pub fn script_of(pid: Option<i32>) -> Result<Watched, Failure> {
+    let given = pid.is_some();
+    let pid = pid.unwrap_or_else(parent_pid);
+    let watched = Watched::new(pid).filter(|w| w.pid() > 1);
+    let Some(watched) = watched else {
+        return Err(Failure::usage(format!(
+            "process {pid} is not a script fence acquire can hold a lease for (it does not run, or it is init)"
+        )));
+    };
+    if !given && parent_pid() != pid {
+        return Err(Failure::usage(
+            "the script that ran fence acquire ended before its lease was asked for".to_owned(),
+        ));
+    }
+    Ok(watched)
 }
 
 /// The pid `fence acquire` watches by default: its parent (the shell running the script;

@@ -351,3 +351,57 @@ fn acquire_refuses_a_pid_that_kill_takes_for_a_group() {
         assert!(said.contains("--pid"), "--pid={pid}: {said}");
     }
 }
+
+/// A holder is handed the script's pid and start time, read by `fence acquire` before any
+/// wait: a script that ended while its lease was awaited is never mistaken for the process
+/// that took its pid since, which the holder would otherwise watch, keep the lease for and
+/// signal on a loss (on main the holder read the start time itself, once it held the lease).
+#[test]
+fn a_holder_never_holds_for_the_process_that_took_its_scripts_pid() {
+    let (store, rt) = (Store::new(), Runtime::new());
+    let mut victim = Victim::start();
+    let taken = format!("{}:{}", victim.pid(), victim.start_time() + 1);
+    let held = rt
+        .fence(&[
+            "run",
+            "--store",
+            &store.url,
+            "--lease",
+            "p",
+            "--for-pid",
+            &taken,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(held.status.code(), Some(0), "{}", stderr(&held));
+    assert!(
+        victim.alive(),
+        "the process with the script's pid was signalled"
+    );
+    let next = output(&["run", "--store", &store.url, "--lease", "p", "--", "true"]);
+    assert_eq!(
+        next.status.code(),
+        Some(0),
+        "the lease was kept: {}",
+        stderr(&next)
+    );
+}
+
+/// `fence acquire --pid` of a process that does not run is refused before anything is
+/// taken (on main a holder took the lease and gave it back at once).
+#[test]
+fn acquire_refuses_a_script_that_does_not_run() {
+    let (store, rt) = (Store::new(), Runtime::new());
+    let mut gone = Command::new("true").spawn().unwrap();
+    let pid = gone.id().to_string();
+    gone.wait().unwrap();
+    let out = rt
+        .fence(&[
+            "acquire", "--store", &store.url, "--lease", "g", "--pid", &pid,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&pid), "{}", stderr(&out));
+    assert!(out.stdout.is_empty(), "lines for eval: {:?}", out.stdout);
+}

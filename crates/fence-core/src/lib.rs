@@ -49,5 +49,5 @@ pub use runtime::{
 };
 pub use store::DEFAULT_RECORD_LIMIT;
 pub use store::{
-    Capabilities, CasGuard, ConditionalStore, DeleteOutcome, PutOutcome, Stored, Version,
+    Capabilities, CasGuard, ConditionalStore, Current, DeleteOutcome, PutOutcome, Stored, Version,
 };

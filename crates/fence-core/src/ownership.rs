@@ -18,7 +18,7 @@ use crate::record::{
     fresh_nonce, BlobRef, CellHead, CellPayload, Extra, HeadFormat, LeaseBody, NodeLease,
     NodeLeaseRecord, OwnerRecord,
 };
-use crate::store::{CasGuard, ConditionalStore, PutOutcome, Version};
+use crate::store::{CasGuard, ConditionalStore, Current, PutOutcome, Version};
 
 /// The answer to [`Ownership::cas_node_lease`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -333,6 +333,31 @@ impl Ownership {
         self.store.put(&key, head.encode(), guard).await
     }
 
+    /// Writes `head` as [`put_head`](Self::put_head) does; a rejection also tells the head
+    /// the condition was checked against when the store's answer carries it
+    /// ([`ConditionalStore::put_with_current`]): `Some(None)` for no head, `None` when the
+    /// store told nothing or what it told is not a readable head (then read it).
+    pub async fn put_head_with_current(
+        &self,
+        cell: &str,
+        head: &CellHead,
+        guard: CasGuard,
+    ) -> Result<(PutOutcome, Option<Option<(CellHead, Version)>>), Error> {
+        let key = self.owner_key(cell)?;
+        let (outcome, current) = self
+            .store
+            .put_with_current(&key, head.encode(), guard)
+            .await?;
+        let seen = match current {
+            Current::Untold => None,
+            Current::Absent => Some(None),
+            Current::Found(stored) => CellHead::decode(&key, &stored.body)
+                .ok()
+                .map(|found| Some((found, stored.version))),
+        };
+        Ok((outcome, seen))
+    }
+
     /// Reads the owner record of `cell`.
     pub async fn read_owner(&self, cell: &str) -> Result<Option<OwnerRecord>, Error> {
         Ok(self.read_head(cell).await?.map(|(h, etag)| OwnerRecord {
@@ -383,7 +408,9 @@ impl Ownership {
             epoch,
         )?;
         let (payload, extra) = match prior {
-            Some(h) if h.format == HeadFormat::V1 => (self.migrate_legacy(cell).await?, h.extra),
+            Some(h) if h.format == HeadFormat::V1 => {
+                (self.migrate_legacy(cell, epoch).await?, h.extra)
+            }
             Some(h) => (h.payload, h.extra),
             None => (CellPayload::Empty, Extra::new()),
         };
@@ -439,13 +466,15 @@ impl Ownership {
         )))
     }
 
-    /// The payload of a version-1 cell, moved into a payload the version-2 head can carry:
-    /// inline when small, else copied once into a payload object.
-    async fn migrate_legacy(&self, cell: &str) -> Result<CellPayload, Error> {
+    /// The payload of a version-1 cell, moved into a payload the version-2 head written at
+    /// `epoch` can carry: inline when small, else copied once into a payload object named with
+    /// that epoch, as payload collection expects of every object (it reads an object's epoch
+    /// from its name; an epoch-0 name under a later head broke that rule).
+    async fn migrate_legacy(&self, cell: &str, epoch: u64) -> Result<CellPayload, Error> {
         match self.read_legacy_data(cell).await? {
             None => Ok(CellPayload::Empty),
             Some((data, _)) => {
-                self.store_payload(cell, 0, data.payload, INLINE_MAX_DEFAULT)
+                self.store_payload(cell, epoch, data.payload, INLINE_MAX_DEFAULT)
                     .await
             }
         }

@@ -25,7 +25,7 @@ use crate::decide::FenceReason;
 use crate::error::{Commit, Error};
 use crate::key::Key;
 use crate::store::{
-    Capabilities, CasGuard, ConditionalStore, DeleteOutcome, PutOutcome, Stored, Version,
+    Capabilities, CasGuard, ConditionalStore, Current, DeleteOutcome, PutOutcome, Stored, Version,
 };
 
 pub(crate) fn lease_acquired() {
@@ -91,6 +91,14 @@ fn observe(op: &'static str, outcome: &'static str, watch: Stopwatch) {
         .record(watch.elapsed().as_secs_f64());
 }
 
+fn put_outcome(r: Result<&PutOutcome, &Error>) -> &'static str {
+    match r {
+        Ok(PutOutcome::Applied(_)) => "applied",
+        Ok(PutOutcome::Rejected) => "rejected",
+        Err(e) => outcome_of_error(e),
+    }
+}
+
 /// A store that records the latency and outcome of every request in
 /// `fence_store_request_seconds`. [`Fence`](crate::Fence) wraps its store in one.
 pub(crate) struct Metered {
@@ -126,12 +134,19 @@ impl ConditionalStore for Metered {
     async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
         let watch = Stopwatch::start();
         let r = self.inner.put(key, body, guard).await;
-        let outcome = match &r {
-            Ok(PutOutcome::Applied(_)) => "applied",
-            Ok(PutOutcome::Rejected) => "rejected",
-            Err(e) => outcome_of_error(e),
-        };
-        observe("put", outcome, watch);
+        observe("put", put_outcome(r.as_ref()), watch);
+        r
+    }
+
+    async fn put_with_current(
+        &self,
+        key: &Key,
+        body: Bytes,
+        guard: CasGuard,
+    ) -> Result<(PutOutcome, Current), Error> {
+        let watch = Stopwatch::start();
+        let r = self.inner.put_with_current(key, body, guard).await;
+        observe("put", put_outcome(r.as_ref().map(|(o, _)| o)), watch);
         r
     }
 

@@ -110,6 +110,24 @@ pub enum DeleteOutcome {
     Rejected,
 }
 
+/// What a store told of a key's current object along with its answer to a conditional write
+/// ([`ConditionalStore::put_with_current`]).
+///
+/// ```
+/// use fence_core::store::Current;
+/// assert_eq!(Current::default(), Current::Untold);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Current {
+    /// Nothing: the answer carried no object (an S3 412, and every answer but a rejection).
+    #[default]
+    Untold,
+    /// No object at the key when the condition was checked.
+    Absent,
+    /// The object the condition was checked against.
+    Found(Stored),
+}
+
 /// A stored object: its bytes and its current version.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stored {
@@ -134,6 +152,12 @@ pub struct Capabilities {
     /// a unique object name), so fence is safe on such a store; the testkit checks this
     /// capability instead of failing the store, and the probe reports it.
     pub content_versions: bool,
+    /// Every rejection of [`ConditionalStore::put_with_current`] carries the object the
+    /// condition was checked against (DynamoDB's `ReturnValuesOnConditionCheckFailure`): a
+    /// lost compare-and-swap needs no read to learn why, and re-sending a write whose answer
+    /// was lost settles it in one request (applied, or rejected showing whether our write is
+    /// the one stored).
+    pub current_on_reject: bool,
 }
 
 impl Capabilities {
@@ -143,6 +167,7 @@ impl Capabilities {
             conditional_delete: true,
             max_body: None,
             content_versions: false,
+            current_on_reject: false,
         }
     }
 
@@ -152,6 +177,7 @@ impl Capabilities {
             conditional_delete: false,
             max_body: None,
             content_versions: false,
+            current_on_reject: false,
         }
     }
 
@@ -166,6 +192,14 @@ impl Capabilities {
     #[must_use]
     pub const fn with_content_versions(mut self) -> Self {
         self.content_versions = true;
+        self
+    }
+
+    /// The same, declaring rejections that carry the current object
+    /// ([`Capabilities::current_on_reject`]).
+    #[must_use]
+    pub const fn with_current_on_reject(mut self) -> Self {
+        self.current_on_reject = true;
         self
     }
 }
@@ -192,6 +226,11 @@ impl Capabilities {
 ///     written (refused before sending, a 409 conditional conflict, a permission error), and
 ///     `Ambiguous` otherwise (timeout, reset, 5xx after sending, an answer without a version).
 ///     Ambiguous is the default for anything unclassified.
+/// - **`put_with_current`** is `put` whose rejection may also tell the object the condition was
+///   checked against, from the same answer ([`Current::Found`] or [`Current::Absent`]); a
+///   store declaring [`Capabilities::current_on_reject`] tells it with every rejection it
+///   can parse, every other answer is [`Current::Untold`]. The provided implementation calls
+///   `put` and tells nothing.
 /// - **No hidden retries of writes**: an implementation never repeats a conditional write
 ///   after the request may have reached the store (a retry after a lost success is answered
 ///   "precondition failed" on our own write).
@@ -221,6 +260,18 @@ pub trait ConditionalStore: Send + Sync + fmt::Debug {
 
     /// Writes `body` if `guard` holds. See the trait's contract for the three results.
     async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error>;
+
+    /// Writes `body` if `guard` holds, as [`put`](Self::put) does; a rejection may also tell
+    /// the object the condition was checked against (see the trait's contract).
+    async fn put_with_current(
+        &self,
+        key: &Key,
+        body: Bytes,
+        guard: CasGuard,
+    ) -> Result<(PutOutcome, Current), Error> {
+        let outcome = self.put(key, body, guard).await?;
+        Ok((outcome, Current::Untold))
+    }
 
     /// Deletes `key` if its current version is `version`.
     async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error>;
@@ -254,6 +305,14 @@ impl<S: ConditionalStore + ?Sized> ConditionalStore for Arc<S> {
     }
     async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
         (**self).put(key, body, guard).await
+    }
+    async fn put_with_current(
+        &self,
+        key: &Key,
+        body: Bytes,
+        guard: CasGuard,
+    ) -> Result<(PutOutcome, Current), Error> {
+        (**self).put_with_current(key, body, guard).await
     }
     async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
         (**self).delete(key, version).await

@@ -371,3 +371,35 @@ async fn payload_objects_are_carried_by_pointer_and_collected() {
     assert_eq!(cell.collect_garbage().await.unwrap(), 0);
     assert_eq!(cell.read().await.unwrap().unwrap().payload, big(b'y'));
 }
+
+/// The seed API's compare-and-swap of a version-1 head moves its large data into a payload
+/// object named with the epoch it writes, as payload collection expects of every object (it
+/// was named with epoch 0 under a head at epoch 4).
+#[tokio::test(start_paused = true)]
+async fn a_migrated_payload_object_is_named_with_the_epoch_of_its_head() {
+    let store = Steered::new();
+    let owner = r#"{"v":1,"node":null,"epoch":3,"nonce":"x"}"#;
+    let put = store
+        .raw()
+        .put(&key("cells/c/own.json"), owner.into(), CasGuard::Absent)
+        .await
+        .unwrap();
+    let PutOutcome::Applied(version) = put else {
+        panic!("{put:?}");
+    };
+    let big = "d".repeat(ownership::INLINE_MAX_DEFAULT + 1);
+    let data = format!("{{\"v\":1,\"epoch\":3,\"node\":\"z\",\"nonce\":\"q\"}}\n{big}");
+    store
+        .raw()
+        .put(&key("cells/c/data"), data.into(), CasGuard::Absent)
+        .await
+        .unwrap();
+    let own = Ownership::new(store.clone(), "a");
+    let cas = own.cas_owner("c", CasGuard::Match(version), 4).await.unwrap();
+    assert!(matches!(cas, CasOutcome::Applied), "{cas:?}");
+    let listed = store.raw().list(Some(&key("cells/c/blobs"))).await.unwrap();
+    let names: Vec<&str> = listed.iter().map(|k| k.as_str()).collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert!(names[0].starts_with("cells/c/blobs/4-"), "{names:?}");
+    assert_eq!(payload(&own, "c").await.len(), big.len());
+}

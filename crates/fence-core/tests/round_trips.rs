@@ -11,14 +11,19 @@
 //! | takeover, each further cell of that node (also through `claim_many`) | 2, and 1 listing |
 //! | fenced write, inline / with a payload object | 1 / 2 |
 //! | release | 1 |
+//! | a lost compare-and-swap (a stale write): the write and a read / on a store whose rejections carry the current head (DynamoDB) | 2 / 1 |
+//! | a write whose answer was lost: and a read / on such a store, sent again | +1 / +1 (no read) |
 //!
 //! Timings are the benchmark's (`crates/fence-s3/benches/claims.rs`); counts are exact. Two
 //! tests are ignored: goals the core misses today, each said in its doc (run them with
 //! `--ignored`).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
+use bytes::Bytes;
 use fence_core::*;
 use fence_testkit::sim::PausableStore;
 use fence_testkit::{CountingStore, FaultyStore, OpCounts, OpKind, RandomFaults};
@@ -295,4 +300,98 @@ async fn a_claim_of_the_largest_inline_payload_moves_less_than_64_kib() {
     let _cell = lease.claim("c").await.unwrap();
     let moved = a.sent.bytes();
     assert!(moved.total() < 64 * 1024, "moved {moved:?}");
+}
+
+/// A store whose rejections carry the object the condition was checked against, as
+/// DynamoDB's do (`ALL_OLD`), over a MemoryStore: the object is read right after the rejection
+/// through the inner store (in the same round trip on DynamoDB). The next `lose` writes that
+/// ask for it land and lose their answers.
+#[derive(Debug, Default)]
+struct Telling {
+    inner: MemoryStore,
+    lose: AtomicUsize,
+}
+
+#[async_trait]
+impl ConditionalStore for Telling {
+    async fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
+        self.inner.get(key).await
+    }
+    async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
+        self.inner.put(key, body, guard).await
+    }
+    async fn put_with_current(
+        &self,
+        key: &Key,
+        body: Bytes,
+        guard: CasGuard,
+    ) -> Result<(PutOutcome, Current), Error> {
+        let outcome = self.inner.put(key, body, guard).await?;
+        let lost = self
+            .lose
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if lost.is_ok() {
+            return Err(Error::new(ErrorKind::Timeout, "answer lost"));
+        }
+        let current = match (&outcome, self.inner.get(key).await?) {
+            (PutOutcome::Applied(_), _) => Current::Untold,
+            (PutOutcome::Rejected, None) => Current::Absent,
+            (PutOutcome::Rejected, Some(found)) => Current::Found(found),
+        };
+        Ok((outcome, current))
+    }
+    async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
+        self.inner.delete(key, version).await
+    }
+    async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
+        self.inner.list(prefix).await
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities().with_current_on_reject()
+    }
+}
+
+/// `a` claims `c`, then node `b` takes the cell over behind its back: `a`'s next write is a
+/// lost compare-and-swap. Returns what that write cost `a`.
+async fn stale_write(store: Arc<dyn ConditionalStore>) -> OpCounts {
+    let a = Node::on(store.clone(), "a");
+    let lease = a.acquire().await;
+    let cell = lease.claim("c").await.unwrap();
+    let b = Ownership::new(store, "b");
+    let (_, version) = b.read_head("c").await.unwrap().unwrap();
+    let taken = b.cas_owner("c", CasGuard::Match(version), 2).await.unwrap();
+    assert_eq!(taken, CasOutcome::Applied);
+    a.counted().await;
+    let stale = cell.write("late").await.unwrap_err();
+    assert_eq!(stale.kind(), ErrorKind::Fenced);
+    a.counted().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_compare_and_swap_costs_one_request_where_the_rejection_carries_the_head() {
+    let told = stale_write(Arc::new(Telling::default())).await;
+    assert_eq!(
+        told,
+        requests(0, 1),
+        "the rejection's head is the read-back"
+    );
+    let untold = stale_write(Arc::new(MemoryStore::new())).await;
+    assert_eq!(untold, requests(1, 1), "a store without it needs a read");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_answer_is_settled_by_sending_again_where_the_rejection_carries_the_head() {
+    let store = Arc::new(Telling::default());
+    let a = Node::on(store.clone(), "a");
+    let lease = a.acquire().await;
+    let cell = lease.claim("c").await.unwrap();
+    a.counted().await;
+    store.lose.store(1, Ordering::SeqCst);
+    cell.write("ours").await.unwrap();
+    assert_eq!(
+        a.counted().await,
+        requests(0, 2),
+        "the write landed, its answer was lost; sent again, it is rejected carrying ours"
+    );
+    assert_eq!(&cell.read().await.unwrap().unwrap().payload[..], b"ours");
 }

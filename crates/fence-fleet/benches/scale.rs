@@ -5,7 +5,9 @@
 //! `cargo bench -p fence-fleet --bench scale` runs 16 and 256 nodes;
 //! `FENCE_FLEET_SCALE=all` runs 3, 16, 256, 1,000 and 10,000 (the last alone took 33 minutes
 //! of a busy 2-core machine and under 1 GB of memory), and
-//! `FENCE_FLEET_SCALE=16,64` runs the sizes listed.
+//! `FENCE_FLEET_SCALE=16,64` runs the sizes listed. `FENCE_FLEET_STORE=dynamodb` makes the
+//! store's rejections carry the current object, as DynamoDB's do; every run also counts the
+//! DynamoDB request units of its requests (a write unit per KB of item, a read unit per 4 KB).
 #![allow(missing_docs)]
 
 #[path = "../tests/support/scale.rs"]
@@ -38,7 +40,11 @@ fn main() {
             .build()
             .expect("runtime");
         let started = fence_core::clock::Stopwatch::start();
-        let report = rt.block_on(scale::run(&scale::ScaleConfig::new(n)));
+        let cfg = scale::ScaleConfig {
+            telling: std::env::var("FENCE_FLEET_STORE").is_ok_and(|s| s == "dynamodb"),
+            ..scale::ScaleConfig::new(n)
+        };
+        let report = rt.block_on(scale::run(&cfg));
         println!("{}", report.row());
         eprintln!(
             "  {n} nodes: {} cells, the killed nodes held {}, the kills moved {} (at most {} epochs each), {} moved while quiet; the leaver held {}, the leave moved {} (at most {} epochs each, all handed off: {}); the join moved {} (at most {} epochs each), the joiner holds {} (its share after {:?} ms); simulated in {:.1} s",

@@ -20,8 +20,7 @@ use fence_gcs::{GcsStore, StaticToken};
 use fence_testkit::scenarios::runtime::SERVER_TTL;
 use fence_testkit::{probe, run_all, ProbeConfig, SuiteConfig, Verdict};
 
-#[path = "../../fence-wire/tests/support/canned.rs"]
-mod canned;
+use fence_testkit::canned;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

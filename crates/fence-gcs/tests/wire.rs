@@ -1,17 +1,14 @@
 //! fence-gcs against canned HTTP servers on 127.0.0.1: redirects, least-privilege 404s, a
 //! body cut short, an echoed token, a slow token provider. No emulator needed.
 
-#[path = "../../fence-wire/tests/support/canned.rs"]
-mod canned;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use canned::{error_texts, kind_commit, serve, Reply};
 use fence_core::{CasGuard, Commit, ConditionalStore, Error, ErrorKind, Key, PutOutcome};
 use fence_gcs::{AccessToken, GcsStore, StaticToken, TokenProvider};
+use fence_testkit::canned::{error_texts, kind_commit, serve, Reply};
 
 const TOKEN: &str = "ya29.canned-secret-token";
 const BUCKET_PATH: &str = "/storage/v1/b/fence-test";
@@ -270,25 +267,4 @@ async fn a_token_and_answer_within_the_bound_are_applied() {
         .await
         .unwrap();
     assert!(matches!(got, PutOutcome::Applied(v) if v.as_str() == "9"));
-}
-
-/// Issue 35, item 3: a listing the store refuses (403, a missing bucket, any error) is an
-/// error naming the listed prefix, never an empty list. (On main the error named no key: a
-/// caller could not say which listing failed.)
-#[tokio::test]
-async fn a_refused_listing_is_an_error_naming_the_prefix() {
-    for (status, kind) in [
-        (403, ErrorKind::PermissionDenied),
-        (404, ErrorKind::NotFound),
-        (400, ErrorKind::InvalidInput),
-    ] {
-        let body = format!(r#"{{"error":{{"code":{status},"message":"The bucket says no."}}}}"#);
-        let server = serve(move |r| match r.target.contains("/o?prefix=") {
-            true => json(status, &body),
-            false => not_found("No such object: fence-test/x/cells"),
-        })
-        .await;
-        let store = store_at(&server.endpoint());
-        canned::assert_listing_refused(&store, status, kind).await;
-    }
 }

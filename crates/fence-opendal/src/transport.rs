@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use fence_wire::client::CONTROL_ANSWER_LIMIT;
 use fence_wire::error_body::ERROR_BODY_LIMIT;
+use fence_wire::headers::drop_unusable;
 use fence_wire::listing::{ListingCap, ListingLimits, MAX_LISTING_PAGE};
 use futures::StreamExt;
 use opendal::{Buffer, HttpBody, HttpTransport, HttpTransporter};
@@ -269,13 +270,29 @@ impl HttpTransport for ObservingTransport {
         if let Some((exchange, index)) = slot {
             exchange.finish(index, outcome);
         }
-        result.map(|resp| match (resp.status().is_success(), mutating) {
-            (false, _) => resp.map(|body| first_bytes(body, ERROR_BODY_LIMIT)),
-            // A write's answer: the status and headers are its proof; a body (GCS's object
-            // resource) is small.
-            (true, true) => resp.map(|body| first_bytes(body, CONTROL_ANSWER_LIMIT as usize)),
-            (true, false) => resp.map(|body| capped(body, cap)),
+        result.map(|mut resp| {
+            // Two different versions on one answer name none: OpenDAL would take one of them.
+            for header in ["etag", "x-goog-generation"] {
+                drop_unusable(resp.headers_mut(), header);
+            }
+            bounded_body(resp, mutating, cap)
         })
+    }
+}
+
+/// `resp` with its body read no further than its cap: an error's start, a write's small
+/// answer, or a read's record or listing page within `cap`.
+fn bounded_body(
+    resp: http::Response<HttpBody>,
+    mutating: bool,
+    cap: BodyCap,
+) -> http::Response<HttpBody> {
+    match (resp.status().is_success(), mutating) {
+        (false, _) => resp.map(|body| first_bytes(body, ERROR_BODY_LIMIT)),
+        // A write's answer: the status and headers are its proof; a body (GCS's object
+        // resource) is small.
+        (true, true) => resp.map(|body| first_bytes(body, CONTROL_ANSWER_LIMIT as usize)),
+        (true, false) => resp.map(|body| capped(body, cap)),
     }
 }
 

@@ -2,15 +2,12 @@
 //! not produce on demand (redirects, an echoed signature, answers of any size, weak ETags, a
 //! connect that never completes). No test server needed.
 
-#[path = "../../fence-wire/tests/support/canned.rs"]
-mod canned;
-
 use std::time::Duration;
 
-use canned::{error_texts, kind_commit, serve, Reply};
 use fence_core::{CasGuard, Commit, ConditionalStore, ErrorKind, Key, Version};
 use fence_opendal::emulator::{self, S3Server};
 use fence_opendal::OpendalStore;
+use fence_testkit::canned::{error_texts, kind_commit, serve, Reply};
 use tokio::net::{TcpSocket, TcpStream};
 
 const SECRET: &str = "canned-secret-key";
@@ -238,31 +235,4 @@ async fn an_unreadable_answer_to_a_sent_write_is_ambiguous() {
         2,
         "both writes were sent"
     );
-}
-
-/// Issue 35, item 3: a listing the store refuses (403, a missing bucket, any error) is an
-/// error naming the listed prefix, never an empty list. (On main a 404 `NoSuchBucket` listed
-/// as empty, and the errors named no key.)
-#[tokio::test]
-async fn a_refused_listing_is_an_error_naming_the_prefix() {
-    for (status, code, kind) in [
-        (403, "AccessDenied", ErrorKind::PermissionDenied),
-        (404, "NoSuchBucket", ErrorKind::NotFound),
-        // A listing is never answered "no such key": a 404 of any kind is the bucket's.
-        (404, "NoSuchKey", ErrorKind::NotFound),
-        (400, "InvalidArgument", ErrorKind::Other),
-    ] {
-        let body = format!("<?xml version=\"1.0\"?><Error><Code>{code}</Code></Error>");
-        let server = serve(move |r| match r.target.contains("list-type=2") {
-            true => Reply::status(status, "application/xml", body.clone()),
-            false => Reply::status(
-                404,
-                "application/xml",
-                "<Error><Code>NoSuchKey</Code></Error>",
-            ),
-        })
-        .await;
-        let store = store_at(&server.endpoint());
-        canned::assert_listing_refused(&store, status, kind).await;
-    }
 }

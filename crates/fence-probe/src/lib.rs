@@ -184,7 +184,10 @@ impl fmt::Display for ProbeReport {
 ///
 /// 1. create-if-absent applies; a second create is rejected and changes nothing; an update
 ///    with the current version applies with a new version; one with the stale version is
-///    rejected;
+///    rejected, carrying the current object where the store declares
+///    [`Capabilities::current_on_reject`](fence_core::Capabilities); where it has conditional
+///    delete, a delete with the stale version is rejected and one with the current version
+///    deletes;
 /// 2. at the same time: `rounds` keys raced by `racers` concurrent creates, `rounds` keys
 ///    raced by `racers` concurrent updates from one shared version, and an identical
 ///    rewrite. Each race has at most one racer answered `Applied`, and the key reads back

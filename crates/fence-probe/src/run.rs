@@ -7,7 +7,8 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 use fence_core::{
-    CasGuard, ConditionalStore, Entropy, Error, ErrorKind, Key, PutOutcome, Stored, Version,
+    CasGuard, ConditionalStore, Current, DeleteOutcome, Entropy, Error, ErrorKind, Key, PutOutcome,
+    Stored, Version,
 };
 
 use crate::race::{self, Round};
@@ -226,22 +227,74 @@ impl<'a> ProbeRun<'a> {
             CasGuard::Match(v1.clone()),
             "an update with the current version was rejected",
         );
-        if update.await? == v1 {
+        let v2 = update.await?;
+        if v2 == v1 {
             return violation("an update answered the version it replaced (versions repeat)");
         }
         self.steps
             .push("update with the current version applies, new version".into());
-        let stale = self.put(
-            "stale update",
-            &key,
-            self.body("stale"),
-            CasGuard::Match(v1),
-        );
-        if let PutOutcome::Applied(_) = stale.await? {
-            return violation("an update with a stale version was accepted (If-Match ignored)");
+        self.stale_update(&key, v1.clone(), &v2).await?;
+        if self.store.capabilities().conditional_delete {
+            self.conditional_delete(&key, v1, v2).await?;
         }
-        self.steps
-            .push("update with a stale version rejected".into());
+        Ok(())
+    }
+
+    /// An update with the stale version `v1` is rejected; on a store that declares
+    /// [`Capabilities::current_on_reject`](fence_core::Capabilities), the rejection carries
+    /// the object at its current version `v2`.
+    async fn stale_update(&mut self, key: &Key, v1: Version, v2: &Version) -> Step<()> {
+        let body = self.body("stale");
+        if !self.store.capabilities().current_on_reject {
+            let stale = self.put("stale update", key, body, CasGuard::Match(v1));
+            if let PutOutcome::Applied(_) = stale.await? {
+                return violation("an update with a stale version was accepted (If-Match ignored)");
+            }
+            self.steps
+                .push("update with a stale version rejected".into());
+            return Ok(());
+        }
+        self.may_have_written(key);
+        let stale = self.store.put_with_current(key, body, CasGuard::Match(v1));
+        match self.timed("stale update", stale).await? {
+            (PutOutcome::Applied(_), _) => {
+                violation("an update with a stale version was accepted (condition ignored)")
+            }
+            (PutOutcome::Rejected, Current::Found(s)) if s.version == *v2 => {
+                let step = "update with a stale version rejected, carrying the current object";
+                self.steps.push(step.into());
+                Ok(())
+            }
+            (PutOutcome::Rejected, current) => violation(format!(
+                "the store declares that rejections carry the current object, but a stale \
+                 update's rejection carried {current:?} instead of version {v2}"
+            )),
+        }
+    }
+
+    /// On a store with conditional delete: a delete with the stale version `v1` is rejected
+    /// and leaves the object; one with the current version `v2` removes it.
+    async fn conditional_delete(&mut self, key: &Key, v1: Version, v2: Version) -> Step<()> {
+        let stale = self
+            .timed("stale delete", self.store.delete(key, &v1))
+            .await?;
+        if stale == DeleteOutcome::Deleted {
+            return violation("a delete with a stale version was accepted");
+        }
+        match self.get("read after stale delete", key).await? {
+            Some(s) if s.version == v2 => {}
+            _ => return violation("a rejected delete changed the stored object"),
+        }
+        let current = self.timed("delete", self.store.delete(key, &v2)).await?;
+        if current == DeleteOutcome::Rejected {
+            return violation("a delete with the current version was rejected");
+        }
+        if self.get("read after delete", key).await?.is_some() {
+            return violation("a delete answered Deleted, but the object is still there");
+        }
+        self.steps.push(
+            "conditional delete: a stale version rejected, the current version deletes".into(),
+        );
         Ok(())
     }
 

@@ -8,20 +8,24 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use fence_core::{
-    Capabilities, CasGuard, ConditionalStore, DeleteOutcome, Error, Key, MemoryStore, PutOutcome,
-    Stored, Version,
+    Capabilities, CasGuard, ConditionalStore, Current, DeleteOutcome, Error, Key, MemoryStore,
+    PutOutcome, Stored, Version,
 };
 use fence_probe::{probe, ProbeConfig, Verdict};
 use fence_testkit::sabotage::{Flaw, SabotagedStore};
 
 /// A store in front of another that, like SeaweedFS, serves conditional writes to one key one
 /// at a time, each taking `step` (the k-th of n concurrent racers answers after k steps), and
-/// may declare content-hash versions.
+/// may declare content-hash versions, rejections that carry the current object (telling it,
+/// or not: `tells_current`), and delete whatever the version (`deletes_any_version`).
 #[derive(Debug)]
 struct Shaped {
     inner: Arc<dyn ConditionalStore>,
     step: Duration,
     declares_content_versions: bool,
+    /// `Some(tells)`: declares `current_on_reject`, and tells the object (or tells nothing).
+    tells_current: Option<bool>,
+    deletes_any_version: bool,
     queues: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
 }
 
@@ -31,6 +35,8 @@ impl Shaped {
             inner: Arc::new(inner),
             step: Duration::ZERO,
             declares_content_versions: false,
+            tells_current: None,
+            deletes_any_version: false,
             queues: Mutex::new(HashMap::new()),
         }
     }
@@ -52,19 +58,40 @@ impl ConditionalStore for Shaped {
         tokio::time::sleep(self.step).await;
         self.inner.put(key, body, guard).await
     }
+    async fn put_with_current(
+        &self,
+        key: &Key,
+        body: Bytes,
+        guard: CasGuard,
+    ) -> Result<(PutOutcome, Current), Error> {
+        let outcome = self.put(key, body, guard).await?;
+        let current = match (&outcome, self.tells_current) {
+            (PutOutcome::Rejected, Some(true)) => match self.inner.get(key).await? {
+                Some(found) => Current::Found(found),
+                None => Current::Absent,
+            },
+            _ => Current::Untold,
+        };
+        Ok((outcome, current))
+    }
     async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
-        self.inner.delete(key, version).await
+        match (self.deletes_any_version, self.inner.get(key).await?) {
+            (true, Some(current)) => self.inner.delete(key, &current.version).await,
+            _ => self.inner.delete(key, version).await,
+        }
     }
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
         self.inner.list(prefix).await
     }
     fn capabilities(&self) -> Capabilities {
-        let caps = self.inner.capabilities();
+        let mut caps = self.inner.capabilities();
         if self.declares_content_versions {
-            caps.with_content_versions()
-        } else {
-            caps
+            caps = caps.with_content_versions();
         }
+        if self.tells_current.is_some() {
+            caps = caps.with_current_on_reject();
+        }
+        caps
     }
 }
 
@@ -137,6 +164,46 @@ async fn check_refuses_every_store_but_an_honest_one() {
         assert_eq!(e.kind(), kind, "{flaw:?}: {e}");
         assert!(!e.is_ambiguous());
     }
+}
+
+#[tokio::test]
+async fn rejections_that_carry_the_current_object_are_checked_where_declared() {
+    let telling = Shaped {
+        tells_current: Some(true),
+        ..Shaped::new(MemoryStore::new())
+    };
+    let report = probe(&telling, &ProbeConfig::default()).await;
+    println!("{report}");
+    assert_eq!(report.verdict, Verdict::Honest, "{report}");
+    assert!(report
+        .steps
+        .iter()
+        .any(|s| s.contains("carrying the current object")));
+    let silent = Shaped {
+        tells_current: Some(false),
+        ..Shaped::new(MemoryStore::new())
+    };
+    let report = probe(&silent, &ProbeConfig::default()).await;
+    assert!(report.verdict.is_violation(), "{report}");
+}
+
+#[tokio::test]
+async fn a_conditional_delete_is_checked_and_one_that_ignores_the_version_caught() {
+    let honest = probe(&MemoryStore::new(), &ProbeConfig::default()).await;
+    assert!(
+        honest
+            .steps
+            .iter()
+            .any(|s| s.contains("conditional delete")),
+        "{honest}"
+    );
+    let careless = Shaped {
+        deletes_any_version: true,
+        ..Shaped::new(MemoryStore::new())
+    };
+    let report = probe(&careless, &ProbeConfig::default()).await;
+    println!("{report}");
+    assert!(report.verdict.is_violation(), "{report}");
 }
 
 #[tokio::test]

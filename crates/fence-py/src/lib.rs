@@ -35,6 +35,7 @@ fn _fence(m: &Bound<'_, PyModule>) -> PyResult<()> {
     fleet::register(m)?;
     election::register(m)?;
     m.add_function(wrap_pyfunction!(process::release_all, m)?)?;
+    m.add_function(wrap_pyfunction!(process::forked_in_child, m)?)?;
     m.add_function(wrap_pyfunction!(names::run_lease_node, m)?)?;
     m.add_function(wrap_pyfunction!(lease::check_wait, m)?)?;
     Ok(())

@@ -17,6 +17,7 @@
 use std::cell::OnceCell;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use fence_core::CellClaim;
@@ -29,9 +30,37 @@ use crate::election::ElectionSlot;
 use crate::fleet::FleetSlot;
 use crate::lease::KeeperSlot;
 
+/// A process as this package tells one from another: its pid and how many `os.fork()`s
+/// made it from the process the package was loaded in. A pid alone is no identity: a forked
+/// child can have its parent's pid (the parent was pid 1 of a PID namespace it then left with
+/// `unshare`, or it ended and its pid came round again to a grandchild).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Ident {
+    pid: u32,
+    forks: u64,
+}
+
+/// How many `os.fork()`s lie between the process the package was loaded in and this one:
+/// raised by [`forked_in_child`], which `os.register_at_fork(after_in_child=…)` runs.
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+/// Called in every child `os.fork()` makes (registered by the package's `__init__`).
+#[pyfunction]
+pub(crate) fn forked_in_child() {
+    FORKS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// This process.
+fn here() -> Ident {
+    Ident {
+        pid: std::process::id(),
+        forks: FORKS.load(Ordering::SeqCst),
+    }
+}
+
 /// This process's state.
 pub(crate) struct Process {
-    pid: u32,
+    id: Ident,
     runtime: &'static Runtime,
     /// What this process's objects hold, released at interpreter exit ([`release_all`]).
     held: Vec<Held>,
@@ -67,12 +96,12 @@ static PROCESS: Mutex<Option<Process>> = Mutex::new(None);
 /// proof that the GIL is held (see the module docs): never wait while holding the guard.
 pub(crate) fn process(_py: Python<'_>) -> MutexGuard<'static, Option<Process>> {
     let mut guard = PROCESS.lock().unwrap_or_else(|p| p.into_inner());
-    let pid = std::process::id();
-    if guard.as_ref().is_none_or(|p| p.pid != pid) {
+    let id = here();
+    if guard.as_ref().is_none_or(|p| p.id != id) {
         let runtime = Box::leak(Box::new(new_runtime()));
         // A parent's state is never dropped here: its destructors would act as the parent.
         if let Some(parent) = guard.replace(Process {
-            pid,
+            id,
             runtime,
             held: Vec::new(),
         }) {
@@ -98,14 +127,14 @@ pub(crate) fn runtime(py: Python<'_>) -> &'static Runtime {
         .unwrap_or_else(|| unreachable!("process() always leaves this process's state in place"))
 }
 
-/// Whether this is still the process `pid`.
-fn is_current(pid: u32) -> bool {
-    pid == std::process::id()
+/// Whether this is still the process `id`.
+fn is_current(id: Ident) -> bool {
+    id == here()
 }
 
 /// A value that belongs to the process that made it (see the module docs).
 pub(crate) struct Local<T> {
-    pid: u32,
+    id: Ident,
     value: Option<T>,
 }
 
@@ -113,25 +142,25 @@ impl<T> Local<T> {
     /// `value`, belonging to this process.
     pub(crate) fn new(value: T) -> Self {
         Local {
-            pid: std::process::id(),
+            id: here(),
             value: Some(value),
         }
     }
 
     /// The value, in the process that made it; `ForkedError` in a forked child.
     pub(crate) fn get(&self) -> PyResult<&T> {
-        self.here().ok_or_else(|| forked(self.pid))
+        self.here().ok_or_else(|| forked(self.id.pid))
     }
 
     /// The value, in the process that made it; `None` in a forked child.
     pub(crate) fn here(&self) -> Option<&T> {
-        self.value.as_ref().filter(|_| is_current(self.pid))
+        self.value.as_ref().filter(|_| is_current(self.id))
     }
 }
 
 impl<T> Drop for Local<T> {
     fn drop(&mut self) {
-        if !is_current(self.pid) {
+        if !is_current(self.id) {
             // The parent's lease, claim or connection: dropping it would act as the parent.
             std::mem::forget(self.value.take());
         }
@@ -180,7 +209,7 @@ pub(crate) fn release_all(py: Python<'_>) {
         match guard.as_mut() {
             // Nothing made in this process (a forked child's state is its parent's): nothing
             // to release, and no runtime to start for it.
-            Some(p) if is_current(p.pid) => std::mem::take(&mut p.held),
+            Some(p) if is_current(p.id) => std::mem::take(&mut p.held),
             _ => return,
         }
     };

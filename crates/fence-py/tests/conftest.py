@@ -1,5 +1,6 @@
 """Stores for the tests: local files always, the S3 test server (SeaweedFS) when
-scripts/servers/s3.sh has started it (required when FENCE_REQUIRE_SERVERS=1)."""
+scripts/servers/s3.sh has started it and moto's DynamoDB when scripts/servers/dynamodb.sh has
+(required when FENCE_REQUIRE_SERVERS=1)."""
 
 import os
 import pathlib
@@ -33,14 +34,17 @@ def fence_cli(*args, env=None, timeout=60):
                           env=env if env is not None else os.environ)
 
 
-def _s3_env():
-    need = ["FENCE_S3_SEAWEED_ENDPOINT", "FENCE_S3_BUCKET", "FENCE_S3_ACCESS_KEY_ID",
-            "FENCE_S3_SECRET_ACCESS_KEY"]
+def _server_env(need):
     if all(os.environ.get(v) for v in need):
         return {v: os.environ[v] for v in need}
     if os.environ.get("FENCE_REQUIRE_SERVERS") == "1":
-        pytest.fail("FENCE_S3_* variables missing but FENCE_REQUIRE_SERVERS=1")
+        pytest.fail(f"{need} missing but FENCE_REQUIRE_SERVERS=1")
     return None
+
+
+def _s3_env():
+    return _server_env(["FENCE_S3_SEAWEED_ENDPOINT", "FENCE_S3_BUCKET",
+                        "FENCE_S3_ACCESS_KEY_ID", "FENCE_S3_SECRET_ACCESS_KEY"])
 
 
 def s3_url(monkeypatch):
@@ -57,10 +61,27 @@ def s3_url(monkeypatch):
     return f"s3://{env['FENCE_S3_BUCKET']}/fence-py-{uuid.uuid4().hex}"
 
 
-@pytest.fixture(params=["file", "s3"])
+def dynamodb_url(monkeypatch):
+    """A fresh dynamodb:// URL on moto, configured from AWS_* variables as the fence command
+    is (AWS_ENDPOINT_URL_DYNAMODB names DynamoDB's endpoint)."""
+    env = _server_env(["FENCE_DYNAMODB_ENDPOINT", "FENCE_DYNAMODB_TABLE",
+                       "FENCE_DYNAMODB_ACCESS_KEY_ID", "FENCE_DYNAMODB_SECRET_ACCESS_KEY"])
+    if env is None:
+        pytest.skip("no DynamoDB test server (run scripts/servers/dynamodb.sh start)")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", env["FENCE_DYNAMODB_ENDPOINT"])
+    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", env["FENCE_DYNAMODB_ACCESS_KEY_ID"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", env["FENCE_DYNAMODB_SECRET_ACCESS_KEY"])
+    return f"dynamodb://{env['FENCE_DYNAMODB_TABLE']}/fence-py-{uuid.uuid4().hex}"
+
+
+@pytest.fixture(params=["file", "s3", "dynamodb"])
 def url(request, monkeypatch):
     if request.param == "file":
         return "file://" + tempfile.mkdtemp(prefix="fence-py-")
+    if request.param == "dynamodb":
+        return dynamodb_url(monkeypatch)
     return s3_url(monkeypatch)
 
 

@@ -232,6 +232,32 @@ def test_a_forked_child_holds_nothing_and_fails_fast(file_url):
     lock.release()
 
 
+SAME_PID_CHILD = """
+import sys, fence
+lease = fence.Fence(sys.argv[1], "worker", ttl=30.0).acquire()
+cell = lease.claim("orders")
+# What a forked child that kept its parent's pid sees (the parent was pid 1 of a PID
+# namespace it left, or its pid came round again): the fork hook ran, the pid is the same.
+fence._fence.forked_in_child()
+said = [f"held={lease.is_held()} cell={cell.is_held()}"]
+for call in (lambda: cell.write(b"child"), lambda: lease.claim("other")):
+    try:
+        call()
+        said.append("no error")
+    except fence.ForkedError as e:
+        said.append(e.kind)
+print(" ".join(said))
+"""
+
+
+def test_a_child_with_its_parents_pid_still_holds_nothing(file_url):
+    out = subprocess.run([sys.executable, "-c", SAME_PID_CHILD, file_url], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    # With the pid as the only identity, the child took the parent's objects for its own.
+    assert out.stdout.split() == ["held=False", "cell=False", "forked", "forked"], out.stdout
+
+
 def wait_or_kill(pid, limit):
     """The exit code of child `pid`, killed after `limit` seconds (a hang fails the test)."""
     deadline = time.monotonic() + limit
@@ -306,6 +332,21 @@ def test_payloads_durations_and_reprs_say_one_thing(file_url):
             with pytest.raises(fence.InvalidInputError) as e:
                 call()
             assert isinstance(e.value, ValueError) and e.value.kind == "invalid_input"
+
+
+def test_a_lost_lock_refuses_a_nested_acquire(file_url):
+    lock = fence.lock(file_url, "jobs", ttl=1.0)
+    with lock:
+        with lock:  # held: a count
+            pass
+        # A successor that KNOWS this holder has ended takes the run lease over.
+        taker = fence.run_lease(file_url, "jobs", ttl=1.0).acquire_succeeding(lock.lease.generation)
+        assert lock.lost() == "lease_lost"
+        assert not lock.locked()
+        with pytest.raises(fence.FencedError) as refused:
+            lock.acquire()  # re-entry used to succeed silently while locked() was False
+        assert refused.value.kind == "fenced" and not refused.value.ambiguous
+    taker.release()
 
 
 def test_lease_lost_returns_when_the_authority_ends(file_url):

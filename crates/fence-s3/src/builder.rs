@@ -9,7 +9,7 @@ use fence_wire::options::StoreOptions;
 use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut};
 use object_store::ClientConfigKey;
 
-use crate::credentials::{CredentialSource, CredentialsUnavailable, NamedSource};
+use crate::credentials::{no_credentials, CredentialSource, NamedSource};
 use crate::store::S3Store;
 use fence_wire::client::Timeouts;
 use fence_wire::exchange::ObservingConnector;
@@ -252,9 +252,7 @@ impl S3StoreBuilder {
     fn credentials(&self, bucket: &str) -> Result<AmazonS3Builder, Error> {
         let source = self.credential_source();
         if let CredentialSource::InstanceMetadata { disabled: true, .. } = source {
-            return Err(Error::new(ErrorKind::InvalidInput, "no AWS credentials")
-                .with_source(CredentialsUnavailable::new(source))
-                .not_committed());
+            return Err(no_credentials(source));
         }
         if !source.is_remote() {
             return Ok(self.s3.clone());
@@ -310,6 +308,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::credentials::CredentialsUnavailable;
 
     #[test]
     fn refuses_bad_configuration_before_any_io() {

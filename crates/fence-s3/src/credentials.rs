@@ -19,12 +19,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, AwsCredential};
+use fence_core::{Error, ErrorKind};
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, AwsCredential, AwsCredentialProvider};
 use object_store::{BackoffConfig, ClientConfigKey, CredentialProvider, RetryConfig};
 
 /// The instance metadata endpoint object_store asks unless `AWS_METADATA_ENDPOINT` says
 /// otherwise.
 pub const DEFAULT_METADATA_ENDPOINT: &str = "http://169.254.169.254";
+
+/// The bucket name object_store's builder needs to make a credential provider for another
+/// service than S3 (it is never asked for).
+const NO_BUCKET: &str = "fence-credentials";
 
 /// The variables of the sources before IMDS, as an operator sets them.
 const ENVIRONMENT_SOURCES: &str = "AWS_ACCESS_KEY_ID with AWS_SECRET_ACCESS_KEY, \
@@ -56,8 +61,9 @@ pub enum CredentialSource {
 }
 
 impl CredentialSource {
-    /// The source `s3` (a builder as configured) would use.
-    pub(crate) fn of(s3: &AmazonS3Builder, metadata_disabled: bool) -> CredentialSource {
+    /// The source `s3` (object_store's builder as configured) would use, with the instance
+    /// metadata service turned off by `metadata_disabled`.
+    pub fn of(s3: &AmazonS3Builder, metadata_disabled: bool) -> CredentialSource {
         let set = |key: AmazonS3ConfigKey| s3.get_config_value(&key).is_some_and(|v| !v.is_empty());
         let truthy = |key: AmazonS3ConfigKey| {
             s3.get_config_value(&key).is_some_and(|v| {
@@ -225,5 +231,52 @@ impl CredentialProvider for NamedSource {
                 source: Box::new(e),
             }
         })
+    }
+}
+
+/// The error of a configuration with no credential source at all (the instance metadata
+/// service turned off and nothing else set): invalid input, before any I/O, naming the
+/// sources tried.
+pub(crate) fn no_credentials(source: CredentialSource) -> Error {
+    Error::new(ErrorKind::InvalidInput, "no AWS credentials")
+        .with_source(CredentialsUnavailable::new(source))
+        .not_committed()
+}
+
+/// The credentials of another AWS service than S3 (fence-dynamodb signs its requests with
+/// them), from object_store's S3 configuration `s3` — its `AWS_*` variables and explicit keys
+/// — with the sources, order and safeguards of an [`S3Store`](crate::S3Store): static keys as
+/// configured; a remote source asked through its own bounded HTTP client, its failure naming
+/// the sources tried; no source at all (IMDS turned off by `metadata_disabled`) an error
+/// before any I/O. `None` when signing is off (`AWS_SKIP_SIGNATURE=true`). Does no I/O.
+///
+/// ```
+/// use object_store::aws::AmazonS3Builder;
+/// let keys = AmazonS3Builder::new().with_access_key_id("AKID").with_secret_access_key("s");
+/// assert!(fence_s3::credentials::aws_credentials(&keys, false).unwrap().is_some());
+/// let nothing = fence_s3::credentials::aws_credentials(&AmazonS3Builder::new(), true);
+/// assert_eq!(nothing.unwrap_err().kind(), fence_core::ErrorKind::InvalidInput);
+/// ```
+pub fn aws_credentials(
+    s3: &AmazonS3Builder,
+    metadata_disabled: bool,
+) -> Result<Option<AwsCredentialProvider>, Error> {
+    let source = CredentialSource::of(s3, metadata_disabled);
+    let unusable = |e: object_store::Error| {
+        Error::new(ErrorKind::InvalidInput, "AWS credentials cannot be set up")
+            .with_source(e)
+            .not_committed()
+    };
+    match source {
+        CredentialSource::InstanceMetadata { disabled: true, .. } => Err(no_credentials(source)),
+        CredentialSource::Unsigned => Ok(None),
+        CredentialSource::Static => {
+            let built = s3.clone().with_bucket_name(NO_BUCKET).build();
+            Ok(Some(built.map_err(unusable)?.credentials().clone()))
+        }
+        remote => {
+            let named = NamedSource::new(s3, NO_BUCKET, remote).map_err(unusable)?;
+            Ok(Some(Arc::new(named)))
+        }
     }
 }

@@ -7,8 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-#[path = "../../fence-wire/tests/support/canned.rs"]
-mod canned;
+use fence_testkit::canned;
 
 use bytes::Bytes;
 use fence_core::{

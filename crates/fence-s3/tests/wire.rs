@@ -2,15 +2,12 @@
 //! produce on demand (redirects, a slow read after a 409, a body cut short, weak ETags, an
 //! echoed signature, a connect that never completes). No test server needed.
 
-#[path = "../../fence-wire/tests/support/canned.rs"]
-mod canned;
-
 use std::time::Duration;
 
 use bytes::Bytes;
-use canned::{error_texts, kind_commit, serve, Reply};
 use fence_core::{CasGuard, Commit, ConditionalStore, ErrorKind, Key, PutOutcome, Version};
 use fence_s3::S3Store;
+use fence_testkit::canned::{error_texts, kind_commit, serve, Reply};
 use tokio::net::{TcpSocket, TcpStream};
 
 const BUCKET: &str = "b";
@@ -332,24 +329,4 @@ async fn a_body_ending_in_the_old_nonce_trailer_is_read_as_stored() {
     assert_eq!(got.body, Bytes::from(stored));
     let read = fence_core::CellHead::decode(&k, &got.body);
     assert_eq!(read.unwrap_err().kind(), ErrorKind::Corrupt);
-}
-
-/// Issue 35, item 3: a listing the store refuses (403, a missing bucket, any error) is an
-/// error naming the listed prefix, never an empty list. (On main the error named no key: a
-/// caller could not say which listing failed.)
-#[tokio::test]
-async fn a_refused_listing_is_an_error_naming_the_prefix() {
-    for (status, code, kind) in [
-        (403, "AccessDenied", ErrorKind::PermissionDenied),
-        (404, "NoSuchBucket", ErrorKind::NotFound),
-        (400, "InvalidArgument", ErrorKind::Other),
-    ] {
-        let server = serve(move |r| match r.target.contains("list-type=2") {
-            true => xml_error(status, code),
-            false => xml_error(404, "NoSuchKey"),
-        })
-        .await;
-        let store = store_at(&server.endpoint(), Duration::from_secs(3));
-        canned::assert_listing_refused(&store, status, kind).await;
-    }
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use fence_core::{
-    Capabilities, CasGuard, ConditionalStore, DeleteOutcome, Error, Key, PutOutcome, Stored,
-    Version,
+    Capabilities, CasGuard, ConditionalStore, Current, DeleteOutcome, Error, Key, PutOutcome,
+    Stored, Version,
 };
 
 /// Round trips per operation kind, as counted by a [`CountingStore`].
@@ -183,6 +183,18 @@ impl ConditionalStore for CountingStore {
             add(&self.written_bytes, body.len());
         }
         self.inner.put(key, body, guard).await
+    }
+    async fn put_with_current(
+        &self,
+        key: &Key,
+        body: Bytes,
+        guard: CasGuard,
+    ) -> Result<(PutOutcome, Current), Error> {
+        if self.counts_key(key) {
+            bump(&self.put);
+            add(&self.written_bytes, body.len());
+        }
+        self.inner.put_with_current(key, body, guard).await
     }
     async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
         if self.counts_key(key) {

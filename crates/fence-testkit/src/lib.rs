@@ -10,6 +10,8 @@
 //!   [`Verdict::Unsupported`] or [`Verdict::Error`] (could not tell).
 //! - [`FaultyStore`]: a seeded wrapper injecting lost answers, failures before sending, 409s,
 //!   5xx after applying, latency and hangs. [`CountingStore`]: round trips per operation.
+//! - [`canned`]: a canned HTTP server for the adapters' wire tests, and the suite of hostile
+//!   answers every HTTP adapter runs with one line ([`bounded_answers!`]).
 //! - [`wire`]: a fault proxy on the wire between a real adapter and its real server, recording
 //!   what the server applied; [`scenarios::wire`] checks every answer of the adapter against
 //!   it, and runs the lease/claim/write runtime through the faults.
@@ -39,6 +41,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod canned;
 pub mod counting;
 pub mod faulty;
 pub mod linearizability;
@@ -47,6 +50,7 @@ pub mod objstore;
 pub mod round_trips;
 pub mod sabotage;
 pub mod scenarios;
+pub mod servers;
 pub mod sim;
 pub mod suite;
 pub mod wire;

@@ -33,8 +33,9 @@ async fn probe_says_honest_on_memory_store() {
     let report = probe(&MemoryStore::new(), &ProbeConfig::default()).await;
     println!("{report}");
     assert_eq!(report.verdict, Verdict::Honest);
-    // Four sequential checks, the identical rewrite, one line per kind of race.
-    assert_eq!(report.steps.len(), 4 + 1 + 2, "{report}");
+    // Four sequential checks and the conditional delete, the identical rewrite, one line per
+    // kind of race.
+    assert_eq!(report.steps.len(), 5 + 1 + 2, "{report}");
     assert_eq!(report.content_versions, Some(false), "{report}");
     assert!(
         report.left_behind.is_empty(),

@@ -1,7 +1,8 @@
 //! Faults on the wire between each real adapter and its real server: the fault proxy of
 //! `fence_testkit::wire` sits between fence-s3 and SeaweedFS / moto, between fence-gcs and
-//! fake-gcs-server, and between fence-azure and Azurite; and between fence-opendal (OpenDAL's
-//! s3 and azblob services) and SeaweedFS, moto and Azurite. Every answer of the adapter is
+//! fake-gcs-server, between fence-azure and Azurite, and between fence-dynamodb and moto's
+//! DynamoDB; and between fence-opendal (OpenDAL's s3 and azblob services) and SeaweedFS, moto
+//! and Azurite. Every answer of the adapter is
 //! checked against what the server applied, and the lease/claim/write runtime runs through the
 //! same faults.
 //!
@@ -164,6 +165,35 @@ fn opendal_store(op: opendal::Result<opendal::Operator>) -> Arc<dyn ConditionalS
     Arc::new(store)
 }
 
+/// fence-dynamodb and moto's DynamoDB.
+fn dynamodb() -> Option<Server> {
+    let (table, key, secret) = (
+        var("FENCE_DYNAMODB_TABLE")?,
+        var("FENCE_DYNAMODB_ACCESS_KEY_ID")?,
+        var("FENCE_DYNAMODB_SECRET_ACCESS_KEY")?,
+    );
+    let region = var("FENCE_DYNAMODB_REGION").unwrap_or_else(|| "us-east-1".into());
+    let adapter: Adapter = Box::new(move |endpoint: &str, prefix: &str| {
+        let store = fence_dynamodb::DynamoDbStore::builder()
+            .with_table(&table)
+            .with_prefix(prefix)
+            .with_endpoint(endpoint)
+            .with_allow_http(true)
+            .with_region(&region)
+            .with_credentials(&key, &secret)
+            .with_lease_ttl(TTL)
+            .with_read_policy(Duration::from_secs(2), 3)
+            .build()
+            .expect("valid DynamoDB configuration");
+        Arc::new(store)
+    });
+    Some(Server {
+        name: "dynamodb",
+        endpoint: var("FENCE_DYNAMODB_ENDPOINT")?,
+        adapter,
+    })
+}
+
 /// The backend named `name`, from the environment.
 fn servers(name: &str) -> Option<Server> {
     let found = match name {
@@ -176,6 +206,7 @@ fn servers(name: &str) -> Option<Server> {
         }
         "opendal-moto" => var("FENCE_S3_MOTO_ENDPOINT").and_then(|e| opendal_s3("opendal-moto", e)),
         "opendal-azurite" => opendal_azblob(),
+        "dynamodb" => dynamodb(),
         _ => None,
     };
     if found.is_none() {
@@ -280,6 +311,11 @@ async fn net_faults_opendal_moto() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn net_faults_opendal_azurite() {
     net_faults("opendal-azurite", 7).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn net_faults_dynamodb() {
+    net_faults("dynamodb", 8).await;
 }
 
 /// A deliberately mis-classifying adapter over the real one must be caught over the proxy:

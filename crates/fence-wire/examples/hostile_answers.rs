@@ -12,10 +12,7 @@
 //! Bodies are streamed from one small buffer. Usage: `hostile_answers MODE`; prints
 //! `http://127.0.0.1:PORT` and serves until killed.
 
-#[path = "../tests/support/canned.rs"]
-mod canned;
-
-use canned::{serve, Reply, Request, GIB};
+use fence_testkit::canned::{serve, Reply, Request, GIB};
 
 fn object(len: u64) -> Reply {
     Reply::stream(200, "application/json", len, b'{')

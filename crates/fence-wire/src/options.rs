@@ -113,10 +113,17 @@ impl StoreOptions {
 /// `with_lease_ttl`, `with_cas_timeout`, `with_read_policy`, `with_record_limit`,
 /// `with_listing_limits`, and `with_store_options` / `store_options` for all of them at
 /// once. Invoked inside the builder's `impl` block, so every builder documents and names
-/// them alike.
+/// them alike. A store whose record limit is not [`fence_core::DEFAULT_RECORD_LIMIT`] gives
+/// the first sentence of `with_record_limit`'s doc as a second argument.
 #[macro_export]
 macro_rules! store_option_setters {
     ($field:ident) => {
+        $crate::store_option_setters!(
+            $field,
+            "The record limit (default [`fence_core::DEFAULT_RECORD_LIMIT`], 5 MiB)."
+        );
+    };
+    ($field:ident, $record_limit:literal) => {
         /// The lease TTL the conditional-request timeout derives from (default 10 s): each
         /// conditional request is bounded by `ttl / 3` unless
         /// [`with_cas_timeout`](Self::with_cas_timeout) says otherwise.
@@ -139,11 +146,12 @@ macro_rules! store_option_setters {
             self
         }
 
-        /// The record limit (default [`fence_core::DEFAULT_RECORD_LIMIT`], 5 MiB): `put`
-        /// refuses a larger body before any I/O, and `get` stops reading an object past it
-        /// and answers [`ErrorKind::Corrupt`](fence_core::ErrorKind::Corrupt) naming the key.
-        /// Declared as [`Capabilities::max_body`](fence_core::Capabilities::max_body). It
-        /// bounds what a read can make this process hold.
+        #[doc = $record_limit]
+        ///
+        /// `put` refuses a larger body before any I/O, and `get` stops reading an object past
+        /// it and answers [`ErrorKind::Corrupt`](fence_core::ErrorKind::Corrupt) naming the
+        /// key. Declared as [`Capabilities::max_body`](fence_core::Capabilities::max_body).
+        /// It bounds what a read can make this process hold.
         pub fn with_record_limit(mut self, bytes: usize) -> Self {
             self.$field.limits.record = bytes;
             self

@@ -1,10 +1,7 @@
 //! The capped readers over a real connection: a canned server on 127.0.0.1 streams bodies of
 //! a gigabyte from one small buffer, and the readers stop at their cap and hang up.
 
-#[path = "support/canned.rs"]
-mod canned;
-
-use canned::{serve, Reply, GIB, HANG_UP_SLACK};
+use fence_testkit::canned::{self, serve, Reply, GIB, HANG_UP_SLACK};
 use fence_wire::body::{read_capped, read_prefix, reqwest_chunks, CappedError};
 
 async fn gigabyte_answer(status: u16) -> (canned::Canned, reqwest::Response) {

@@ -9,7 +9,7 @@ use fence_core::Error;
 /// service was asked (an instance metadata or managed identity endpoint) and gave none; not
 /// committed. `None` for any other error.
 ///
-/// An S3 or Azure store fetches its credentials at its first request, so this error comes
+/// An S3, DynamoDB or Azure store fetches its credentials at its first request, so this error comes
 /// from an operation, not from [`open`](crate::open) (which reports what it can see before
 /// any I/O itself).
 ///
@@ -21,7 +21,7 @@ use fence_core::Error;
 pub fn missing_credentials(e: &Error) -> Option<Error> {
     let mut cause = std::error::Error::source(e);
     while let Some(c) = cause {
-        #[cfg(feature = "s3")]
+        #[cfg(any(feature = "s3", feature = "dynamodb"))]
         if let Some(missing) = c.downcast_ref::<fence_s3::CredentialsUnavailable>() {
             return Some(s3::explain(missing));
         }
@@ -35,12 +35,12 @@ pub fn missing_credentials(e: &Error) -> Option<Error> {
 }
 
 /// `e`, or the error [`missing_credentials`] makes of it.
-#[cfg(any(feature = "s3", feature = "azure"))]
+#[cfg(any(feature = "s3", feature = "azure", feature = "dynamodb"))]
 pub(crate) fn explained(e: Error) -> Error {
     missing_credentials(&e).unwrap_or(e)
 }
 
-#[cfg(feature = "s3")]
+#[cfg(any(feature = "s3", feature = "dynamodb"))]
 mod s3 {
     use fence_core::{Error, ErrorKind};
     use fence_s3::{CredentialSource, CredentialsUnavailable};

@@ -14,6 +14,7 @@
 //! | `s3://bucket/prefix` | S3 and S3-compatible servers | `s3` |
 //! | `gs://bucket/prefix` | Google Cloud Storage (an emulator, or real GCS with `gcs-auth`) | `gcs` |
 //! | `az://container/prefix`, `azure://container/prefix` | Azure Blob Storage | `azure` |
+//! | `dynamodb://table/prefix` | a DynamoDB table (the prefix is its partition) | `dynamodb` |
 //! | `opendal+s3://…`, `opendal+azblob://…`, `opendal+gcs://…` | the OpenDAL service of that name | `opendal` |
 //!
 //! ```toml
@@ -26,17 +27,18 @@
 //!
 //! # Configuration
 //!
-//! Each backend reads its usual environment variables ([`open`]: `AWS_*` for `s3://`,
+//! Each backend reads its usual environment variables ([`open`]: `AWS_*` for `s3://` and
+//! `dynamodb://` (whose endpoint is `AWS_ENDPOINT_URL_DYNAMODB`, else `AWS_ENDPOINT_URL`),
 //! `FENCE_GCS_ENDPOINT` or `STORAGE_EMULATOR_HOST` for `gs://`, `AZURE_*` for `az://`,
 //! `OPENDAL_<SERVICE>_<KEY>` for `opendal+`), and takes the same settings as options that
 //! override them without touching the process environment ([`open_with`],
-//! [`OpenOptions`]): object_store's keys for S3 and Azure (`endpoint`, `region`,
+//! [`OpenOptions`]): object_store's keys for S3, DynamoDB and Azure (`endpoint`, `region`,
 //! `access_key_id`, `allow_http`, `account_name`, …), `endpoint` for GCS, OpenDAL's own
 //! config keys for `opendal+`. A key the backend does not know, or one that fence decides
 //! itself (the bucket the URL names, conditional writes, timeouts), is refused.
 //!
 //! Nothing is contacted at open, and no cloud metadata service is asked unless the
-//! configuration leads there: with no credentials for a non-AWS S3 endpoint, a custom Azure
+//! configuration leads there: with no credentials for a non-AWS S3 or DynamoDB endpoint, a custom Azure
 //! endpoint or an OpenDAL service at a custom endpoint, opening fails with
 //! [`ErrorKind::InvalidInput`] naming every credential source tried and what to set.
 //! [`missing_credentials`] says the same of an error a store gave later (a metadata service
@@ -88,6 +90,10 @@ pub use fence_gcs as gcs;
 /// The Azure Blob backend (`az://`, `azure://`), [fence-azure](fence_azure).
 #[cfg(feature = "azure")]
 pub use fence_azure as azure;
+
+/// The DynamoDB backend (`dynamodb://`), [fence-dynamodb](fence_dynamodb).
+#[cfg(feature = "dynamodb")]
+pub use fence_dynamodb as dynamodb;
 
 /// The OpenDAL backend (`opendal+<service>://`), [fence-opendal](fence_opendal).
 #[cfg(feature = "opendal")]

@@ -10,6 +10,7 @@ use crate::message::quoted;
 /// use fence::Scheme;
 /// assert_eq!(Scheme::of("s3://bucket/prefix").unwrap(), Scheme::S3);
 /// assert_eq!(Scheme::of("azure://container").unwrap(), Scheme::Azure);
+/// assert_eq!(Scheme::of("dynamodb://table/prefix").unwrap(), Scheme::DynamoDb);
 /// assert_eq!(Scheme::S3.feature(), Some("s3"));
 /// assert_eq!(Scheme::Memory.feature(), None);
 /// assert!(Scheme::of("ftp://host/x").is_err());
@@ -29,6 +30,8 @@ pub enum Scheme {
     Azure,
     /// `opendal+<service>://<bucket or container>/prefix`.
     Opendal,
+    /// `dynamodb://table/prefix`.
+    DynamoDb,
 }
 
 /// What is known of a backend: its URL prefixes, an example URL, the cargo feature that
@@ -41,12 +44,13 @@ struct Backend {
 }
 
 /// Every backend, in the order an error lists them.
-const ALL: [Scheme; 6] = [
+const ALL: [Scheme; 7] = [
     Scheme::File,
     Scheme::Memory,
     Scheme::S3,
     Scheme::Gcs,
     Scheme::Azure,
+    Scheme::DynamoDb,
     Scheme::Opendal,
 ];
 
@@ -122,6 +126,12 @@ impl Scheme {
                 "opendal+s3://bucket/prefix",
                 Some("opendal"),
                 cfg!(feature = "opendal"),
+            ),
+            Scheme::DynamoDb => row(
+                &["dynamodb://"],
+                "dynamodb://table/prefix",
+                Some("dynamodb"),
+                cfg!(feature = "dynamodb"),
             ),
         }
     }

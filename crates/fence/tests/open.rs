@@ -1,35 +1,34 @@
 //! Every URL form opened by the library: `file://` on a temp dir and `memory://` always; `s3://`
-//! on SeaweedFS and moto, `gs://` on fake-gcs-server, `az://` on Azurite and `opendal+s3://`
-//! on SeaweedFS when those backends are built in and their servers' `FENCE_*` variables are
+//! on SeaweedFS and moto, `gs://` on fake-gcs-server, `az://` on Azurite, `dynamodb://` on
+//! moto's DynamoDB and `opendal+s3://` on SeaweedFS when those backends are built in and their servers' `FENCE_*` variables are
 //! set (skipped otherwise, failing when `FENCE_REQUIRE_SERVERS=1`). Each opened store takes one
 //! write and a read under a fresh prefix. The remote stores are configured by options only,
 //! with the environment left out, so no test depends on (or changes) the process environment.
 //!
 //! Then what must fail, and how: bad URLs, a backend not built in, unknown options and the
 //! options fence sets itself, and missing credentials, refused before any request.
+// The helpers below serve the remote backends' tests: a build without all of them (the
+// default, `fs` only) leaves some unused.
+#![cfg_attr(
+    not(all(
+        feature = "s3",
+        feature = "gcs",
+        feature = "azure",
+        feature = "opendal",
+        feature = "dynamodb"
+    )),
+    allow(dead_code, unused_imports)
+)]
 
 use std::time::Duration;
 
 use fence::{CasGuard, Commit, ErrorKind, Key, OpenOptions, Opened, PutOutcome, Scheme};
 
-#[path = "../../fence-wire/tests/support/canned.rs"]
-mod canned;
+use fence_testkit::canned;
+use fence_testkit::servers::from_env as server;
 
 fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
-/// The values of `names`, or `None` (with a notice) when one is missing.
-fn server(test: &str, names: &[&str]) -> Option<Vec<String>> {
-    let values: Option<Vec<String>> = names.iter().map(|n| var(n)).collect();
-    if values.is_none() {
-        assert!(
-            var("FENCE_REQUIRE_SERVERS").as_deref() != Some("1"),
-            "{test}: {names:?} missing but FENCE_REQUIRE_SERVERS=1"
-        );
-        eprintln!("SKIPPED {test}: no test server (run scripts/servers/*.sh start)");
-    }
-    values
 }
 
 /// A prefix no other run uses.
@@ -157,6 +156,7 @@ fn a_url_of_a_backend_not_built_in_names_its_feature() {
         "s3://bucket/p",
         "gs://bucket/p",
         "az://container/p",
+        "dynamodb://table/p",
         "opendal+s3://bucket/p",
     ];
     for url in urls {
@@ -213,6 +213,87 @@ async fn s3_urls_open_on_seaweedfs_and_moto() {
         );
         round_trip(&opened).await;
     }
+}
+
+#[cfg(feature = "dynamodb")]
+#[tokio::test]
+async fn dynamodb_urls_open_on_moto() {
+    let test = "dynamodb_urls_open_on_moto";
+    let names = [
+        "FENCE_DYNAMODB_ENDPOINT",
+        "FENCE_DYNAMODB_TABLE",
+        "FENCE_DYNAMODB_ACCESS_KEY_ID",
+        "FENCE_DYNAMODB_SECRET_ACCESS_KEY",
+    ];
+    let Some(v) = server(test, &names) else {
+        return;
+    };
+    let url = format!("dynamodb://{}/{}", v[1], fresh("dynamodb"));
+    let opened = OpenOptions::new()
+        .environment(false)
+        .lease_ttl(Duration::from_secs(6))
+        .options([
+            ("endpoint", v[0].as_str()),
+            ("region", "us-east-1"),
+            ("access_key_id", &v[2]),
+            ("secret_access_key", &v[3]),
+            ("allow_http", "true"),
+        ])
+        .open(&url)
+        .unwrap();
+    assert_eq!(
+        (opened.scheme, opened.url.as_str()),
+        (Scheme::DynamoDb, url.as_str())
+    );
+    assert!(opened.store.capabilities().current_on_reject);
+    round_trip(&opened).await;
+}
+
+/// A DynamoDB store takes the AWS keys it signs and connects with, and the endpoint; not the
+/// table the URL names, not its timeouts, not S3's own settings, and without credentials
+/// for an endpoint that is not AWS's it is refused before any request.
+#[cfg(feature = "dynamodb")]
+#[tokio::test]
+async fn dynamodb_options_and_credentials_are_checked_before_any_request() {
+    let url = "dynamodb://table/p";
+    for key in [
+        "bucket",
+        "timeout",
+        "conditional_put",
+        "virtual_hosted_style_request",
+        "nope",
+    ] {
+        let e = fence::open_with(url, [(key, "x")]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{key}");
+        assert!(e.to_string().contains(key), "{key}: {e}");
+    }
+    let server = canned::serve(|_| canned::Reply::status(200, "application/json", "{}")).await;
+    let endpoint = server.endpoint();
+    let bare = OpenOptions::new()
+        .environment(false)
+        .options([("endpoint", endpoint.as_str()), ("allow_http", "true")]);
+    let text = message(bare.open(url));
+    assert!(
+        text.contains("AWS_ACCESS_KEY_ID") && text.contains("access_key_id"),
+        "{text}"
+    );
+    let keyed = bare.options([("access_key_id", "k"), ("secret_access_key", "s")]);
+    let opened = keyed.open(url).unwrap();
+    assert_eq!(opened.scheme, Scheme::DynamoDb);
+    assert_eq!(server.requests().len(), 0, "nothing is sent at open");
+    let via_sdk_name = OpenOptions::new()
+        .environment(false)
+        .options([
+            ("aws_endpoint_url_dynamodb", endpoint.as_str()),
+            ("allow_http", "true"),
+        ])
+        .options([("access_key_id", "k"), ("secret_access_key", "s")]);
+    let store = via_sdk_name.open(url).unwrap().store;
+    let _ = store.get(&Key::new("k").unwrap()).await;
+    assert!(
+        !server.requests().is_empty(),
+        "the option's endpoint was asked"
+    );
 }
 
 #[cfg(feature = "gcs")]

@@ -117,6 +117,7 @@ pub struct HeadWrite {
     writer: Option<String>,
     sends: u8,
     uncertain: bool,
+    resend_first: bool,
     flaws: Flaws,
 }
 
@@ -132,6 +133,7 @@ impl HeadWrite {
             writer: None,
             sends: 0,
             uncertain: false,
+            resend_first: false,
             flaws: Flaws::default(),
         }
     }
@@ -140,6 +142,26 @@ impl HeadWrite {
     #[must_use]
     pub fn with_flaws(mut self, flaws: Flaws) -> Self {
         self.flaws = flaws;
+        self
+    }
+
+    /// The same write on a store whose rejections carry the current head
+    /// ([`Capabilities::current_on_reject`](crate::Capabilities::current_on_reject)): after
+    /// an ambiguous answer it sends again before it reads. The re-send is the same request
+    /// under the same guard, so it settles as a read and a send would: applied if nothing
+    /// landed meanwhile, or rejected with the head that shows whether ours did — one request
+    /// instead of two. The last send allowed is still followed by a read.
+    ///
+    /// ```
+    /// use fence_core::decide::write::{HeadWrite, PutAnswer, WriteStep};
+    /// use fence_core::CasGuard;
+    /// let mut w = HeadWrite::new("n1", CasGuard::Absent, "me", 1).resending_first(true);
+    /// w.start();
+    /// assert_eq!(w.on_put(PutAnswer::Ambiguous), WriteStep::Send);
+    /// ```
+    #[must_use]
+    pub fn resending_first(mut self, resend: bool) -> Self {
+        self.resend_first = resend;
         self
     }
 
@@ -207,6 +229,9 @@ impl HeadWrite {
                     }
                 }
                 self.uncertain = true;
+                if self.resend_first && self.sends < MAX_SENDS {
+                    return self.send();
+                }
                 WriteStep::Read
             }
         }
@@ -300,6 +325,47 @@ mod tests {
             plain.on_read(moved),
             WriteStep::Done(Settled::Moved { .. })
         ));
+    }
+
+    #[test]
+    fn resending_first_sends_again_after_ambiguity_and_reads_after_the_last_send() {
+        let mut w = HeadWrite::new("n", CasGuard::Match(v("g")), "me", 3).resending_first(true);
+        assert_eq!(w.start(), WriteStep::Send);
+        for _ in 1..MAX_SENDS {
+            assert_eq!(w.on_put(PutAnswer::Ambiguous), WriteStep::Send);
+        }
+        assert_eq!(w.on_put(PutAnswer::Ambiguous), WriteStep::Read);
+        let ours = ReadAnswer::Head(Some((head("me", 3, "n"), v("h"))));
+        assert_eq!(w.on_read(ours), WriteStep::Done(Settled::Landed(v("h"))));
+    }
+
+    #[test]
+    fn a_resent_write_rejected_with_our_nonce_landed_and_with_another_did_not() {
+        let resent = || {
+            let mut w = HeadWrite::new("n", CasGuard::Match(v("g")), "me", 3).resending_first(true);
+            w.start();
+            assert_eq!(w.on_put(PutAnswer::Ambiguous), WriteStep::Send);
+            assert_eq!(w.on_put(PutAnswer::Rejected), WriteStep::Read);
+            w
+        };
+        let ours = ReadAnswer::Head(Some((head("me", 3, "n"), v("h"))));
+        assert_eq!(
+            resent().on_read(ours),
+            WriteStep::Done(Settled::Landed(v("h")))
+        );
+        let co_writer = ReadAnswer::Head(Some((head("me", 3, "co"), v("h"))));
+        assert_eq!(
+            resent().on_read(co_writer),
+            WriteStep::Failed(Unsettled::MovedAfterAmbiguity)
+        );
+        let later = ReadAnswer::Head(Some((head("other", 4, "x"), v("h"))));
+        assert_eq!(
+            resent().on_read(later),
+            WriteStep::Done(Settled::Fenced {
+                epoch: 4,
+                maybe_landed: true
+            })
+        );
     }
 
     #[test]

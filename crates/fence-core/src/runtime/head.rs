@@ -73,14 +73,22 @@ impl HeadWrite<'_> {
         bound: impl Fn() -> u64,
     ) -> Result<Settled, Error> {
         let mut last: Option<Error> = None;
+        // The head a rejection carried (a store with `current_on_reject`): the read it saves.
+        let mut seen = None;
+        core = core.resending_first(self.own.store().capabilities().current_on_reject);
         let mut step = core.start();
         loop {
             step = match step {
                 WriteStep::Send => {
-                    let put = self.own.put_head(self.cell, self.body, self.guard.clone());
+                    let guard = self.guard.clone();
+                    let put = self.own.put_head_with_current(self.cell, self.body, guard);
+                    seen = None;
                     let answer = match bounded(self.clock, bound(), put).await {
-                        Ok(PutOutcome::Applied(v)) => PutAnswer::Applied(v),
-                        Ok(PutOutcome::Rejected) => PutAnswer::Rejected,
+                        Ok((PutOutcome::Applied(v), _)) => PutAnswer::Applied(v),
+                        Ok((PutOutcome::Rejected, current)) => {
+                            seen = current;
+                            PutAnswer::Rejected
+                        }
                         Err(e) => {
                             let answer = match e.commit() {
                                 Commit::NotCommitted => PutAnswer::NotCommitted {
@@ -105,12 +113,17 @@ impl HeadWrite<'_> {
                     core.resume()
                 }
                 WriteStep::Read => {
-                    let read = bounded(self.clock, bound(), self.own.read_head(self.cell)).await;
-                    let answer = match read {
-                        Ok(h) => ReadAnswer::Head(h),
-                        Err(e) => {
-                            last = Some(e);
-                            ReadAnswer::Failed
+                    let answer = match seen.take() {
+                        Some(head) => ReadAnswer::Head(head),
+                        None => {
+                            let read = self.own.read_head(self.cell);
+                            match bounded(self.clock, bound(), read).await {
+                                Ok(h) => ReadAnswer::Head(h),
+                                Err(e) => {
+                                    last = Some(e);
+                                    ReadAnswer::Failed
+                                }
+                            }
                         }
                     };
                     tracing::debug!(cell = self.cell, epoch = self.epoch, read = ?answer, "head read back");

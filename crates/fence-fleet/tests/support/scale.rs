@@ -13,8 +13,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use fence_core::runtime::Fence;
 use fence_core::{
-    Capabilities, CasGuard, Clock, ConditionalStore, DeleteOutcome, Error, Key, MemoryStore,
-    Ownership, PutOutcome, Stop, Stored, Version,
+    Capabilities, CasGuard, Clock, ConditionalStore, Current, DeleteOutcome, Error, Key,
+    MemoryStore, Ownership, PutOutcome, Stop, Stored, Version,
 };
 use fence_fleet::{Events, Fleet};
 use fence_testkit::sim::PausableStore;
@@ -24,6 +24,11 @@ use fence_testkit::{CountingStore, OpCounts};
 /// per 1,000 requests.
 pub const S3_WRITE_PER_1000: f64 = 0.005;
 pub const S3_READ_PER_1000: f64 = 0.0004;
+/// DynamoDB on-demand list prices (us-east-1), per million request units: a write unit is a
+/// write of up to 1 KB of item, a read unit a strongly consistent read of up to 4 KB. Failed
+/// conditional writes are billed like the others.
+pub const DYNAMODB_WRITE_PER_MILLION: f64 = 0.625;
+pub const DYNAMODB_READ_PER_MILLION: f64 = 0.125;
 /// Seconds in a 30-day month.
 pub const MONTH_S: f64 = 30.0 * 24.0 * 3600.0;
 /// Keys one S3 LIST request returns at most.
@@ -36,6 +41,27 @@ struct Kinds {
     put: AtomicU64,
     delete: AtomicU64,
     list_pages: AtomicU64,
+    /// The request units the same requests take on DynamoDB.
+    read_units: AtomicU64,
+    write_units: AtomicU64,
+}
+
+/// The bytes of the DynamoDB item fence-dynamodb stores `key` with a record of `body` bytes
+/// as: the attribute names (`pk`, `sk`, `v`, `b`), the partition key (the prefix; `/` here),
+/// the sort key (the key), the version (`<generation>-<16 hex digits>`, 20 bytes or so) and
+/// the record.
+fn item_bytes(key: &Key, body: usize) -> u64 {
+    (2 + 1 + 2 + key.as_str().len() + 1 + 20 + 1 + body) as u64
+}
+
+/// Write units of a write touching an item of `bytes` (the larger of the old and the new).
+fn write_units(bytes: u64) -> u64 {
+    bytes.div_ceil(1024).max(1)
+}
+
+/// Read units of a strongly consistent read of `bytes` (an absent item costs one).
+fn read_units(bytes: u64) -> u64 {
+    bytes.div_ceil(4096).max(1)
 }
 
 /// The request rate of one key prefix.
@@ -60,6 +86,8 @@ pub struct Tally {
     folders: Mutex<HashMap<String, (u64, u64)>>,
     /// (reads, writes) per first key segment.
     tops: Mutex<HashMap<String, (u64, u64)>>,
+    /// Rejections carry the current object, as DynamoDB's do (`ALL_OLD`).
+    telling: bool,
 }
 
 impl Tally {
@@ -70,6 +98,47 @@ impl Tally {
             kinds: Kinds::default(),
             folders: Mutex::default(),
             tops: Mutex::default(),
+            telling: false,
+        }
+    }
+
+    /// The same store, its rejections carrying the current object as DynamoDB's do (read
+    /// through the inner store, uncounted: on DynamoDB it comes in the same answer).
+    pub fn telling(mut self, telling: bool) -> Self {
+        self.telling = telling;
+        self
+    }
+
+    /// The size of `key`'s item now (0: absent), uncounted.
+    async fn item_now(&self, key: &Key) -> u64 {
+        match self.inner.get(key).await {
+            Ok(Some(s)) => item_bytes(key, s.body.len()),
+            _ => 0,
+        }
+    }
+
+    fn units(&self, read: u64, write: u64) {
+        if self.on.load(Ordering::Relaxed) {
+            self.kinds.read_units.fetch_add(read, Ordering::Relaxed);
+            self.kinds.write_units.fetch_add(write, Ordering::Relaxed);
+        }
+    }
+
+    /// Read and write units counted while measuring.
+    pub fn request_units(&self) -> (u64, u64) {
+        let k = &self.kinds;
+        (
+            k.read_units.load(Ordering::SeqCst),
+            k.write_units.load(Ordering::SeqCst),
+        )
+    }
+
+    /// Counts a write of `body` bytes to `key` (units by the larger item) and performs it.
+    async fn counted_write(&self, key: &Key, body: usize) {
+        self.count(key.as_str(), 0, 1);
+        if self.on.load(Ordering::Relaxed) {
+            let bytes = self.item_now(key).await.max(item_bytes(key, body));
+            self.units(0, write_units(bytes));
         }
     }
 
@@ -117,21 +186,44 @@ fn pages(keys: usize) -> u64 {
 impl ConditionalStore for Tally {
     async fn get(&self, key: &Key) -> Result<Option<Stored>, Error> {
         self.count(key.as_str(), 1, 0);
+        let found = self.inner.get(key).await;
         if self.on.load(Ordering::Relaxed) {
             self.kinds.get.fetch_add(1, Ordering::Relaxed);
+            let bytes = match &found {
+                Ok(Some(s)) => item_bytes(key, s.body.len()),
+                _ => 0,
+            };
+            self.units(read_units(bytes), 0);
         }
-        self.inner.get(key).await
+        found
     }
     async fn put(&self, key: &Key, body: Bytes, guard: CasGuard) -> Result<PutOutcome, Error> {
-        self.count(key.as_str(), 0, 1);
+        self.counted_write(key, body.len()).await;
         self.inner.put(key, body, guard).await
     }
+    async fn put_with_current(
+        &self,
+        key: &Key,
+        body: Bytes,
+        guard: CasGuard,
+    ) -> Result<(PutOutcome, Current), Error> {
+        self.counted_write(key, body.len()).await;
+        let outcome = self.inner.put(key, body, guard).await?;
+        let current = match (&outcome, self.telling) {
+            (PutOutcome::Rejected, true) => match self.inner.get(key).await? {
+                Some(found) => Current::Found(found),
+                None => Current::Absent,
+            },
+            _ => Current::Untold,
+        };
+        Ok((outcome, current))
+    }
     async fn delete(&self, key: &Key, version: &Version) -> Result<DeleteOutcome, Error> {
-        self.count(key.as_str(), 0, 1);
+        self.counted_write(key, 0).await;
         self.inner.delete(key, version).await
     }
     async fn delete_immutable(&self, key: &Key) -> Result<(), Error> {
-        self.count(key.as_str(), 0, 1);
+        self.counted_write(key, 0).await;
         self.inner.delete_immutable(key).await
     }
     async fn list(&self, prefix: Option<&Key>) -> Result<Vec<Key>, Error> {
@@ -141,11 +233,21 @@ impl ConditionalStore for Tally {
         self.count(&at, p, 0);
         if self.on.load(Ordering::Relaxed) {
             self.kinds.list_pages.fetch_add(p, Ordering::Relaxed);
+            // A Query reads whole items: its units are those of everything it went through.
+            let mut bytes = 0;
+            for k in &keys {
+                bytes += self.item_now(k).await;
+            }
+            self.units(bytes.div_ceil(4096).max(p), 0);
         }
         Ok(keys)
     }
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+        let caps = self.inner.capabilities();
+        match self.telling {
+            true => caps.with_current_on_reject(),
+            false => caps,
+        }
     }
 }
 
@@ -203,6 +305,9 @@ pub struct ScaleReport {
     pub put: f64,
     pub list: f64,
     pub delete: f64,
+    /// Mean DynamoDB request units per node per second: read units, write units.
+    pub read_units: f64,
+    pub write_units: f64,
     /// The busiest node's requests per second (LIST in pages).
     pub busiest_node: f64,
     pub fleet_rps: f64,
@@ -251,13 +356,21 @@ impl ScaleReport {
         (writes * S3_WRITE_PER_1000 + self.get * S3_READ_PER_1000) / 1000.0 * MONTH_S
     }
 
+    /// Dollars per node-month at DynamoDB's on-demand list prices, from the request units
+    /// the same requests take there.
+    pub fn dynamodb_dollars(&self) -> f64 {
+        let per_s = self.write_units * DYNAMODB_WRITE_PER_MILLION
+            + self.read_units * DYNAMODB_READ_PER_MILLION;
+        per_s / 1e6 * MONTH_S
+    }
+
     pub fn header() -> String {
-        "| nodes | requests per node per second (GET / PUT / LIST / DELETE) | busiest node (req/s) | fleet requests per second | busiest folder: reads/s · writes/s | busiest top-level prefix: reads/s · writes/s | $ per node-month (S3) | failover after SIGKILL, three kills (ms) | cells moved per kill · leave · join (held by the node) |\n|---|---|---|---|---|---|---|---|---|".to_owned()
+        "| nodes | requests per node per second (GET / PUT / LIST / DELETE) | busiest node (req/s) | fleet requests per second | busiest folder: reads/s · writes/s | busiest top-level prefix: reads/s · writes/s | $ per node-month (S3) | DynamoDB: read · write units per node-second, $ per node-month | failover after SIGKILL, three kills (ms) | cells moved per kill · leave · join (held by the node) |\n|---|---|---|---|---|---|---|---|---|---|".to_owned()
     }
 
     pub fn row(&self) -> String {
         format!(
-            "| {} | {:.2} ({:.2} / {:.2} / {:.3} / {:.3}) | {:.2} | {:.0} | `{}` {:.0} · `{}` {:.0} | `{}` {:.0} · `{}` {:.0} | {:.2} | {} | {} ({}) · {} ({}) · {} ({}) |",
+            "| {} | {:.2} ({:.2} / {:.2} / {:.3} / {:.3}) | {:.2} | {:.0} | `{}` {:.0} · `{}` {:.0} | `{}` {:.0} · `{}` {:.0} | {:.2} | {:.2} · {:.2}, {:.2} | {} | {} ({}) · {} ({}) · {} ({}) |",
             self.nodes,
             self.per_node(),
             self.get,
@@ -275,6 +388,9 @@ impl ScaleReport {
             self.top_writes.prefix,
             self.top_writes.writes,
             self.dollars(),
+            self.read_units,
+            self.write_units,
+            self.dynamodb_dollars(),
             self.failovers
                 .iter()
                 .map(|m| m.to_string())
@@ -304,6 +420,8 @@ pub struct ScaleConfig {
     pub measure_s: u64,
     /// Nodes started per virtual second (all at once when 0).
     pub start_rate: usize,
+    /// The store's rejections carry the current object, as DynamoDB's do.
+    pub telling: bool,
 }
 
 impl ScaleConfig {
@@ -315,6 +433,7 @@ impl ScaleConfig {
             settle_s: 120,
             measure_s: 60,
             start_rate: 0,
+            telling: false,
         }
     }
 }
@@ -337,7 +456,7 @@ fn node_id(i: usize) -> String {
 /// paused time.
 pub async fn run(cfg: &ScaleConfig) -> ScaleReport {
     let memory: Arc<dyn ConditionalStore> = Arc::new(MemoryStore::new());
-    let tally = Arc::new(Tally::new(memory.clone()));
+    let tally = Arc::new(Tally::new(memory.clone()).telling(cfg.telling));
     let shared: Arc<dyn ConditionalStore> = tally.clone();
     let cells: Vec<String> = (0..cfg.nodes * cfg.cells_per_node)
         .map(|i| format!("cell-{i:06}"))
@@ -374,6 +493,7 @@ pub async fn run(cfg: &ScaleConfig) -> ScaleReport {
     let put = sum(|c| c.put);
     let delete = sum(|c| c.delete);
     let busiest_node = per.iter().map(|c| c.total()).max().unwrap_or(0) as f64 / secs;
+    let (read_units, write_units) = tally.request_units();
     let (folder_reads, folder_writes) = Tally::busiest(&tally.folders, secs);
     let (top_reads, top_writes) = Tally::busiest(&tally.tops, secs);
     let quiet = heads(&reader, &cells).await;
@@ -386,6 +506,8 @@ pub async fn run(cfg: &ScaleConfig) -> ScaleReport {
         put,
         list,
         delete,
+        read_units: read_units as f64 / n / secs,
+        write_units: write_units as f64 / n / secs,
         busiest_node,
         fleet_rps: (get + put + list + delete) * n,
         folder_reads,

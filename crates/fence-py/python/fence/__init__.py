@@ -65,10 +65,12 @@ from . import _fence
 from ._lock import Lock, lock, run_lease
 
 # A forked child holds nothing: its Locks start empty, and every native object its parent
-# made raises ForkedError (the native module checks the process id on each call).
+# made raises ForkedError (the native module checks, on each call, the process id and the
+# count of forks this hook keeps: a child can have its parent's pid).
 if hasattr(_os, "register_at_fork"):
     from ._lock import _after_fork_in_child
 
+    _os.register_at_fork(after_in_child=_fence.forked_in_child)
     _os.register_at_fork(after_in_child=_after_fork_in_child)
 
 # What is still held at interpreter exit is released then, so a waiter gets it at once

@@ -41,6 +41,9 @@ class ForkedError(FenceError):
 class AlreadyHeldError(FenceError):
     """This process already holds the node lease asked for (kind ``"already_held"``)."""
 
+def forked_in_child() -> None:
+    """Counts a fork (run in every child ``os.fork()`` makes; the package registers it)."""
+
 def release_all() -> None:
     """Releases what this process still holds (run at interpreter exit)."""
 

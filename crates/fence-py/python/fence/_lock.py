@@ -49,7 +49,8 @@ class Lock:
       raises ``BusyError`` when it gives up (as filelock raises ``Timeout``). It returns the
       lock, so ``with lock.acquire(timeout=5):`` works.
     - Reentrant, as ``threading.RLock`` and filelock are: the thread that holds it may
-      acquire it again, and it is released when every acquire has been released. Other
+      acquire it again, and it is released when every acquire has been released. A nested
+      acquire after the lock was lost (``locked()`` false) raises ``FencedError`` instead. Other
       threads of this process wait for it like any other holder.
     - ``locked()``: whether this process holds it now (judged locally, no request).
     - ``put``/``get``/``delete``/``keys``: the key map ``fence put``/``fence get`` keep in the
@@ -82,7 +83,9 @@ class Lock:
 
     def _forked(self) -> None:
         """In a forked child: hold nothing, and forget the parent's fence objects."""
-        self._reset(inherited=self._count)
+        # Only the forking thread lives on in the child: only its `with` blocks are left there.
+        mine = self._owner == threading.get_ident()
+        self._reset(inherited=self._count if mine else 0)
         self._pid = os.getpid()
         self._fence = None
 
@@ -116,6 +119,14 @@ class Lock:
         _fence.check_wait(blocking, timeout)
         me = threading.get_ident()
         if self._owner == me:
+            if not self.locked():
+                # The outer acquire's authority ended (lease lost, claim superseded): a nested
+                # section must not run as if it held the lock. Release the outer one.
+                raise _error(
+                    FencedError,
+                    "fenced",
+                    f"lock {self._name!r} was lost while this thread held it; the nested acquire is refused",
+                )
             self._count += 1
             return self
         start = _now()

@@ -152,16 +152,22 @@ fn operator(service: &str, name: &str, config: Vec<(String, String)>) -> Result<
     })
 }
 
-/// The values of the configuration's secret keys (access keys, secrets, tokens, SAS,
-/// passwords, credentials): never printed, even when OpenDAL's refusal quotes one.
+/// The values OpenDAL's refusal may not print: every configuration value but those of the
+/// few keys that are no secret (the endpoint, region, root, bucket or container, account
+/// name) — an allow-list, so that a key fence does not know (a role ARN, an external id, a
+/// service account) is never printed either. Values under 4 characters (`true`, a port) stay.
 fn secret_values(config: &[(String, String)]) -> Vec<String> {
-    const SECRET: [&str; 6] = ["secret", "key", "token", "sas", "password", "credential"];
+    const PUBLIC: [&str; 6] = [
+        "endpoint",
+        "region",
+        "root",
+        "bucket",
+        "container",
+        "account_name",
+    ];
     config
         .iter()
-        .filter(|(k, v)| {
-            let k = k.to_ascii_lowercase();
-            !v.is_empty() && SECRET.iter().any(|s| k.contains(s))
-        })
+        .filter(|(k, v)| v.len() >= 4 && !PUBLIC.contains(&k.to_ascii_lowercase().as_str()))
         .map(|(_, v)| v.clone())
         .collect()
 }
@@ -182,16 +188,17 @@ mod tests {
         let config = vec![
             ("access_key_id".to_owned(), "AKIDEXAMPLE".to_owned()),
             ("secret_access_key".to_owned(), "s3cr3t/VALUE".to_owned()),
+            ("role_arn".to_owned(), "arn:aws:iam::1:role/x".to_owned()),
             ("endpoint".to_owned(), "http://127.0.0.1:1".to_owned()),
         ];
         let secrets = secret_values(&config);
         let said = redacted(
-            "bad key AKIDEXAMPLE with s3cr3t/VALUE at http://127.0.0.1:1",
+            "bad key AKIDEXAMPLE with s3cr3t/VALUE as arn:aws:iam::1:role/x at http://127.0.0.1:1",
             &secrets,
         );
         assert_eq!(
             said,
-            "bad key <redacted> with <redacted> at http://127.0.0.1:1"
+            "bad key <redacted> with <redacted> as <redacted> at http://127.0.0.1:1"
         );
     }
 

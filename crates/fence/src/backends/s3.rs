@@ -4,19 +4,17 @@
 use std::sync::Arc;
 
 use fence_core::Error;
-use fence_s3::{CredentialSource, S3Store, S3StoreBuilder};
+use fence_s3::{S3Store, S3StoreBuilder};
 use object_store::aws::AmazonS3ConfigKey;
 use object_store::ClientConfigKey;
 
 use crate::credentials::explained;
-use crate::message::quoted;
-use crate::open::{fence_decides, invalid, unknown_option, OpenOptions, Opened};
+use crate::open::{fence_decides, unknown_option, OpenOptions, Opened};
 use crate::scheme::Scheme;
 
-use super::{host_of, truthy};
+use super::{check_aws_credentials, truthy};
 
-/// The option that turns the instance metadata service off, as `AWS_EC2_METADATA_DISABLED`.
-const METADATA_DISABLED: [&str; 2] = ["aws_ec2_metadata_disabled", "ec2_metadata_disabled"];
+use super::METADATA_DISABLED;
 
 /// Opens `url` with the `AWS_*` environment (unless left out) and `options` over it.
 pub(super) fn open(url: &str, options: &OpenOptions) -> Result<Opened, Error> {
@@ -74,40 +72,7 @@ fn fences_own(key: &AmazonS3ConfigKey) -> Option<&'static str> {
 
 /// Without a credential source, object_store asks the instance metadata service, whose
 /// credentials sign only for AWS: for another endpoint (SeaweedFS, MinIO, moto, …) that is
-/// refused up front, naming the sources and what to set.
+/// refused up front (see [`super::check_aws_credentials`]).
 fn check_credentials(builder: &S3StoreBuilder) -> Result<(), Error> {
-    let CredentialSource::InstanceMetadata { .. } = builder.credential_source() else {
-        return Ok(());
-    };
-    let Some(endpoint) = builder.endpoint().filter(|e| !is_aws(e)) else {
-        return Ok(());
-    };
-    Err(invalid(format!(
-        "no AWS credentials for the endpoint {}: none in the environment or the options \
-         (AWS_ACCESS_KEY_ID with AWS_SECRET_ACCESS_KEY, AWS_WEB_IDENTITY_TOKEN_FILE, \
-         AWS_CONTAINER_CREDENTIALS_*), and the instance metadata service is not asked, since \
-         its credentials sign only for AWS: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY \
-         (options access_key_id and secret_access_key), or AWS_SKIP_SIGNATURE=true \
-         (skip_signature) for a store that checks no signatures",
-        quoted(&endpoint)
-    )))
-}
-
-/// Whether `endpoint`'s host is AWS's.
-fn is_aws(endpoint: &str) -> bool {
-    let host = host_of(endpoint);
-    host.ends_with(".amazonaws.com") || host.ends_with(".amazonaws.com.cn")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn aws_hosts_are_told_from_others() {
-        assert!(is_aws("https://s3.eu-west-1.amazonaws.com"));
-        assert!(is_aws("https://bucket.s3.cn-north-1.amazonaws.com.cn/"));
-        assert!(!is_aws("http://127.0.0.1:9000"));
-        assert!(!is_aws("https://amazonaws.com.evil.example"));
-    }
+    check_aws_credentials(&builder.credential_source(), builder.endpoint().as_deref())
 }

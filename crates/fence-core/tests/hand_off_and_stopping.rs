@@ -1,7 +1,9 @@
-//! Third review of the core after the review-2 fixes: each test failed on main 3114028 for
-//! the reason its doc comment states and now asserts the fixed behaviour. The last two
-//! tests cover what the review suspected without a test (a request queued behind a slow one
-//! sent after the lease ran out; payload objects `update_cell` replaced left behind).
+//! How a claim stops acting: a hand-off in flight (or cancelled after it landed) has stopped
+//! the sender, a hung garbage collection does not hold `close` forever, a write queued while
+//! the lease runs out is refused unsent; and `update_cell` leaves no payload object behind,
+//! absurd durations are invalid input. From the core's third review: each test failed on
+//! main 3114028 for the reason its doc comment states and now asserts the fixed behaviour;
+//! the last two cover what the review suspected without a test.
 
 mod support;
 

@@ -1,5 +1,6 @@
-//! Third review: each test failed on main 3114028 for the reason its doc comment states and
-//! now asserts the fixed behaviour.
+//! `fence put` whose write may have landed is not reported refused (the third review: failed
+//! on main 3114028 for the reason its doc comment states, and now asserts the fixed
+//! behaviour).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

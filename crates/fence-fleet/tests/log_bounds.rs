@@ -1,5 +1,7 @@
-//! Third review: each test failed on main 3114028 for the reason its doc comment states and
-//! now asserts the fixed behaviour.
+//! The append log at its bounds: a log head at the end of the sequence is refused, not a
+//! panic, and an append never replaces a record it did not see. From fence-fleet's third
+//! review: each test failed on main 3114028 for the reason its doc comment states and now
+//! asserts the fixed behaviour.
 
 mod support;
 

@@ -1,4 +1,6 @@
-//! Second review (after the R1–R13 fixes): each test showed a defect of fence-fleet on main
+//! A closed claim's append log never overwrites what its resumer acknowledged (also when its
+//! create lands at the resumer's name), and `Fleet::drain` returns within its deadline while
+//! the lease is lost. From fence-fleet's second review: each test showed a defect on main
 //! 3edc867 and now asserts the fixed behaviour.
 
 mod support;

@@ -1,5 +1,5 @@
-//! Second review: what `fence demo` (the README's main command) prints against what its
-//! code does (failed on main 3edc867).
+//! `fence demo`'s suspended node does nothing until it wakes: what the demo (the README's main
+//! command) prints against what its code does (the second review; failed on main 3edc867).
 #![allow(clippy::disallowed_methods)]
 
 mod common;

@@ -1,14 +1,4 @@
-//! A canned HTTP/1.1 server on 127.0.0.1 for wire-fault tests of the adapters: each request
-//! is answered as the test's handler says — a fixed answer, a body cut short, a delay, or the
-//! request forwarded to a real server (whose answer is passed on or replaced). Every answer
-//! closes its connection, so no client reuses one the server has dropped.
-//!
-//! Shared by the tests of every HTTP adapter (`#[path]`-included); small on purpose: it
-//! reads a request's headers and a `Content-Length` body, nothing more. Written on raw TCP
-//! rather than hyper's server because the faults are below HTTP's framing: a body cut short
-//! of its `Content-Length`, a body of gigabytes streamed from one small buffer, and
-//! SigV4-signed requests forwarded byte for byte. Also the helpers the wire tests assert with.
-#![allow(dead_code)]
+//! The canned server: requests read, replies written, on raw TCP.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,10 +11,13 @@ use tokio::net::{TcpListener, TcpStream};
 /// One request as the server received it.
 #[derive(Debug, Clone)]
 pub struct Request {
+    /// The method (`PUT`).
     pub method: String,
     /// Path and query, as sent.
     pub target: String,
+    /// The headers, in order.
     pub headers: Vec<(String, String)>,
+    /// The body (as long as its `Content-Length`).
     pub body: Vec<u8>,
     /// The request's bytes as received, for forwarding.
     raw_head: Vec<u8>,
@@ -57,15 +50,22 @@ impl Request {
 pub enum Reply {
     /// A complete answer.
     Answer {
+        /// Its status.
         status: u16,
+        /// Its headers (`Content-Length` is added).
         headers: Vec<(String, String)>,
+        /// Its body.
         body: Vec<u8>,
     },
     /// Headers announcing `declared` body bytes, then only `body`, then the connection closes.
     Cut {
+        /// Its status.
         status: u16,
+        /// Its headers.
         headers: Vec<(String, String)>,
+        /// The `Content-Length` announced.
         declared: usize,
+        /// What is sent of the body.
         body: Vec<u8>,
     },
     /// Headers announcing `len` body bytes (unless not `announced`: then the body ends when
@@ -73,11 +73,17 @@ pub enum Reply {
     /// written from one small buffer (never allocated whole) until done or the client hangs
     /// up. The bytes written count in [`Canned::streamed`].
     Stream {
+        /// Its status.
         status: u16,
+        /// Its headers.
         headers: Vec<(String, String)>,
+        /// The body's first bytes.
         start: Vec<u8>,
+        /// The body's length.
         len: u64,
+        /// The byte the rest of the body is made of.
         fill: u8,
+        /// Whether a `Content-Length` announces `len`.
         announced: bool,
     },
     /// This reply, after a delay.
@@ -141,23 +147,10 @@ impl Reply {
 
 type Handler = dyn Fn(&Request) -> Reply + Send + Sync;
 
-pub const GIB: u64 = 1 << 30;
-
-/// What a server may write before a client that stopped reading hangs up, beyond what was
-/// read: the sockets' buffers on loopback hold a few MiB each way.
-pub const HANG_UP_SLACK: u64 = 32 << 20;
-
-/// `op`, which must end well within a minute on any machine (without the caps of the hostile
-/// answer tests, it reads gigabytes first).
-pub async fn within_deadline<T>(op: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(60), op)
-        .await
-        .expect("the operation outlived its deadline")
-}
-
-/// A running canned server.
-#[derive(Clone)]
+/// A running canned server: the requests it received, and what its streamed answers wrote.
+#[derive(Clone, Debug)]
 pub struct Canned {
+    /// Where it listens.
     pub addr: SocketAddr,
     requests: Arc<Mutex<Vec<Request>>>,
     streamed: Arc<AtomicU64>,
@@ -375,192 +368,4 @@ async fn forward(request: &Request, upstream: SocketAddr) -> Vec<u8> {
     let mut answer = Vec::new();
     let _ = conn.read_to_end(&mut answer).await;
     answer
-}
-
-/// Asserts `err`'s kind and commit state.
-pub fn assert_error(
-    err: &fence_core::Error,
-    kind: fence_core::ErrorKind,
-    commit: fence_core::Commit,
-) {
-    assert_eq!(kind_commit(err), (kind, commit), "{err:?}");
-}
-
-/// Limits of a listing that allow only 20 pages.
-pub const TWENTY_PAGES: fence_wire::listing::ListingLimits = fence_wire::listing::ListingLimits {
-    pages: 20,
-    ..fence_wire::listing::ListingLimits::DEFAULT
-};
-
-/// Lists `prefix` through `store`, which must stop on a listing cap within the deadline:
-/// `Unsupported`, not committed.
-pub async fn assert_listing_capped(
-    store: &dyn fence_core::ConditionalStore,
-    prefix: Option<&fence_core::Key>,
-) {
-    let err = within_deadline(store.list(prefix)).await.unwrap_err();
-    let (kind, commit) = (
-        fence_core::ErrorKind::Unsupported,
-        fence_core::Commit::NotCommitted,
-    );
-    assert_error(&err, kind, commit);
-}
-
-/// Lists `cells` through `store` at `server`, whose listing pages (those `is_listing` picks
-/// out) carry 1,000 names each and never end: the listing stops on its limit of names (the
-/// default 100,000) at the 101st page.
-pub async fn assert_names_capped(
-    store: &dyn fence_core::ConditionalStore,
-    server: &Canned,
-    is_listing: fn(&Request) -> bool,
-) {
-    let cells = fence_core::Key::new("cells").unwrap();
-    assert_listing_capped(store, Some(&cells)).await;
-    assert_eq!(server.count(is_listing), 101);
-}
-
-/// Lists everything through `store` (with [`TWENTY_PAGES`]) at `server`, whose listing pages
-/// are empty and never end: the listing stops on its limit of pages.
-pub async fn assert_pages_capped(
-    store: &dyn fence_core::ConditionalStore,
-    server: &Canned,
-    is_listing: fn(&Request) -> bool,
-) {
-    assert_listing_capped(store, None).await;
-    assert_eq!(server.count(is_listing), 20);
-}
-
-/// Reads a record that `server` answers with gigabytes: the read must end within the deadline
-/// as `kind` (`Corrupt`: over the record limit), not committed, naming the key, after one
-/// request, having read no further than the limit.
-pub async fn assert_long_record_refused(
-    store: &dyn fence_core::ConditionalStore,
-    server: &Canned,
-    kind: fence_core::ErrorKind,
-) {
-    let key = fence_core::Key::new("cells/c1/own.json").unwrap();
-    let err = within_deadline(store.get(&key)).await.unwrap_err();
-    assert_error(&err, kind, fence_core::Commit::NotCommitted);
-    assert_eq!(err.key(), Some(&key));
-    assert!(
-        server.streamed() < HANG_UP_SLACK,
-        "read {} bytes",
-        server.streamed()
-    );
-    assert_eq!(
-        server.requests().len(),
-        1,
-        "a record too long is not retried"
-    );
-}
-
-/// `limited` (record limit 1,000, at `server`, which accepts any write and answers every read
-/// with 1,001 bytes) refuses to read or write a longer record, and writes one of 1,000;
-/// `default` (the same without a limit set) declares the default record limit.
-pub async fn assert_record_limit(
-    limited: &dyn fence_core::ConditionalStore,
-    default: &dyn fence_core::ConditionalStore,
-    server: &Canned,
-    write: &str,
-) {
-    use fence_core::{CasGuard, Commit, ErrorKind, PutOutcome};
-    assert_eq!(limited.capabilities().max_body, Some(1000));
-    let key = fence_core::Key::new("k").unwrap();
-    assert_eq!(
-        limited.get(&key).await.unwrap_err().kind(),
-        ErrorKind::Corrupt
-    );
-    let long = limited
-        .put(&key, vec![0; 1001].into(), CasGuard::Absent)
-        .await;
-    assert_error(
-        &long.unwrap_err(),
-        ErrorKind::InvalidInput,
-        Commit::NotCommitted,
-    );
-    let fits = limited
-        .put(&key, vec![0; 1000].into(), CasGuard::Absent)
-        .await;
-    assert!(matches!(fits, Ok(PutOutcome::Applied(_))), "{fits:?}");
-    assert_eq!(
-        server.count(|r| r.method == write),
-        1,
-        "the long body was never sent"
-    );
-    let limit = Some(fence_core::DEFAULT_RECORD_LIMIT);
-    assert_eq!(default.capabilities().max_body, limit);
-}
-
-/// `server`'s streamed answers were read no further than their start: each could have
-/// written no more than the sockets hold.
-pub fn assert_read_no_further(server: &Canned) {
-    let (sent, answers) = (server.streamed(), server.requests().len() as u64);
-    assert!(
-        sent < answers.max(1) * HANG_UP_SLACK,
-        "{sent} bytes for {answers} answers"
-    );
-}
-
-/// An error's kind and commit state, the pair wire tests assert.
-pub fn kind_commit(e: &fence_core::Error) -> (fence_core::ErrorKind, fence_core::Commit) {
-    (e.kind(), e.commit())
-}
-
-/// `Display`, `Debug` and every source's `Display` and `Debug`, in one string: what a log
-/// line could ever show of `err`.
-pub fn error_texts(err: &fence_core::Error) -> String {
-    let mut texts = vec![err.to_string(), format!("{err:?}")];
-    let mut source = std::error::Error::source(err);
-    while let Some(s) = source {
-        texts.push(s.to_string());
-        texts.push(format!("{s:?}"));
-        source = s.source();
-    }
-    texts.join(" | ")
-}
-
-/// A proxy to `upstream` that carries out every `method` request there, then answers `reply`
-/// in its place; other requests pass through.
-pub async fn replacing_answers(upstream: SocketAddr, method: &'static str, reply: Reply) -> Canned {
-    serve(move |r| match r.method == method {
-        true => Reply::ForwardThen(upstream, Box::new(reply.clone())),
-        false => Reply::Forward(upstream),
-    })
-    .await
-}
-
-/// Creates `key` through `via` (a proxy whose answer is not the truth): the answer must be an
-/// ambiguous `kind`, and `direct` must show that the create landed.
-pub async fn assert_create_lands_ambiguously(
-    via: &dyn fence_core::ConditionalStore,
-    direct: &dyn fence_core::ConditionalStore,
-    key: &fence_core::Key,
-    kind: fence_core::ErrorKind,
-) {
-    let body = bytes::Bytes::from("ours");
-    let got = via
-        .put(key, body.clone(), fence_core::CasGuard::Absent)
-        .await;
-    let err = got.expect_err("the proxy answered an error");
-    assert_eq!(
-        kind_commit(&err),
-        (kind, fence_core::Commit::Ambiguous),
-        "{err:?}"
-    );
-    let landed = direct.get(key).await.unwrap().expect("the create landed");
-    assert_eq!(landed.body, body);
-}
-
-/// Lists `cells` through `store`, whose server refused the listing with `status`: an error
-/// of `kind`, not committed, naming `cells` — never an empty list.
-pub async fn assert_listing_refused(
-    store: &dyn fence_core::ConditionalStore,
-    status: u16,
-    kind: fence_core::ErrorKind,
-) {
-    let cells = fence_core::Key::new("cells").unwrap();
-    let err = within_deadline(store.list(Some(&cells))).await.unwrap_err();
-    let not_committed = fence_core::Commit::NotCommitted;
-    assert_eq!(kind_commit(&err), (kind, not_committed), "{status}: {err}");
-    assert_eq!(err.key(), Some(&cells), "{status}: {err}");
 }

@@ -1,6 +1,10 @@
-//! Second review of the core after the R1–R13 fixes: each test showed a defect on main
-//! 3edc867 and now asserts the fixed behaviour (Q4 asserts the documented exception and its
-//! opt-out).
+//! A closed claim sends nothing and releases nothing its resumer holds, a resume seals the
+//! cell against a racing takeover, a cell is not adopted while its hand-off is in flight, a
+//! reader of a busy cell is never told it is corrupt; and the clock rules these rest on (a
+//! wall clock set far behind trusted only within `stale_after`, the rate margin never zero,
+//! attempt timeouts kept by `ttl`). From the core's second review: each test showed a defect
+//! on main 3edc867 and now asserts the fixed behaviour (Q4 asserts the documented exception
+//! and its opt-out).
 
 mod support;
 
