@@ -336,12 +336,7 @@ async fn a_leader_deposed_behind_its_back_steps_down_at_its_next_check() {
     let clock = clock();
     let mut a = Recorder::new(start(store.clone(), "a"), clock.clone());
     let (_, term_a) = a.started().await;
-    let operator = Ownership::new(store.clone(), "z");
-    let version = operator.read_head("sched").await.unwrap().unwrap().1;
-    operator
-        .cas_owner("sched", CasGuard::Match(version), 5)
-        .await
-        .unwrap();
+    operator_takes_the_cell(&store).await;
     let deposed = clock.mono_ms();
     let (t, why) = loop {
         if let (t, ElectionEvent::Stopped { reason, .. }) = a.next().await.expect("a steps down") {
@@ -543,12 +538,7 @@ async fn a_leader_deposed_found_out_by_a_write_names_who_deposed_it() {
         .unwrap();
     let mut a = Recorder::new(election, clock());
     let (_, term_a) = a.started().await;
-    let operator = Ownership::new(store.clone(), "z");
-    let version = operator.read_head("sched").await.unwrap().unwrap().1;
-    operator
-        .cas_owner("sched", CasGuard::Match(version), 5)
-        .await
-        .unwrap();
+    operator_takes_the_cell(&store).await;
     let e = term_a
         .claim()
         .write("after the takeover")
@@ -776,4 +766,14 @@ async fn an_unhealthy_leader_steps_down_and_does_not_campaign_until_healthy() {
     let term_a = next_term(&mut a).await;
     assert_eq!(term_a.epoch(), 3);
     a.stop().await.result.unwrap();
+}
+
+/// An operator (node `z`) writes itself into `sched`'s head at epoch 5, deposing whoever led.
+async fn operator_takes_the_cell(store: &Arc<dyn ConditionalStore>) {
+    let operator = Ownership::new(store.clone(), "z");
+    let version = operator.read_head("sched").await.unwrap().unwrap().1;
+    operator
+        .cas_owner("sched", CasGuard::Match(version), 5)
+        .await
+        .unwrap();
 }
