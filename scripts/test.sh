@@ -20,6 +20,9 @@ section() { echo "== [test.sh $((SECONDS / 60))m$((SECONDS % 60))s] $*"; }
 # building it here too compiled pyo3 twice more (maturin's Python settings differ).
 tests=(--workspace --exclude fence-testkit --exclude fence-py --lib --bins --tests --examples)
 kit=(-p fence-testkit --features sabotage --lib --tests --examples)
+# The fleet's model check and sabotage test: fence-fleet built with its own `sabotage`
+# feature (its deliberate breakage; no other build contains it), in the same lane.
+fleet_kit=(-p fence-fleet --features sabotage --test model --test sabotage)
 started=()
 stop_all() {
   for s in "${started[@]}"; do bash "$s" stop || true; done
@@ -44,6 +47,7 @@ section "building tests"
 build_status=0
 cargo test "${tests[@]}" --no-run || build_status=$?
 if [ "$build_status" -eq 0 ]; then cargo test "${kit[@]}" --no-run || build_status=$?; fi
+if [ "$build_status" -eq 0 ]; then cargo test "${fleet_kit[@]}" --no-run || build_status=$?; fi
 # The Python package (crates/fence-py, distribution fence-lock): maturin builds its abi3
 # wheel (one wheel for every CPython >= 3.9) from the same workspace, target dir and dev
 # profile as the tests above, and the wheel is installed into a fresh venv, as a user
@@ -112,6 +116,8 @@ for t in "${cpu_bound[@]}"; do kit_later+=(--test "$t"); done
   cargo test "${kit_first[@]}" --no-fail-fast -- --show-output || kit_status=$?
   nice -n 15 cargo test "${kit_later[@]}" --no-fail-fast -- --show-output --exact \
     --skip "$model_ci" --skip "$model_two" || kit_status=$?
+  echo "== the fleet's model check and sabotage switches"
+  nice -n 15 cargo test "${fleet_kit[@]}" --no-fail-fast -- --show-output || kit_status=$?
   echo "== doc tests"
   nice -n 15 cargo test --workspace --exclude fence-py --doc || kit_status=$?
   echo "== the model check's two largest CI scopes, one after the other"

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use fence_cli::check::{check, Rule};
 use fence_core::{
-    CasGuard, ConditionalStore, DeleteOutcome, Election, Error, Fence, Key, LeaderEvent,
+    CasGuard, ConditionalStore, DeleteOutcome, Election, ElectionEvent, Error, Fence, Key,
     MemoryStore, Ownership, PutOutcome, Stored, Version,
 };
 use serde_json::Value;
@@ -185,7 +185,7 @@ async fn fleet_flows(store: Arc<dyn ConditionalStore>) {
         .unwrap();
     let mut started = Vec::new();
     while started.len() < 4 {
-        if let Some(fence_fleet::CellEvent::Started { shard, .. }) = events.recv().await {
+        if let Some(fence_fleet::FleetEvent::Started { shard, .. }) = events.recv().await {
             started.push(shard);
         }
     }
@@ -205,12 +205,12 @@ async fn fleet_flows(store: Arc<dyn ConditionalStore>) {
         .start()
         .unwrap();
     while let Some(event) = election.next_event().await {
-        if let LeaderEvent::Started(term) = event {
+        if let ElectionEvent::Started(term) = event {
             term.claim().write("plan").await.unwrap();
             break;
         }
     }
-    election.stop().await.unwrap();
+    election.stop().await.result.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::{
-    update_cell, Clock, ConditionalStore, Election, Error, ErrorKind, Fence, Leader, LeaderEvent,
-    Leadership, MemoryStore, Ownership,
+    update_cell, Clock, ConditionalStore, Election, ElectionEvent, Error, ErrorKind, Fence, Leader,
+    MemoryStore, Ownership, Term,
 };
 use tokio::sync::{oneshot, watch};
 
@@ -77,61 +77,78 @@ impl Candidate {
     }
 }
 
-/// One candidate: follows the election's events until told to stop.
+/// One candidate: follows the election's events until told to stop, the leader's work in a
+/// task of its own. The shutdown is the one README shows: `stop` (a term in progress ends,
+/// and its work sees `lost()`), then the events nobody read (a step-down among them), then
+/// the work joined.
 async fn campaign(mut election: Election, mut stop: oneshot::Receiver<()>) -> Result<(), Error> {
     let node = election.node().to_owned();
-    let mut cancelled = false;
+    let mut work = Vec::new();
     loop {
         let event = tokio::select! {
-            // Cancel, and read the events to their end: the term's `Stopped` comes first.
-            _ = &mut stop, if !cancelled => {
-                election.cancel();
-                cancelled = true;
-                continue;
-            }
+            _ = &mut stop => break,
             event = election.next_event() => event,
         };
-        match event {
-            Some(LeaderEvent::Started(term)) => {
-                println!("{node}: leading at epoch {}", term.epoch());
-                tokio::spawn(lead(term));
-            }
-            Some(LeaderEvent::Stopped { epoch, reason }) => {
-                println!("{node}: stopped leading epoch {epoch}: {reason:?}")
-            }
-            Some(LeaderEvent::NewLeader(Some(l))) if l.node != node => {
-                println!("{node}: {} leads at epoch {}", l.node, l.epoch)
-            }
-            Some(LeaderEvent::SafeTimeLow { remaining, .. }) => {
-                println!("{node}: safe time low, {remaining:?} left: finishing up")
-            }
-            Some(_) => {}
-            None => return election.stop().await,
-        }
+        let Some(event) = event else { break };
+        work.extend(on_event(&node, event));
     }
+    let end = election.stop().await;
+    for event in end.unread {
+        work.extend(on_event(&node, event));
+    }
+    for w in work {
+        let _ = w.await;
+    }
+    end.result
 }
 
-/// The leader's work: writes the resource's state, with its fencing token, until the term
-/// ends. A write the store refuses (a later epoch exists) ends the work too.
-async fn lead(term: Leadership) {
+/// Reports `event`; a term that starts gets its work task.
+fn on_event(node: &str, event: ElectionEvent) -> Option<tokio::task::JoinHandle<()>> {
+    match event {
+        ElectionEvent::Started(term) => {
+            println!("{node}: leading at epoch {}", term.epoch());
+            return Some(tokio::spawn(lead(term)));
+        }
+        ElectionEvent::Stopped { epoch, reason } => {
+            println!("{node}: stopped leading epoch {epoch}: {reason:?}")
+        }
+        ElectionEvent::NewLeader(Some(l)) if l.node != node => {
+            println!("{node}: {} leads at epoch {}", l.node, l.epoch)
+        }
+        ElectionEvent::SafeTimeLow { remaining, .. } => {
+            println!("{node}: safe time low, {remaining:?} left: finishing up")
+        }
+        _ => {}
+    }
+    None
+}
+
+/// The leader's work: checks that the term stands before each action, and writes the
+/// resource's state with its fencing token, until the term ends. A write the store refuses
+/// (a later epoch exists) ends the work too.
+async fn lead(term: Term) {
     for tick in 0u64.. {
+        if !term.is_held() {
+            break;
+        }
         let state = format!("tick {tick} by {} at epoch {}", term.node(), term.epoch());
         tokio::select! {
-            why = term.lost() => {
-                println!("{}: term {} over ({why:?})\n{0}: work stopped", term.node(), term.epoch());
-                return;
-            }
+            _ = term.lost() => break,
             written = term.claim().write(state) => if let Err(e) = written {
-                match term.ended() {
-                    Some(why) => println!("{}: term {} over ({why:?})", term.node(), term.epoch()),
-                    None => println!("{}: write refused ({:?})", term.node(), e.kind()),
+                if term.ended().is_none() {
+                    println!("{}: write refused ({:?})", term.node(), e.kind());
                 }
-                println!("{}: work stopped", term.node());
-                return;
+                break;
             },
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let why = term.lost().await;
+    println!(
+        "{}: term {} over ({why:?}): work stopped",
+        term.node(),
+        term.epoch()
+    );
 }
 
 /// Waits until `watcher` sees a leader other than `not`.

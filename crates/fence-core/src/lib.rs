@@ -43,8 +43,9 @@ pub use memory::MemoryStore;
 pub use ownership::{CasOutcome, LeaseCasError, LeaseCasOutcome, Ownership};
 pub use record::{CellHead, NodeLease, NodeLeaseRecord, OwnerRecord};
 pub use runtime::{
-    read_cell, update_cell, CellClaim, CellData, ClaimStatus, Election, ElectionBuilder, Fence,
-    FenceBuilder, Leader, LeaderEvent, Leadership, LeaseKeeper, Observer, StepDown, WriteAck,
+    read_cell, update_cell, CellClaim, CellData, ClaimStatus, Election, ElectionBuilder,
+    ElectionEnd, ElectionEvent, Fence, FenceBuilder, Leader, LeaseKeeper, Observer, StepDown, Term,
+    WriteAck,
 };
 pub use store::DEFAULT_RECORD_LIMIT;
 pub use store::{

@@ -395,7 +395,10 @@ async fn a_migrated_payload_object_is_named_with_the_epoch_of_its_head() {
         .await
         .unwrap();
     let own = Ownership::new(store.clone(), "a");
-    let cas = own.cas_owner("c", CasGuard::Match(version), 4).await.unwrap();
+    let cas = own
+        .cas_owner("c", CasGuard::Match(version), 4)
+        .await
+        .unwrap();
     assert!(matches!(cas, CasOutcome::Applied), "{cas:?}");
     let listed = store.raw().list(Some(&key("cells/c/blobs"))).await.unwrap();
     let names: Vec<&str> = listed.iter().map(|k| k.as_str()).collect();

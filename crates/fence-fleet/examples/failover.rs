@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use fence::{CasGuard, Clock, ConditionalStore, Fence, Key, PutOutcome};
-use fence_fleet::{CellEvent, Fleet};
+use fence_fleet::{Fleet, FleetEvent};
 
 #[derive(Parser, Debug, Clone)]
 struct Args {
@@ -76,8 +76,8 @@ async fn child(args: Args, node: String) -> Result<(), Box<dyn std::error::Error
         .await?;
     while let Some(e) = events.recv().await {
         match e {
-            CellEvent::Started { shard, .. } => println!("started {}", shard.cell()),
-            CellEvent::Stopped { cell, .. } => println!("stopped {cell}"),
+            FleetEvent::Started { shard, .. } => println!("started {}", shard.cell()),
+            FleetEvent::Stopped { cell, .. } => println!("stopped {cell}"),
             _ => {}
         }
     }

@@ -25,7 +25,7 @@ use std::time::Duration;
 use clap::Parser;
 use fence::Fence;
 use fence_fleet::log::AppendLog;
-use fence_fleet::{CellEvent, Fleet, Shard};
+use fence_fleet::{Fleet, FleetEvent, Shard};
 
 /// The command line.
 #[derive(Parser, Debug)]
@@ -157,23 +157,41 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     loop {
         tokio::select! {
             event = events.recv() => match event {
-                Some(CellEvent::Acquired { generation }) => state.record(&generation),
-                Some(CellEvent::Started { shard, resumed }) => {
-                    eprintln!("shardd {}: started {} at epoch {} (resumed: {resumed})", args.node, shard.cell(), shard.epoch());
-                    tokio::spawn(append_counter(fence.clone(), shard, every));
-                }
-                Some(CellEvent::Stopped { cell, epoch, reason }) => {
-                    eprintln!("shardd {}: stopped {cell} at epoch {epoch}: {reason:?}", args.node);
-                }
-                Some(CellEvent::NewOwner { .. }) => {}
+                Some(event) => on_event(&args.node, event, &mut state, &fence, every),
                 None => return Ok(()),
             },
             _ = stop.recv() => {
+                // The loop is left: the drain returns the events nobody read (each stop).
                 let drained = fleet.drain(Duration::from_secs(5)).await;
-                eprintln!("shardd {}: drained: {drained:?}", args.node);
+                let (handed, released) = (drained.handed_off.len(), drained.released.len());
+                for event in drained.unread {
+                    on_event(&args.node, event, &mut state, &fence, every);
+                }
+                eprintln!(
+                    "shardd {}: drained: {handed} handed off, {released} released, left {:?}, lease released: {}",
+                    args.node, drained.left, drained.lease_released
+                );
                 return Ok(());
             }
         }
+    }
+}
+
+/// Acts on one event of the fleet.
+fn on_event(node: &str, event: FleetEvent, state: &mut NodeState, fence: &Fence, every: Duration) {
+    match event {
+        FleetEvent::LeaseAcquired { generation } => state.record(&generation),
+        FleetEvent::Started { shard, resumed } => {
+            let (cell, epoch) = (shard.cell(), shard.epoch());
+            eprintln!("shardd {node}: started {cell} at epoch {epoch} (resumed: {resumed})");
+            tokio::spawn(append_counter(fence.clone(), shard, every));
+        }
+        FleetEvent::Stopped {
+            cell,
+            epoch,
+            reason,
+        } => eprintln!("shardd {node}: stopped {cell} at epoch {epoch}: {reason:?}"),
+        FleetEvent::NewOwner { .. } => {}
     }
 }
 
@@ -198,7 +216,7 @@ async fn append_counter(fence: Fence, shard: Shard, every: Duration) {
     let mut tick = tokio::time::interval(every);
     loop {
         tokio::select! {
-            _ = shard.gone() => return,
+            _ = shard.lost() => return,
             _ = tick.tick() => {}
         }
         match log.append_with(|seq| seq.to_string().into()).await {

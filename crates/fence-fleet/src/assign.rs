@@ -85,7 +85,7 @@ pub fn assign(cells: &[String], nodes: &[String]) -> BTreeMap<String, String> {
 }
 
 /// Where every cell goes, and who inherits it: the leader's placement.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Placement {
     /// The node each cell is placed on.
     pub targets: BTreeMap<String, String>,

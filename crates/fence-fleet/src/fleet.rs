@@ -9,13 +9,57 @@ use fence_core::{Error, ErrorKind};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+use crate::decide::Timing;
 use crate::membership::Members;
 use crate::run::Run;
-use crate::shard::{CellEvent, Shard};
+use crate::shard::{FleetEvent, Shard};
 
-/// The events of a fleet, in the order it learned them. Unbounded: read them (or drop the
-/// receiver, and the fleet stops sending).
-pub type Events = mpsc::UnboundedReceiver<CellEvent>;
+/// The events of a fleet, in the order it learned them: what [`FleetBuilder::start`] hands
+/// out beside the [`Fleet`]. Read them with [`recv`](Self::recv) (or as a
+/// [`Stream`](futures::Stream)). Unbounded: read them, or drop this receiver (the fleet then
+/// keeps none). The events still unread when the fleet stops are not lost:
+/// [`Fleet::drain`] returns them ([`Drained::unread`]), among them the `Stopped` of every
+/// cell the drain stopped, so a caller that left its event loop before draining still
+/// learns of every stop. Each event is told once: to a reader, or by the drain.
+#[derive(Debug)]
+pub struct Events {
+    rx: Arc<Mutex<mpsc::UnboundedReceiver<FleetEvent>>>,
+}
+
+impl Events {
+    /// The next event; `None` once the fleet has stopped and every event was read (or the
+    /// drain took the rest). Cancellation-safe.
+    pub async fn recv(&mut self) -> Option<FleetEvent> {
+        std::future::poll_fn(|cx| lock(&self.rx).poll_recv(cx)).await
+    }
+}
+
+impl futures::Stream for Events {
+    type Item = FleetEvent;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<FleetEvent>> {
+        lock(&self.rx).poll_recv(cx)
+    }
+}
+
+impl Drop for Events {
+    fn drop(&mut self) {
+        // Nobody reads any more: the fleet keeps no event (nor does its drain).
+        let mut rx = lock(&self.rx);
+        rx.close();
+        while rx.try_recv().is_ok() {}
+    }
+}
+
+/// Takes every event still queued in `rx`, and closes it.
+fn take_unread(rx: &Mutex<mpsc::UnboundedReceiver<FleetEvent>>) -> Vec<FleetEvent> {
+    let mut rx = lock(rx);
+    rx.close();
+    std::iter::from_fn(|| rx.try_recv().ok()).collect()
+}
 
 /// Which nodes under `nodes/` belong to the fleet.
 pub type MemberFilter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
@@ -24,37 +68,24 @@ fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The timing and limits of a fleet (see [`FleetBuilder`] for each one's meaning).
+/// The settings of a fleet: the core's timing (see [`FleetBuilder`] for each one's meaning)
+/// and the shell's limits.
 #[derive(Clone)]
 pub(crate) struct Settings {
     pub(crate) concurrency: usize,
-    pub(crate) interval_ms: u64,
-    pub(crate) settle_ms: u64,
-    pub(crate) min_hold_ms: u64,
-    pub(crate) head_poll_ms: Option<u64>,
-    /// The slow period: the leader's sweep (per 1,000 nodes), the check of the leadership,
-    /// asks for cells waited for.
-    pub(crate) scan_ms: u64,
-    /// Reading every cell's head (opt-in).
-    pub(crate) follow_ms: Option<u64>,
-    /// How long notices (and moves) live.
-    pub(crate) notices_ms: u64,
+    pub(crate) timing: Timing,
     pub(crate) acquire_ms: u64,
     pub(crate) predecessor: Option<String>,
     pub(crate) filter: Option<MemberFilter>,
+    pub(crate) flaws: crate::flaws::Flaws,
 }
 
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Settings")
             .field("concurrency", &self.concurrency)
-            .field("interval_ms", &self.interval_ms)
-            .field("settle_ms", &self.settle_ms)
-            .field("min_hold_ms", &self.min_hold_ms)
-            .field("head_poll_ms", &self.head_poll_ms)
-            .field("scan_ms", &self.scan_ms)
-            .field("follow_ms", &self.follow_ms)
-            .field("notices_ms", &self.notices_ms)
+            .field("timing", &self.timing)
+            .field("acquire_ms", &self.acquire_ms)
             .field("predecessor", &self.predecessor.is_some())
             .finish_non_exhaustive()
     }
@@ -81,7 +112,7 @@ impl FleetBuilder {
     /// watcher confirming a death and the heirs taking its cells.
     #[must_use]
     pub fn interval(mut self, d: Duration) -> Self {
-        self.settings.interval_ms = ms(d).max(1);
+        self.settings.timing.interval_ms = ms(d).max(1);
         self
     }
 
@@ -90,7 +121,7 @@ impl FleetBuilder {
     /// over without it.
     #[must_use]
     pub fn settle(mut self, d: Duration) -> Self {
-        self.settings.settle_ms = ms(d);
+        self.settings.timing.settle_ms = ms(d);
         self
     }
 
@@ -98,7 +129,7 @@ impl FleetBuilder {
     /// two intervals): no cell bounces between two nodes faster.
     #[must_use]
     pub fn min_hold(mut self, d: Duration) -> Self {
-        self.settings.min_hold_ms = ms(d);
+        self.settings.timing.min_hold_ms = ms(d);
         self
     }
 
@@ -107,17 +138,17 @@ impl FleetBuilder {
     /// `None` to rely on writes and the lease alone.
     #[must_use]
     pub fn head_poll(mut self, every: Option<Duration>) -> Self {
-        self.settings.head_poll_ms = every.map(|d| ms(d).max(1));
+        self.settings.timing.head_poll_ms = every.map(|d| ms(d).max(1));
         self
     }
 
-    /// Reads every cell's head every `every`, so this node's [`CellEvent::NewOwner`] events
+    /// Reads every cell's head every `every`, so this node's [`FleetEvent::NewOwner`] events
     /// name every cell's owner (a router on one node). Off by default: it costs one read per
     /// cell per `every` on this node, which grows with the fleet. Without it, a node reads
     /// only the heads of the cells it holds or is about to take.
     #[must_use]
     pub fn scan(mut self, every: Duration) -> Self {
-        self.settings.follow_ms = Some(ms(every).max(1));
+        self.settings.timing.follow_ms = Some(ms(every).max(1));
         self
     }
 
@@ -129,7 +160,7 @@ impl FleetBuilder {
     }
 
     /// The lease generation of this node's previous process, which the caller **knows** has
-    /// ended (it persisted [`CellEvent::Acquired`]'s generation, and that process is gone):
+    /// ended (it persisted [`FleetEvent::LeaseAcquired`]'s generation, and that process is gone):
     /// its lease is taken over at once, and its cells are resumed at their current epochs.
     /// Without it, a restart waits until the old lease is observed unchanged for a TTL, and
     /// resumes the cells at new epochs. See docs/design.md, "Restart and resume".
@@ -145,6 +176,15 @@ impl FleetBuilder {
     #[must_use]
     pub fn members(mut self, filter: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
         self.settings.filter = Some(Arc::new(filter));
+        self
+    }
+
+    /// Runs this fleet's rules with sabotage switch `switch` on (the model check and the
+    /// sabotage test only; feature `sabotage`).
+    #[cfg(feature = "sabotage")]
+    #[must_use]
+    pub fn sabotage(mut self, switch: crate::sabotage::Sabotage) -> Self {
+        self.settings.flaws = crate::flaws::Flaws::switch(Some(switch));
         self
     }
 
@@ -165,8 +205,9 @@ impl FleetBuilder {
         }
         let lease = acquire(&self.fence, &self.settings).await?;
         announce(&self.fence, &lease).await;
-        let (events_tx, events) = mpsc::unbounded_channel();
-        let _ = events_tx.send(CellEvent::Acquired {
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let events = Arc::new(Mutex::new(events_rx));
+        let _ = events_tx.send(FleetEvent::LeaseAcquired {
             generation: lease.generation(),
         });
         let inner = Arc::new(Inner {
@@ -184,8 +225,9 @@ impl FleetBuilder {
                 inner,
                 commands,
                 task: Some(task),
+                events: events.clone(),
             },
-            events,
+            Events { rx: events },
         ))
     }
 }
@@ -233,8 +275,8 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// What a drain did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// What a drain did, and the events nobody read.
+#[derive(Debug, Default)]
 pub struct Drained {
     /// Cells handed to another live node.
     pub handed_off: BTreeSet<String>,
@@ -248,6 +290,10 @@ pub struct Drained {
     /// already lost or the store did not answer — peers then take over after the usual
     /// observation.
     pub lease_released: bool,
+    /// The events no reader had taken when the fleet stopped, in order: every cell whose
+    /// `Started` was read has its `Stopped` either read before or here (empty if the
+    /// [`Events`] receiver was dropped).
+    pub unread: Vec<FleetEvent>,
 }
 
 pub(crate) enum Command {
@@ -264,7 +310,7 @@ pub(crate) enum Command {
 
 /// One node of a fleet: keeps its fair share of the fleet's cells — `ceil(cells / live
 /// nodes)` — hands cells on when nodes join, takes the cells it inherits from dead nodes,
-/// and tells the application what it holds through [`CellEvent`]s. See docs/fleet.md.
+/// and tells the application what it holds through [`FleetEvent`]s. See docs/fleet.md.
 ///
 /// ```
 /// # fn block(f: impl std::future::Future<Output = ()>) {
@@ -273,7 +319,7 @@ pub(crate) enum Command {
 /// # block(async {
 /// use std::{sync::Arc, time::Duration};
 /// use fence::{Fence, MemoryStore};
-/// use fence_fleet::{CellEvent, Fleet};
+/// use fence_fleet::{Fleet, FleetEvent};
 ///
 /// let store = Arc::new(MemoryStore::new());
 /// let fence = Fence::builder(store, "node-a").ttl(Duration::from_secs(2)).build().unwrap();
@@ -281,7 +327,7 @@ pub(crate) enum Command {
 /// let (fleet, mut events) = Fleet::builder(fence, cells).start().await.unwrap();
 /// let mut started = 0;
 /// while started < 4 {
-///     if let Some(CellEvent::Started { shard, .. }) = events.recv().await {
+///     if let Some(FleetEvent::Started { shard, .. }) = events.recv().await {
 ///         shard.write("hello").await.unwrap();
 ///         started += 1;
 ///     }
@@ -299,6 +345,8 @@ pub struct Fleet {
     inner: Arc<Inner>,
     commands: mpsc::Sender<Command>,
     task: Option<JoinHandle<()>>,
+    /// The receiver the [`Events`] handle reads: the drain takes what is left in it.
+    events: Arc<Mutex<mpsc::UnboundedReceiver<FleetEvent>>>,
 }
 
 impl Fleet {
@@ -310,19 +358,13 @@ impl Fleet {
         S: Into<String>,
     {
         let cfg = fence.config().clone();
-        let interval_ms = (cfg.ttl_ms / 5).clamp(cfg.poll_ms(), 2_000.max(cfg.poll_ms()));
         let settings = Settings {
             concurrency: 32,
-            interval_ms,
-            settle_ms: interval_ms,
-            min_hold_ms: 2 * interval_ms,
-            head_poll_ms: Some((cfg.ttl_ms / 3).max(1)),
-            scan_ms: (3 * cfg.ttl_ms).max(10 * interval_ms),
-            follow_ms: None,
-            notices_ms: (6 * cfg.ttl_ms).max(60_000),
+            timing: Timing::for_lease(&cfg),
             acquire_ms: 3 * cfg.ttl_ms,
             predecessor: None,
             filter: None,
+            flaws: crate::flaws::Flaws::default(),
         };
         FleetBuilder {
             fence,
@@ -338,7 +380,7 @@ impl Fleet {
 
     /// The current lease generation (persist it to restart with
     /// [`FleetBuilder::predecessor`]; it changes when the lease is re-acquired, announced by
-    /// [`CellEvent::Acquired`]).
+    /// [`FleetEvent::LeaseAcquired`]).
     pub fn generation(&self) -> String {
         lock(&self.inner.generation).clone()
     }
@@ -381,27 +423,31 @@ impl Fleet {
         answer.await.unwrap_or_else(|_| Err(stopped()))
     }
 
-    /// Leaves the fleet within `within`: marks this node leaving, hands every held cell to
-    /// its heir (or releases it when there is none, the heir is leaving too, or the hand-off
-    /// failed), then releases the node lease so peers act at once. What is not done by the
-    /// deadline is left to be taken over.
+    /// Leaves the fleet within `within` and consumes it: marks this node leaving, hands
+    /// every held cell to its heir (or releases it when there is none, the heir is leaving
+    /// too, or the hand-off failed), then releases the node lease so peers act at once.
+    /// What is not done by the deadline is left to be taken over. Returns once the fleet's
+    /// task has ended, with the events nobody read ([`Drained::unread`]): the `Stopped` of
+    /// every cell it stopped is there unless a reader took it, so draining after leaving
+    /// the event loop loses no stop.
     pub async fn drain(mut self, within: Duration) -> Drained {
         let (reply, answer) = oneshot::channel();
         let cmd = Command::Drain {
             within_ms: ms(within),
             reply,
         };
-        if self.commands.send(cmd).await.is_err() {
-            return Drained::default();
+        let mut drained = Drained::default();
+        if self.commands.send(cmd).await.is_ok() {
+            drained = answer.await.unwrap_or_default();
         }
-        let drained = answer.await.unwrap_or_default();
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
+        drained.unread = take_unread(&self.events);
         drained
     }
 }
 
-fn stopped() -> Error {
+pub(crate) fn stopped() -> Error {
     Error::new(ErrorKind::Unavailable, "the fleet has stopped").not_committed()
 }

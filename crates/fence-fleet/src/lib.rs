@@ -10,8 +10,12 @@
 //!   cells, hands cells on ([`CellClaim::hand_off`](fence_core::CellClaim::hand_off)),
 //!   watches one other node and tombstones its lease when it dies, takes the cells it
 //!   inherits, resumes its own cells after a restart, drains within a deadline, leads the
-//!   fleet when it holds [`LEADER_CELL`], and reports each cell's [`CellEvent`]s; each held
-//!   cell is a [`Shard`] with a cancellation-safe [`gone`](Shard::gone);
+//!   fleet when it holds [`LEADER_CELL`], and reports its [`FleetEvent`]s through [`Events`];
+//!   each held cell is a [`Shard`] ([`cell`](Shard::cell), [`epoch`](Shard::epoch),
+//!   [`is_held`](Shard::is_held), a cancellation-safe [`lost`](Shard::lost));
+//!   [`drain`](Fleet::drain) consumes it and returns the events nobody read;
+//! - [`decide`]: the fleet's rules as a pure step machine ([`decide::FleetCore`],
+//!   [`decide::LeaderCore`]), which the fleet's task drives and its model check explores;
 //! - [`membership`]: who is alive by one listing of `nodes/` and a read per lease (for tools;
 //!   the fleet itself reads one lease per node);
 //! - [`follow()`]: a cell's owner, without claiming it; [`owners`]: many cells' owners at
@@ -25,19 +29,23 @@
 pub mod assign;
 mod assignment;
 mod cells;
+pub mod decide;
+mod flaws;
 mod fleet;
 mod follow;
 mod leader;
 pub mod log;
 pub mod membership;
 mod run;
+#[cfg(feature = "sabotage")]
+pub mod sabotage;
 mod shard;
 mod watch;
 
 pub use fleet::{Drained, Events, Fleet, FleetBuilder, MemberFilter};
 pub use follow::{follow, named_mine, owners, Follow, Owner};
 pub use leader::LEADER_CELL;
-pub use shard::{CellEvent, Shard, StopReason};
+pub use shard::{FleetEvent, Shard, StopReason};
 
 /// docs/fleet.md, compiled as doctests so its examples cannot rot.
 #[doc = include_str!("../../../docs/fleet.md")]

@@ -56,8 +56,8 @@ impl StopReason {
 
 /// What a fleet tells its application, cell by cell.
 #[derive(Debug)]
-pub enum CellEvent {
-    /// This node holds `shard` now: act on it until [`Shard::gone`] fires.
+pub enum FleetEvent {
+    /// This node holds `shard` now: act on it until [`Shard::lost`] fires.
     Started {
         /// The cell.
         shard: Shard,
@@ -65,7 +65,7 @@ pub enum CellEvent {
         /// this node, or a cell of this node's earlier process), rather than claimed anew.
         resumed: bool,
     },
-    /// This node no longer holds `cell` (the shard's [`gone`](Shard::gone) has fired).
+    /// This node no longer holds `cell` (the shard's [`lost`](Shard::lost) has fired).
     Stopped {
         /// The cell.
         cell: String,
@@ -88,14 +88,14 @@ pub enum CellEvent {
     },
     /// This process acquired the node lease under `generation`: persist it to restart with
     /// [`FleetBuilder::predecessor`](crate::FleetBuilder::predecessor).
-    Acquired {
+    LeaseAcquired {
         /// The lease generation.
         generation: String,
     },
 }
 
 /// How a shard ends: its one final reason, set once, and announced once as
-/// [`CellEvent::Stopped`] by whoever sets it.
+/// [`FleetEvent::Stopped`] by whoever sets it.
 #[derive(Debug)]
 pub(crate) struct End {
     reason: watch::Sender<Option<StopReason>>,
@@ -104,7 +104,7 @@ pub(crate) struct End {
     stopping: AtomicBool,
     cell: String,
     epoch: u64,
-    events: mpsc::UnboundedSender<CellEvent>,
+    events: mpsc::UnboundedSender<FleetEvent>,
 }
 
 impl End {
@@ -129,7 +129,7 @@ impl End {
             true
         });
         if set {
-            let _ = self.events.send(CellEvent::Stopped {
+            let _ = self.events.send(FleetEvent::Stopped {
                 cell: self.cell.clone(),
                 epoch: self.epoch,
                 reason,
@@ -147,7 +147,7 @@ impl End {
 ///
 /// Cloning shares the claim. When the fleet stops a shard (a hand-off, a drain, a lost
 /// lease, a head found superseded), [`is_held`](Self::is_held) turns false first — writes
-/// through the shard are refused from then on — and [`gone`](Self::gone) answers once the
+/// through the shard are refused from then on — and [`lost`](Self::lost) answers once the
 /// reason is known: a hand-off is told as [`StopReason::HandedOff`] only once it landed.
 #[derive(Clone, Debug)]
 pub struct Shard {
@@ -156,7 +156,7 @@ pub struct Shard {
 }
 
 impl Shard {
-    pub(crate) fn new(claim: CellClaim, events: mpsc::UnboundedSender<CellEvent>) -> Shard {
+    pub(crate) fn new(claim: CellClaim, events: mpsc::UnboundedSender<FleetEvent>) -> Shard {
         let end = End {
             reason: watch::channel(None).0,
             stopping: AtomicBool::new(false),
@@ -185,9 +185,9 @@ impl Shard {
         &self.claim
     }
 
-    /// Why the shard stopped, once that is known: the reason [`gone`](Self::gone) answers
-    /// and the [`CellEvent::Stopped`] event told.
-    pub fn stopped(&self) -> Option<StopReason> {
+    /// Why the shard stopped, once that is known: the reason [`lost`](Self::lost) answers
+    /// and the [`FleetEvent::Stopped`] event told.
+    pub fn ended(&self) -> Option<StopReason> {
         self.end.reason()
     }
 
@@ -199,10 +199,10 @@ impl Shard {
 
     /// Waits until the shard is gone — the lease lost, a write or a head poll found the cell
     /// superseded, or the fleet handed it off, released or closed it — and says why: the same
-    /// reason as the cell's [`CellEvent::Stopped`], told only once it is known (a hand-off
+    /// reason as the cell's [`FleetEvent::Stopped`], told only once it is known (a hand-off
     /// whose outcome is not known yet is waited for). Cancellation-safe; returns at once once
     /// gone.
-    pub async fn gone(&self) -> StopReason {
+    pub async fn lost(&self) -> StopReason {
         let mut rx = self.end.reason.subscribe();
         loop {
             if let Some(r) = rx.borrow_and_update().clone() {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::{Clock, ErrorKind, Ownership};
-use fence_fleet::{CellEvent, StopReason};
+use fence_fleet::{FleetEvent, StopReason};
 use support::*;
 
 #[tokio::test(start_paused = true)]
@@ -133,7 +133,7 @@ async fn a_superseded_cell_is_reported_within_one_renewal_period() {
         .await
         .unwrap();
     let lost_at = clock.mono_ms();
-    let gone = tokio::time::timeout(Duration::from_millis(TTL_MS), shard.gone())
+    let gone = tokio::time::timeout(Duration::from_millis(TTL_MS), shard.lost())
         .await
         .expect("the loss was noticed");
     let noticed = clock.mono_ms() - lost_at;
@@ -179,7 +179,7 @@ async fn a_lost_lease_is_reported_within_one_renewal_period_of_the_loss() {
     }
     let (lost_at, gone_at) = (lost_at.unwrap(), gone_at.unwrap());
     assert!(gone_at - lost_at <= TTL_MS / 3);
-    tokio::time::timeout(Duration::from_millis(TTL_MS / 3), shard.gone())
+    tokio::time::timeout(Duration::from_millis(TTL_MS / 3), shard.lost())
         .await
         .unwrap();
     while stopped(&log, "shard-001").is_none() && clock.mono_ms() - lost_at <= TTL_MS {
@@ -220,7 +220,7 @@ async fn a_restart_with_the_predecessor_named_resumes_its_cells_at_their_epochs_
         .lock()
         .unwrap()
         .iter()
-        .filter(|(_, e)| matches!(e, CellEvent::Started { resumed: true, .. }))
+        .filter(|(_, e)| matches!(e, FleetEvent::Started { resumed: true, .. }))
         .count();
     assert_eq!(resumed, 6);
 }
@@ -276,7 +276,7 @@ async fn a_lapsed_lease_nobody_took_over_is_resumed_without_new_epochs() {
         .filter(|(_, e)| {
             matches!(
                 e,
-                CellEvent::Stopped {
+                FleetEvent::Stopped {
                     reason: StopReason::LeaseLost,
                     ..
                 }
@@ -285,11 +285,11 @@ async fn a_lapsed_lease_nobody_took_over_is_resumed_without_new_epochs() {
         .count();
     let resumed = log
         .iter()
-        .filter(|(_, e)| matches!(e, CellEvent::Started { resumed: true, .. }))
+        .filter(|(_, e)| matches!(e, FleetEvent::Started { resumed: true, .. }))
         .count();
     let acquired = log
         .iter()
-        .filter(|(_, e)| matches!(e, CellEvent::Acquired { .. }))
+        .filter(|(_, e)| matches!(e, FleetEvent::LeaseAcquired { .. }))
         .count();
     assert_eq!((lost, resumed, acquired), (4, 4, 2));
 }
@@ -308,7 +308,7 @@ fn owners(heads: &std::collections::BTreeMap<String, (Option<String>, u64)>) -> 
 fn last_owners(log: &Log) -> OwnerOf {
     let mut last = OwnerOf::new();
     for (_, e) in log.lock().unwrap().iter() {
-        if let CellEvent::NewOwner { cell, owner, .. } = e {
+        if let FleetEvent::NewOwner { cell, owner, .. } = e {
             last.insert(cell.clone(), owner.clone());
         }
     }
@@ -434,10 +434,10 @@ async fn a_hand_off_through_the_shards_own_claim_names_its_receiver() {
         to: "b".into(),
         epoch,
     };
-    assert_eq!(shard.gone().await, to_b);
+    assert_eq!(shard.lost().await, to_b);
     advance(1_000).await;
     assert_eq!(stopped(&log, &cell).map(|(_, r)| r), Some(to_b.clone()));
-    assert_eq!(shard.stopped(), Some(to_b));
+    assert_eq!(shard.ended(), Some(to_b));
     assert!(fa.shard(&cell).is_none());
     assert_eq!(fb.shard(&cell).map(|s| s.epoch()), Some(epoch));
 }
@@ -621,4 +621,46 @@ async fn the_leaders_death_is_taken_over_and_the_next_leader_places_a_join() {
         .unwrap()
         .unwrap();
     assert!(matches!(leader.node.as_deref(), Some("b" | "c")));
+}
+
+/// The owner reads events until it holds every cell, leaves its event loop (a SIGTERM, say)
+/// and stops reading; a second node joins meanwhile, so some cells are handed to it while
+/// nobody reads; then the owner drains. Every cell whose start the owner read, or that
+/// started unread, has its stop told: read before, or returned by the drain.
+#[tokio::test(start_paused = true)]
+async fn a_drain_after_the_owner_stopped_reading_tells_every_started_cells_stop() {
+    let store = store();
+    let cells = cells(6);
+    let (a, b) = (node(&store, "a"), node(&store, "b"));
+    let (fa, mut events) = a.fleet(&cells).start().await.unwrap();
+    let mut started = Vec::new();
+    let mut stopped = Vec::new();
+    while started.len() < cells.len() {
+        match events.recv().await.expect("the fleet runs") {
+            FleetEvent::Started { shard, .. } => {
+                started.push((shard.cell().to_owned(), shard.epoch()))
+            }
+            FleetEvent::Stopped { cell, epoch, .. } => stopped.push((cell, epoch)),
+            _ => {}
+        }
+    }
+    // The loop is left; events are no longer read.
+    let (fb, _eb) = b.fleet(&cells).start().await.unwrap();
+    converged(&store, &cells, &[&fa, &fb], 20_000).await;
+    let drained = fa.drain(Duration::from_secs(5)).await;
+    assert!(drained.left.is_empty(), "{drained:?}");
+    for e in drained.unread {
+        match e {
+            FleetEvent::Started { shard, .. } => {
+                started.push((shard.cell().to_owned(), shard.epoch()))
+            }
+            FleetEvent::Stopped { cell, epoch, .. } => stopped.push((cell, epoch)),
+            _ => {}
+        }
+    }
+    started.sort();
+    stopped.sort();
+    assert!(started.len() >= cells.len());
+    assert_eq!(stopped, started, "every started cell's stop is told");
+    assert!(events.recv().await.is_none(), "nothing is told twice");
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::{
-    Election as CoreElection, Error, LeaderEvent as CoreEvent, Leadership as CoreTerm, StepDown,
+    Election as CoreElection, ElectionEvent as CoreEvent, Error, StepDown, Term as CoreTerm,
 };
 use pyo3::exceptions::{PyStopAsyncIteration, PyStopIteration};
 use pyo3::prelude::*;
@@ -19,7 +19,7 @@ use crate::wait::{closed, interruptible, opt_seconds, run, run_async};
 /// One term of leadership: the epoch is its fencing token. Writes through it are refused by
 /// the store once a later term exists.
 #[pyclass(module = "fence", frozen)]
-pub(crate) struct Leadership {
+pub(crate) struct Term {
     term: Local<CoreTerm>,
     epoch: u64,
     node: String,
@@ -27,7 +27,7 @@ pub(crate) struct Leadership {
 }
 
 #[pymethods]
-impl Leadership {
+impl Term {
     /// The term's epoch: pass it to anything that can refuse a lower one.
     #[getter]
     fn epoch(&self) -> u64 {
@@ -47,8 +47,8 @@ impl Leadership {
     }
 
     /// Whether the term still stands now (false in a forked child).
-    fn is_leader(&self) -> bool {
-        self.term.here().is_some_and(CoreTerm::is_leader)
+    fn is_held(&self) -> bool {
+        self.term.here().is_some_and(CoreTerm::is_held)
     }
 
     /// Seconds of authority left unless a renewal lands (0 once the term ended, and in a
@@ -85,8 +85,8 @@ impl Leadership {
         Ok(cell_data(py, d))
     }
 
-    /// Waits until the term ends and says why: ``"lease_lost"``, ``"deposed"`` or
-    /// ``"resigned"``.
+    /// Waits until the term ends and says why: ``"lease_lost"``, ``"deposed"``,
+    /// ``"resigned"`` or ``"unhealthy"``.
     fn lost(&self, py: Python<'_>) -> PyResult<&'static str> {
         let term = self.term.get()?.clone();
         interruptible(py, async move { step_down(&term.lost().await) })
@@ -94,7 +94,7 @@ impl Leadership {
 
     fn __repr__(&self, py: Python<'_>) -> String {
         repr(
-            "Leadership",
+            "Term",
             &[
                 ("resource", v(py, &self.resource)),
                 ("node", v(py, &self.node)),
@@ -108,32 +108,33 @@ fn step_down(s: &StepDown) -> &'static str {
     match s {
         StepDown::LeaseLost { .. } => "lease_lost",
         StepDown::Deposed { .. } => "deposed",
+        StepDown::Unhealthy => "unhealthy",
         _ => "resigned",
     }
 }
 
 /// One event of an election. ``kind`` says which, and which attributes are set:
 ///
-/// - ``"started"``: this node leads: ``leadership``, ``epoch``;
+/// - ``"started"``: this node leads: ``term``, ``epoch``;
 /// - ``"stopped"``: the term at ``epoch`` ended: ``reason`` (``"lease_lost"``,
-///   ``"deposed"``, ``"resigned"``), ``node`` (a deposer, when known);
+///   ``"deposed"``, ``"resigned"``, ``"unhealthy"``), ``node`` (a deposer, when known);
 /// - ``"new_leader"``: the store names ``node`` at ``epoch`` (both ``None``: nobody);
 /// - ``"safe_time_low"``: renewals fall behind: ``epoch``, ``remaining`` seconds.
 #[pyclass(module = "fence", frozen, get_all)]
-pub(crate) struct LeaderEvent {
+pub(crate) struct ElectionEvent {
     kind: &'static str,
-    leadership: Option<Py<Leadership>>,
+    term: Option<Py<Term>>,
     epoch: Option<u64>,
     reason: Option<&'static str>,
     node: Option<String>,
     remaining: Option<f64>,
 }
 
-impl LeaderEvent {
+impl ElectionEvent {
     fn of(py: Python<'_>, e: CoreEvent) -> PyResult<Self> {
-        let mut out = LeaderEvent {
+        let mut out = ElectionEvent {
             kind: "new_leader",
-            leadership: None,
+            term: None,
             epoch: None,
             reason: None,
             node: None,
@@ -143,13 +144,13 @@ impl LeaderEvent {
             CoreEvent::Started(term) => {
                 out.kind = "started";
                 out.epoch = Some(term.epoch());
-                let leadership = Leadership {
+                let term = Term {
                     epoch: term.epoch(),
                     node: term.node().to_owned(),
                     resource: term.resource().to_owned(),
                     term: Local::new(term),
                 };
-                out.leadership = Some(Py::new(py, leadership)?);
+                out.term = Some(Py::new(py, term)?);
             }
             CoreEvent::Stopped { epoch, reason } => {
                 out.kind = "stopped";
@@ -177,10 +178,10 @@ impl LeaderEvent {
 }
 
 #[pymethods]
-impl LeaderEvent {
+impl ElectionEvent {
     fn __repr__(&self, py: Python<'_>) -> String {
         repr(
-            "LeaderEvent",
+            "ElectionEvent",
             &[
                 ("kind", v(py, self.kind)),
                 ("node", v(py, self.node.as_deref())),
@@ -192,15 +193,16 @@ impl LeaderEvent {
 
 /// Leader election for one ``resource``: the node leads while it holds its node lease and a
 /// claim of the resource's cell. Iterate it (``for event in election`` or ``async for``)
-/// for its ``LeaderEvent``s; ``stop()`` resigns and releases, so a peer leads at once.
+/// for its ``ElectionEvent``s; ``stop()`` resigns and releases, so a peer leads at once.
 ///
 /// >>> import fence, tempfile
 /// >>> f = fence.Fence("file://" + tempfile.mkdtemp(), "node-a", ttl=2.0)
 /// >>> election = fence.Election(f, "scheduler")
 /// >>> event = next(e for e in election if e.kind == "started")
-/// >>> event.leadership.write(b"plan").epoch == event.epoch
+/// >>> event.term.write(b"plan").epoch == event.epoch
 /// True
-/// >>> election.stop()
+/// >>> [e.kind for e in election.stop() if e.kind == "stopped"]
+/// ['stopped']
 #[pyclass(module = "fence", frozen)]
 pub(crate) struct Election {
     election: Local<Arc<ElectionSlot>>,
@@ -254,29 +256,42 @@ impl Election {
     /// The next event, waiting up to ``timeout`` seconds (``None``: forever); ``None`` when
     /// none came in time or the election has ended.
     #[pyo3(signature = (timeout = None))]
-    fn next_event(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<LeaderEvent>> {
+    fn next_event(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<ElectionEvent>> {
         let limit = opt_seconds(timeout)?;
         let election = self.election.get()?.clone();
         let got = interruptible(py, async move { next(&election, limit).await })?;
-        got.map(|e| LeaderEvent::of(py, e)).transpose()
+        got.map(|e| ElectionEvent::of(py, e)).transpose()
     }
 
     /// Resigns (if leading) and releases the cell and the node lease, so a peer leads at once.
-    /// Raises the error that ended the election, if one did.
-    fn stop(&self, py: Python<'_>) -> PyResult<()> {
-        run(py, stop(self.election.get()?.clone()))
+    /// Returns the events nobody read: the ``"stopped"`` of a term whose ``"started"`` was
+    /// read is there unless it was read, so no step-down is lost by leaving the event loop
+    /// first. Raises the error that ended the election, if one did.
+    fn stop(&self, py: Python<'_>) -> PyResult<Vec<ElectionEvent>> {
+        let unread = run(py, stop(self.election.get()?.clone()))?;
+        unread
+            .into_iter()
+            .map(|e| ElectionEvent::of(py, e))
+            .collect()
     }
 
     /// ``stop`` as a coroutine.
     fn stop_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        run_async(py, stop(self.election.get()?.clone()))
+        let election = self.election.get()?.clone();
+        future_into_py(py, async move {
+            let unread = stop(election).await.map_err(crate::errors::to_py)?;
+            Python::attach(|py| {
+                let events = unread.into_iter().map(|e| ElectionEvent::of(py, e));
+                events.collect::<PyResult<Vec<ElectionEvent>>>()
+            })
+        })
     }
 
     fn __iter__(slf: Py<Self>) -> Py<Self> {
         slf
     }
 
-    fn __next__(&self, py: Python<'_>) -> PyResult<LeaderEvent> {
+    fn __next__(&self, py: Python<'_>) -> PyResult<ElectionEvent> {
         self.next_event(py, None)?
             .ok_or_else(|| PyStopIteration::new_err(()))
     }
@@ -291,7 +306,7 @@ impl Election {
             let event = next(&election, None)
                 .await
                 .ok_or_else(|| PyStopAsyncIteration::new_err(()))?;
-            Python::attach(|py| LeaderEvent::of(py, event))
+            Python::attach(|py| ElectionEvent::of(py, event))
         })
     }
 }
@@ -308,10 +323,13 @@ async fn next(
     }
 }
 
-async fn stop(election: Arc<Mutex<Option<CoreElection>>>) -> Result<(), Error> {
+async fn stop(election: Arc<Mutex<Option<CoreElection>>>) -> Result<Vec<CoreEvent>, Error> {
     let taken = election.lock().await.take();
     match taken {
-        Some(e) => e.stop().await,
+        Some(e) => {
+            let end = e.stop().await;
+            end.result.map(|()| end.unread)
+        }
         None => Err(closed("election")),
     }
 }
@@ -319,7 +337,7 @@ async fn stop(election: Arc<Mutex<Option<CoreElection>>>) -> Result<(), Error> {
 /// Registers the classes.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Election>()?;
-    m.add_class::<Leadership>()?;
-    m.add_class::<LeaderEvent>()?;
+    m.add_class::<Term>()?;
+    m.add_class::<ElectionEvent>()?;
     Ok(())
 }

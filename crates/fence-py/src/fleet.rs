@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::Error;
-use fence_fleet::{CellEvent as CoreEvent, Events, Fleet as CoreFleet, StopReason};
+use fence_fleet::{Events, Fleet as CoreFleet, FleetEvent as CoreEvent, StopReason};
 use pyo3::exceptions::{PyStopAsyncIteration, PyStopIteration};
 use pyo3::prelude::*;
 use tokio::sync::Mutex;
@@ -91,9 +91,9 @@ impl Shard {
 /// - ``"stopped"``: ``cell``, ``epoch``, ``reason`` (``"lease_lost"``, ``"superseded"``,
 ///   ``"released"``, ``"handed_off"``, ``"closed"``), ``to`` (a hand-off's receiver);
 /// - ``"new_owner"``: ``cell``, ``owner`` (``None``: released), ``epoch``;
-/// - ``"acquired"``: ``generation`` (persist it to restart with ``predecessor``).
+/// - ``"lease_acquired"``: ``generation`` (persist it to restart with ``predecessor``).
 #[pyclass(module = "fence", frozen, get_all)]
-pub(crate) struct CellEvent {
+pub(crate) struct FleetEvent {
     kind: &'static str,
     cell: Option<String>,
     epoch: Option<u64>,
@@ -105,9 +105,9 @@ pub(crate) struct CellEvent {
     generation: Option<String>,
 }
 
-impl CellEvent {
+impl FleetEvent {
     fn empty(kind: &'static str) -> Self {
-        CellEvent {
+        FleetEvent {
             kind,
             cell: None,
             epoch: None,
@@ -122,7 +122,7 @@ impl CellEvent {
 
     fn of(py: Python<'_>, e: CoreEvent) -> PyResult<Self> {
         Ok(match e {
-            CoreEvent::Started { shard, resumed } => CellEvent {
+            CoreEvent::Started { shard, resumed } => FleetEvent {
                 cell: Some(shard.cell().to_owned()),
                 epoch: Some(shard.epoch()),
                 resumed: Some(resumed),
@@ -134,7 +134,7 @@ impl CellEvent {
                         shard: Local::new(shard),
                     },
                 )?),
-                ..CellEvent::empty("started")
+                ..FleetEvent::empty("started")
             },
             CoreEvent::Stopped {
                 cell,
@@ -142,23 +142,23 @@ impl CellEvent {
                 reason,
             } => {
                 let (reason, to) = stop_reason(reason);
-                CellEvent {
+                FleetEvent {
                     cell: Some(cell),
                     epoch: Some(epoch),
                     reason: Some(reason),
                     to,
-                    ..CellEvent::empty("stopped")
+                    ..FleetEvent::empty("stopped")
                 }
             }
-            CoreEvent::NewOwner { cell, owner, epoch } => CellEvent {
+            CoreEvent::NewOwner { cell, owner, epoch } => FleetEvent {
                 cell: Some(cell),
                 owner,
                 epoch: Some(epoch),
-                ..CellEvent::empty("new_owner")
+                ..FleetEvent::empty("new_owner")
             },
-            CoreEvent::Acquired { generation } => CellEvent {
+            CoreEvent::LeaseAcquired { generation } => FleetEvent {
                 generation: Some(generation),
-                ..CellEvent::empty("acquired")
+                ..FleetEvent::empty("lease_acquired")
             },
         })
     }
@@ -175,10 +175,10 @@ fn stop_reason(r: StopReason) -> (&'static str, Option<String>) {
 }
 
 #[pymethods]
-impl CellEvent {
+impl FleetEvent {
     fn __repr__(&self, py: Python<'_>) -> String {
         repr(
-            "CellEvent",
+            "FleetEvent",
             &[
                 ("kind", v(py, self.kind)),
                 ("cell", v(py, self.cell.as_deref())),
@@ -188,22 +188,37 @@ impl CellEvent {
     }
 }
 
-/// What a drain did.
-#[pyclass(module = "fence", frozen, get_all)]
+/// What a drain did, and the events nobody read.
+#[pyclass(module = "fence", frozen)]
 pub(crate) struct Drained {
     /// Cells handed to another live node.
+    #[pyo3(get)]
     handed_off: Vec<String>,
     /// Cells released.
+    #[pyo3(get)]
     released: Vec<String>,
     /// Cells left to be taken over after the usual observation.
+    #[pyo3(get)]
     left: Vec<String>,
     /// Whether a read after the release showed the released node lease.
+    #[pyo3(get)]
     lease_released: bool,
+    unread: Vec<Py<FleetEvent>>,
+}
+
+#[pymethods]
+impl Drained {
+    /// The events no reader had taken when the fleet stopped: the ``"stopped"`` of every
+    /// cell whose ``"started"`` was read is there unless it was read.
+    #[getter]
+    fn unread(&self, py: Python<'_>) -> Vec<Py<FleetEvent>> {
+        self.unread.iter().map(|e| e.clone_ref(py)).collect()
+    }
 }
 
 /// Many cells over many nodes, with no coordinator: this node keeps its fair share of
 /// ``cells``, taking over dead nodes' cells and handing cells to joining nodes. Iterate it
-/// (``for event in fleet`` or ``async for``) for its ``CellEvent``s.
+/// (``for event in fleet`` or ``async for``) for its ``FleetEvent``s.
 ///
 /// >>> import fence, tempfile
 /// >>> f = fence.Fence("file://" + tempfile.mkdtemp(), "node-a", ttl=2.0)
@@ -323,18 +338,22 @@ impl Fleet {
             })
         })?
         .unwrap_or_default();
+        let unread = d.unread.into_iter().map(|e| FleetEvent::of(py, e));
         Ok(Drained {
             handed_off: d.handed_off.into_iter().collect(),
             released: d.released.into_iter().collect(),
             left: d.left.into_iter().collect(),
             lease_released: d.lease_released,
+            unread: unread
+                .map(|e| Py::new(py, e?))
+                .collect::<PyResult<Vec<Py<FleetEvent>>>>()?,
         })
     }
 
     /// The next event, waiting up to ``timeout`` seconds (``None``: forever); ``None`` when
     /// none came in time or the fleet has stopped.
     #[pyo3(signature = (timeout = None))]
-    fn next_event(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<CellEvent>> {
+    fn next_event(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<FleetEvent>> {
         let limit = opt_seconds(timeout)?;
         let events = self.events.get()?.clone();
         let got = interruptible(py, async move {
@@ -344,7 +363,7 @@ impl Fleet {
                 None => rx.recv().await,
             }
         })?;
-        got.map(|e| CellEvent::of(py, e)).transpose()
+        got.map(|e| FleetEvent::of(py, e)).transpose()
     }
 
     /// Waits until this node holds at least ``n`` cells (or ``timeout`` seconds pass),
@@ -369,7 +388,7 @@ impl Fleet {
         slf
     }
 
-    fn __next__(&self, py: Python<'_>) -> PyResult<CellEvent> {
+    fn __next__(&self, py: Python<'_>) -> PyResult<FleetEvent> {
         self.next_event(py, None)?
             .ok_or_else(|| PyStopIteration::new_err(()))
     }
@@ -383,7 +402,7 @@ impl Fleet {
         future_into_py(py, async move {
             let got = events.lock().await.recv().await;
             let event = got.ok_or_else(|| PyStopAsyncIteration::new_err(()))?;
-            Python::attach(|py| CellEvent::of(py, event))
+            Python::attach(|py| FleetEvent::of(py, event))
         })
     }
 }
@@ -392,7 +411,7 @@ impl Fleet {
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Fleet>()?;
     m.add_class::<Shard>()?;
-    m.add_class::<CellEvent>()?;
+    m.add_class::<FleetEvent>()?;
     m.add_class::<Drained>()?;
     Ok(())
 }

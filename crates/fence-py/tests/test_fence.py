@@ -192,22 +192,26 @@ def test_fleet_events_as_an_iterator(file_url):
             assert event.shard.write(b"hi").epoch == event.epoch
         if kinds.count("started") == 4:
             break
-    assert kinds[0] == "acquired"
+    assert kinds[0] == "lease_acquired"
     assert fleet.held() == ["s0", "s1", "s2", "s3"]
     drained = fleet.drain(5.0)
     assert sorted(drained.released) == ["s0", "s1", "s2", "s3"] and drained.lease_released
+    # The loop was left before the drain: the drain tells every stop nobody read.
+    stops = sorted(e.cell for e in drained.unread if e.kind == "stopped")
+    assert stops == ["s0", "s1", "s2", "s3"]
 
 
 def test_election_leads_writes_and_hands_over_on_stop(file_url):
     a = fence.Election(fence.Fence(file_url, "a", ttl=1.0), "leader", retry_period=0.05)
     started = next(e for e in a if e.kind == "started")
-    term = started.leadership
-    assert term.is_leader() and term.write(b"plan").epoch == started.epoch
+    term = started.term
+    assert term.is_held() and term.write(b"plan").epoch == started.epoch
     b = fence.Election(fence.Fence(file_url, "b", ttl=1.0), "leader", retry_period=0.05)
     seen = b.next_event(timeout=5)
     assert seen.kind == "new_leader" and seen.node == "a"
-    a.stop()
-    assert not term.is_leader()
+    unread = a.stop()
+    assert [e.epoch for e in unread if e.kind == "stopped"] == [started.epoch]
+    assert not term.is_held()
     with pytest.raises(fence.FencedError):
         term.write(b"after the term")
     nxt = next(e for e in b if e.kind == "started")

@@ -52,7 +52,7 @@ use crate::store::ConditionalStore;
 pub use cell::{read_cell, update_cell, CellData};
 pub use claim::{CellClaim, ClaimStatus, WriteAck};
 pub use keeper::LeaseKeeper;
-pub use leader::{Election, ElectionBuilder, Leader, LeaderEvent, Leadership, StepDown};
+pub use leader::{Election, ElectionBuilder, ElectionEnd, ElectionEvent, Leader, StepDown, Term};
 pub use observer::Observer;
 
 /// Builds a [`Fence`].

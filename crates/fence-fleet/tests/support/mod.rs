@@ -11,7 +11,7 @@ use fence_core::{Clock, ConditionalStore, MemoryStore, Ownership, Stop};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use fence_fleet::{CellEvent, Events, Fleet, FleetBuilder};
+use fence_fleet::{Events, Fleet, FleetBuilder, FleetEvent};
 use fence_testkit::sim::PausableStore;
 
 pub const TTL_MS: u64 = 1_000;
@@ -105,6 +105,19 @@ pub async fn converged(
     live: &[&Fleet],
     within_ms: u64,
 ) -> BTreeMap<String, (Option<String>, u64)> {
+    match converges(store, cells, live, within_ms).await {
+        Ok(h) => h,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// [`converged`], or what the heads were when `within_ms` passed.
+pub async fn converges(
+    store: &Arc<dyn ConditionalStore>,
+    cells: &[String],
+    live: &[&Fleet],
+    within_ms: u64,
+) -> Result<BTreeMap<String, (Option<String>, u64)>, String> {
     let share = fence_fleet::assign::fair_share(cells.len(), live.len());
     let floor = cells.len() / live.len().max(1);
     let mut waited = 0;
@@ -119,12 +132,13 @@ pub async fn converged(
                 .is_some_and(|o| live.iter().any(|f| f.node() == o && f.shard(c).is_some()))
         });
         if held == cells.len() && fair && placed {
-            return h;
+            return Ok(h);
         }
-        assert!(
-            waited < within_ms,
-            "not converged after {within_ms} ms: held {held}, heads {h:?}"
-        );
+        if waited >= within_ms {
+            return Err(format!(
+                "not converged after {within_ms} ms: held {held}, heads {h:?}"
+            ));
+        }
         advance(50).await;
         waited += 50;
     }
@@ -148,7 +162,7 @@ pub fn moves(
 }
 
 /// Collects events in the background.
-pub fn drain_events(mut events: Events) -> Arc<std::sync::Mutex<Vec<(u64, CellEvent)>>> {
+pub fn drain_events(mut events: Events) -> Arc<std::sync::Mutex<Vec<(u64, FleetEvent)>>> {
     let log = Arc::new(std::sync::Mutex::new(Vec::new()));
     let l = log.clone();
     let clock = Clock::virtual_at(0);
@@ -160,7 +174,7 @@ pub fn drain_events(mut events: Events) -> Arc<std::sync::Mutex<Vec<(u64, CellEv
     log
 }
 
-pub type Log = Arc<std::sync::Mutex<Vec<(u64, CellEvent)>>>;
+pub type Log = Arc<std::sync::Mutex<Vec<(u64, FleetEvent)>>>;
 
 /// One node "a" holding all of `n` cells, its events logged.
 pub async fn one_node(n: usize) -> (Arc<dyn ConditionalStore>, Vec<String>, Node, Fleet, Log) {
@@ -176,7 +190,7 @@ pub async fn one_node(n: usize) -> (Arc<dyn ConditionalStore>, Vec<String>, Node
 /// When (and why) the first `Stopped` event of `cell` came.
 pub fn stopped(log: &Log, cell: &str) -> Option<(u64, fence_fleet::StopReason)> {
     log.lock().unwrap().iter().find_map(|(t, e)| match e {
-        CellEvent::Stopped {
+        FleetEvent::Stopped {
             cell: c, reason, ..
         } if c == cell => Some((*t, reason.clone())),
         _ => None,
@@ -208,7 +222,7 @@ pub async fn act_on_shards(
     shards: Shards,
 ) {
     while let Some(e) = events.recv().await {
-        let CellEvent::Started { shard, .. } = e else {
+        let FleetEvent::Started { shard, .. } = e else {
             continue;
         };
         {

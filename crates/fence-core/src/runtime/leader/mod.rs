@@ -13,13 +13,13 @@
 //! has claimed.
 //!
 //! **How to use it.** [`Election::builder`] over a [`Fence`], [`start`](ElectionBuilder::start)
-//! it, and follow its [`LeaderEvent`]s (a [`Stream`](futures::Stream), or
-//! [`Election::next_event`]): [`Started`](LeaderEvent::Started) hands over a [`Leadership`]
+//! it, and follow its [`ElectionEvent`]s (a [`Stream`](futures::Stream), or
+//! [`Election::next_event`]): [`Started`](ElectionEvent::Started) hands over a [`Term`]
 //! — the epoch, the instant the leader's authority ends if no renewal lands
-//! ([`safe_until`](Leadership::safe_until)), fenced writes of the cell, and a
-//! cancellation-safe [`lost`](Leadership::lost) — and [`Stopped`](LeaderEvent::Stopped)
-//! always follows it; [`NewLeader`](LeaderEvent::NewLeader) names whoever the store names;
-//! [`SafeTimeLow`](LeaderEvent::SafeTimeLow) warns while renewals fall behind.
+//! ([`safe_until`](Term::safe_until)), fenced writes of the cell, and a
+//! cancellation-safe [`lost`](Term::lost) — and [`Stopped`](ElectionEvent::Stopped)
+//! always follows it; [`NewLeader`](ElectionEvent::NewLeader) names whoever the store names;
+//! [`SafeTimeLow`](ElectionEvent::SafeTimeLow) warns while renewals fall behind.
 //!
 //! ```
 //! # fn block(f: impl std::future::Future<Output = ()>) {
@@ -28,23 +28,23 @@
 //! # }
 //! # block(async {
 //! use std::sync::Arc;
-//! use fence_core::{Election, Fence, LeaderEvent, MemoryStore};
+//! use fence_core::{Election, ElectionEvent, Fence, MemoryStore};
 //!
 //! let store = Arc::new(MemoryStore::new());
 //! let fence = Fence::builder(store, "node-a").build().unwrap();
 //! let mut election = Election::builder(fence, "scheduler").start().unwrap();
 //! while let Some(event) = election.next_event().await {
 //!     match event {
-//!         LeaderEvent::Started(term) => {
+//!         ElectionEvent::Started(term) => {
 //!             // Lead until `term.lost()` fires; pass `term.epoch()` to whatever you write.
 //!             term.claim().write(format!("leader since epoch {}", term.epoch())).await.unwrap();
 //!             break;
 //!         }
-//!         LeaderEvent::NewLeader(leader) => println!("the store names {leader:?}"),
+//!         ElectionEvent::NewLeader(leader) => println!("the store names {leader:?}"),
 //!         other => println!("{other:?}"),
 //!     }
 //! }
-//! election.stop().await.unwrap(); // releases the cell, then the lease: a peer leads at once
+//! election.stop().await.result.unwrap(); // releases the cell, then the lease: a peer leads at once
 //! # });
 //! ```
 //!
@@ -72,7 +72,7 @@ use tokio::task::JoinHandle;
 
 use super::claim::{CellClaim, ClaimStatus};
 use super::keeper::Shared;
-use super::Fence;
+use super::{bounded, Fence};
 use crate::decide::LeaseStatus;
 use crate::error::{Error, ErrorKind};
 
@@ -104,9 +104,14 @@ pub enum StepDown {
         /// Its owner, when the head named one.
         by: Option<String>,
     },
-    /// This node gave the resource up: the [`Election`] was stopped or dropped, or the claim
-    /// was released, closed or handed off through [`Leadership::claim`].
+    /// This node gave the resource up: the [`Election`] was stopped or dropped, the term
+    /// was handed to another node ([`Election::hand_off`]), or the claim was released,
+    /// closed or handed off through [`Term::claim`].
     Resigned,
+    /// The [health check](ElectionBuilder::health_check) said this process is unhealthy:
+    /// the term was given up (the cell released, so a healthy peer leads at once), and the
+    /// node campaigns again only once it is healthy.
+    Unhealthy,
 }
 
 /// What an [`Election`] reports, in order. `Started` and `Stopped` of one term always come
@@ -116,10 +121,10 @@ pub enum StepDown {
 /// sleeps, and the last `NewLeader` read always names the last leader known.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
-pub enum LeaderEvent {
+pub enum ElectionEvent {
     /// This node leads (client-go's `OnStartedLeading`): act through the term until
-    /// [`Leadership::lost`] fires, and pass [`Leadership::epoch`] to anything that can fence.
-    Started(Leadership),
+    /// [`Term::lost`] fires, and pass [`Term::epoch`] to anything that can fence.
+    Started(Term),
     /// This node's term at `epoch` ended (`OnStoppedLeading`): stop acting as leader; writes
     /// through the term's claim are refused from now on.
     Stopped {
@@ -158,6 +163,23 @@ pub struct ElectionBuilder {
     check: Option<Duration>,
     warning: Option<Duration>,
     recampaign: bool,
+    health: Option<HealthCheck>,
+}
+
+/// A health check of the process (see [`ElectionBuilder::health_check`]).
+#[derive(Clone)]
+pub(crate) struct HealthCheck(Arc<dyn Fn() -> bool + Send + Sync>);
+
+impl HealthCheck {
+    pub(crate) fn healthy(&self) -> bool {
+        (self.0)()
+    }
+}
+
+impl fmt::Debug for HealthCheck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("HealthCheck")
+    }
 }
 
 /// The election's settings, in milliseconds.
@@ -198,7 +220,7 @@ impl ElectionBuilder {
         self
     }
 
-    /// Report [`LeaderEvent::SafeTimeLow`] once the lease's remaining authority drops to
+    /// Report [`ElectionEvent::SafeTimeLow`] once the lease's remaining authority drops to
     /// this (default TTL/2; must be below the TTL). Renewals at TTL/3 keep at least 2/3 of
     /// a TTL left while they land on time.
     pub fn safe_time_warning(mut self, left: Duration) -> Self {
@@ -211,6 +233,18 @@ impl ElectionBuilder {
     /// end after `Stopped`, and the lease is released.
     pub fn recampaign(mut self, again: bool) -> Self {
         self.recampaign = again;
+        self
+    }
+
+    /// A health check of this process (client-go's leader-election health check, turned
+    /// into action): the leader calls `healthy` every [check
+    /// period](Self::check_period), and when it answers `false` the term ends
+    /// ([`StepDown::Unhealthy`]) and the cell is released, so a healthy peer leads within
+    /// its retry period; a follower that is unhealthy does not campaign (it looks again
+    /// every retry period, reporting nothing meanwhile). Keep it quick: it runs on the
+    /// election's task.
+    pub fn health_check(mut self, healthy: impl Fn() -> bool + Send + Sync + 'static) -> Self {
+        self.health = Some(HealthCheck(Arc::new(healthy)));
         self
     }
 
@@ -248,7 +282,8 @@ impl ElectionBuilder {
             settings,
             outbox.clone(),
             stopped,
-        );
+        )
+        .with_health(self.health);
         Ok(Election {
             node,
             resource: self.resource,
@@ -292,6 +327,7 @@ impl Election {
             check: None,
             warning: None,
             recampaign: true,
+            health: None,
         }
     }
 
@@ -309,7 +345,7 @@ impl Election {
     /// without [`recampaign`](ElectionBuilder::recampaign), or failed: [`stop`](Self::stop)
     /// tells why) and every event was read. Cancellation-safe: an event is taken only when
     /// returned.
-    pub async fn next_event(&mut self) -> Option<LeaderEvent> {
+    pub async fn next_event(&mut self) -> Option<ElectionEvent> {
         std::future::poll_fn(|cx| self.outbox.poll_next(cx)).await
     }
 
@@ -326,9 +362,48 @@ impl Election {
     }
 
     /// This node's term, while it leads.
-    pub fn leadership(&self) -> Option<Leadership> {
+    pub fn term(&self) -> Option<Term> {
         let term = self.outbox.term().clone();
-        term.filter(Leadership::is_leader)
+        term.filter(Term::is_held)
+    }
+
+    /// Whether this node leads now (client-go's `IsLeader`): a term has started and not
+    /// ended, and the node lease is held by this process's clocks. A local judgement: the
+    /// store stays the fence (see [`Term::is_held`]).
+    pub fn is_leader(&self) -> bool {
+        self.term().is_some()
+    }
+
+    /// Hands the leadership to node `to` (client-go has no such call; a DynamoDB lock can
+    /// be handed by its holder): this node's term ends ([`StepDown::Resigned`]), one
+    /// compare-and-swap names `to` in the cell at the next epoch (with `to`'s lease
+    /// generation, read first), and `to` leads within its retry period, at an epoch of its
+    /// own. Returns the epoch the cell was handed at. Nothing is written unless `to` has a
+    /// live node lease by one read and this node leads.
+    ///
+    /// Errors: [`ErrorKind::InvalidInput`] when this node does not lead, `to` is this node,
+    /// or `to` has no live lease; those of the hand-off
+    /// ([`CellClaim::hand_off`](super::CellClaim::hand_off)).
+    pub async fn hand_off(&self, to: &str) -> Result<u64, Error> {
+        let invalid = |what: String| Error::new(ErrorKind::InvalidInput, what).not_committed();
+        let term = self
+            .term()
+            .ok_or_else(|| invalid(format!("{}: this node does not lead", self.resource)))?;
+        if to == self.node {
+            return Err(invalid(format!("{to} is this node")));
+        }
+        let fence = &term.term.lease.fence;
+        let bound = fence.cfg.attempt_max_ms;
+        let seen = fence.observer.observe(fence, to, bound).await?;
+        let lease = seen
+            .lease
+            .as_ref()
+            .filter(|_| seen.judge(fence.now(), &fence.cfg) != crate::decide::Liveness::Dead);
+        let Some(lease) = lease else {
+            return Err(invalid(format!("{to} has no live node lease")));
+        };
+        let generation = lease.record.generation.clone();
+        term.claim().hand_off(to, Some(&generation)).await
     }
 
     /// Asks the election to end, as [`stop`](Self::stop) does, without waiting: the events
@@ -338,23 +413,42 @@ impl Election {
         self.stop.send_replace(true);
     }
 
-    /// Ends the election — a term in progress ends, the cell and then the lease are
-    /// released — and returns once done, with how the election ended: `Ok` unless it had
-    /// already failed (a corrupt cell head, refused credentials, an invalid name: the error
-    /// that ended it). Events not read yet are dropped; to read them, [`cancel`](Self::cancel)
-    /// first and read to the end.
-    pub async fn stop(mut self) -> Result<(), Error> {
+    /// Ends the election — a term in progress ends (its [`Term::lost`] fires, with
+    /// [`StepDown::Resigned`]), the cell and then the lease are released — and returns once
+    /// done, with every event not read yet ([`ElectionEnd::unread`]: the `Stopped` of a term
+    /// whose `Started` was read is there unless it was read) and how the election ended.
+    /// So a caller that leaves its event loop first loses no step-down: the shutdown is
+    /// `stop`, then the unread events, then joining the leader's work (README, "Leader
+    /// election").
+    pub async fn stop(mut self) -> ElectionEnd {
         self.cancel();
-        let Some(task) = self.task.take() else {
-            return Ok(());
+        let result = match self.task.take() {
+            None => Ok(()),
+            Some(task) => task.await.unwrap_or_else(|e| {
+                Err(Error::new(
+                    ErrorKind::Other,
+                    format!("the election's task ended abnormally: {e}"),
+                ))
+            }),
         };
-        task.await.unwrap_or_else(|e| {
-            Err(Error::new(
-                ErrorKind::Other,
-                format!("the election's task ended abnormally: {e}"),
-            ))
-        })
+        ElectionEnd {
+            unread: self.outbox.queue().take_all(),
+            result,
+        }
     }
+}
+
+/// How an election ended: what [`Election::stop`] returns.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ElectionEnd {
+    /// The events nobody read, in order. Every term whose `Started` was read has its
+    /// `Stopped` either read before or here; a term that started and ended unread is
+    /// dropped as a pair (see [`ElectionEvent`]).
+    pub unread: Vec<ElectionEvent>,
+    /// `Ok` unless the election had failed before the stop (a corrupt cell head, refused
+    /// credentials, an invalid name): the error that ended it.
+    pub result: Result<(), Error>,
 }
 
 impl Drop for Election {
@@ -365,9 +459,9 @@ impl Drop for Election {
 }
 
 impl futures::Stream for Election {
-    type Item = LeaderEvent;
+    type Item = ElectionEvent;
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<LeaderEvent>> {
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ElectionEvent>> {
         self.outbox.poll_next(cx)
     }
 }
@@ -377,7 +471,7 @@ impl futures::Stream for Election {
 struct Outbox {
     queue: Mutex<queue::Queue>,
     leader: watch::Sender<Option<Leader>>,
-    term: Mutex<Option<Leadership>>,
+    term: Mutex<Option<Term>>,
 }
 
 impl Outbox {
@@ -393,11 +487,11 @@ impl Outbox {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn term(&self) -> MutexGuard<'_, Option<Leadership>> {
+    fn term(&self) -> MutexGuard<'_, Option<Term>> {
         self.term.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn push(&self, event: LeaderEvent) {
+    fn push(&self, event: ElectionEvent) {
         let waker = self.queue().push(event);
         if let Some(w) = waker {
             w.wake();
@@ -411,7 +505,7 @@ impl Outbox {
         }
     }
 
-    fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<LeaderEvent>> {
+    fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<ElectionEvent>> {
         self.queue().poll_next(cx)
     }
 
@@ -425,7 +519,7 @@ impl Outbox {
             news
         });
         if changed {
-            self.push(LeaderEvent::NewLeader(leader));
+            self.push(ElectionEvent::NewLeader(leader));
         }
     }
 }
@@ -435,23 +529,23 @@ impl Outbox {
 ///
 /// The term ends when the node lease is lost, when the store is found to name a later epoch
 /// (a refused write, or the leader's check of the head), or when the election is stopped or
-/// dropped; [`lost`](Self::lost) tells which. From then on [`is_leader`](Self::is_leader)
+/// dropped; [`lost`](Self::lost) tells which. From then on [`is_held`](Self::is_held)
 /// is `false` and writes through [`claim`](Self::claim) are refused.
 #[derive(Clone)]
-pub struct Leadership {
-    term: Arc<Term>,
+pub struct Term {
+    term: Arc<TermState>,
 }
 
-struct Term {
+struct TermState {
     claim: CellClaim,
     lease: Arc<Shared>,
     /// Set once, when the term's end is first known.
     ended: OnceLock<StepDown>,
 }
 
-impl fmt::Debug for Leadership {
+impl fmt::Debug for Term {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Leadership")
+        f.debug_struct("Term")
             .field("node", &self.node())
             .field("resource", &self.resource())
             .field("epoch", &self.epoch())
@@ -459,14 +553,14 @@ impl fmt::Debug for Leadership {
     }
 }
 
-impl Leadership {
+impl Term {
     fn new(claim: CellClaim, lease: Arc<Shared>) -> Self {
-        let term = Term {
+        let term = TermState {
             claim,
             lease,
             ended: OnceLock::new(),
         };
-        Leadership {
+        Term {
             term: Arc::new(term),
         }
     }
@@ -491,7 +585,7 @@ impl Leadership {
     /// held, judged at call time on the monotonic and the wall clock. A local judgement: the
     /// store remains the fence (a write through [`claim`](Self::claim) is refused once a
     /// later epoch exists, whatever this says).
-    pub fn is_leader(&self) -> bool {
+    pub fn is_held(&self) -> bool {
         self.term.ended.get().is_none() && self.term.claim.is_held()
     }
 
@@ -502,7 +596,7 @@ impl Leadership {
     }
 
     fn remaining_ms(&self) -> u64 {
-        if self.is_leader() {
+        if self.is_held() {
             self.term.lease.remaining_ms()
         } else {
             0
@@ -511,8 +605,10 @@ impl Leadership {
 
     /// The instant this term's authority ends unless a renewal lands first: now +
     /// [`remaining`](Self::remaining), on the monotonic clock the lease is judged by (and
-    /// never later than its wall clock allows). Work that must finish while this node leads
-    /// must finish before it; renewals move it later.
+    /// never later than its wall clock allows), as a [`tokio::time::Instant`] (to print it,
+    /// print [`remaining`](Self::remaining) instead: an `Instant` has no readable form).
+    /// Work that must finish while this node leads must finish before it; renewals move it
+    /// later.
     pub fn safe_until(&self) -> tokio::time::Instant {
         let clock = &self.term.lease.fence.clock;
         clock.instant_at(clock.mono_ms().saturating_add(self.remaining_ms()))
@@ -526,12 +622,25 @@ impl Leadership {
 
     /// Waits until the term ends and says why: at the instant the lease's authority runs
     /// out (judged on this process's clocks, not when the keeper next gets to report it), or
-    /// as soon as the claim is found over. Cancellation-safe.
+    /// as soon as the claim is found over. A deposition found by a write through the claim
+    /// is named after one read of the head ([`StepDown::Deposed`]'s `by`: whom the store
+    /// names). Cancellation-safe.
     pub async fn lost(&self) -> StepDown {
+        self.concluded().await.0
+    }
+
+    /// The end of the term once it came, and whom the store names since when a read of the
+    /// head showed it (`Some(None)`: nobody).
+    async fn concluded(&self) -> (StepDown, Option<Option<Leader>>) {
         let clock = &self.term.lease.fence.clock;
         loop {
-            if let Some(why) = self.ended() {
-                return why;
+            if let Some(why) = self.term.ended.get() {
+                return (why.clone(), None);
+            }
+            match self.term.claim.status() {
+                ClaimStatus::Held => {}
+                ClaimStatus::Superseded { epoch } => return self.deposed(epoch).await,
+                status => return (self.settle(status), None),
             }
             let until = clock.mono_ms().saturating_add(self.remaining_ms());
             tokio::select! {
@@ -541,13 +650,40 @@ impl Leadership {
         }
     }
 
-    /// Why the term ended, `None` while it lasts.
+    /// A write through the claim found the cell at `epoch`: one bounded read of the head
+    /// names the node the store names now, and records the end of the term as
+    /// [`StepDown::Deposed`] by it (by nobody if the read failed or the head names nobody).
+    async fn deposed(&self, epoch: u64) -> (StepDown, Option<Option<Leader>>) {
+        let fence = &self.term.lease.fence;
+        let read = bounded(
+            &fence.clock,
+            fence.cfg.attempt_max_ms,
+            fence.ownership.read_head(self.resource()),
+        );
+        match read.await {
+            Ok(head) => {
+                let head = head.map(|(h, _)| h);
+                let leader = run::leader_of(head.as_ref());
+                let why = self.end(StepDown::Deposed {
+                    epoch: head.as_ref().map_or(0, |h| h.epoch),
+                    by: leader.as_ref().map(|l| l.node.clone()),
+                });
+                (why, Some(leader))
+            }
+            Err(_) => (self.end(StepDown::Deposed { epoch, by: None }), None),
+        }
+    }
+
+    /// Why the term ended, `None` while it lasts. A deposition found by a write through the
+    /// claim is told here at once, before the read of the head that names the new owner:
+    /// its `by` may be `None` until [`lost`](Self::lost) or the `Stopped` event named it.
     pub fn ended(&self) -> Option<StepDown> {
         if let Some(why) = self.term.ended.get() {
             return Some(why.clone());
         }
         match self.term.claim.status() {
             ClaimStatus::Held => None,
+            ClaimStatus::Superseded { epoch } => Some(StepDown::Deposed { epoch, by: None }),
             status => Some(self.settle(status)),
         }
     }

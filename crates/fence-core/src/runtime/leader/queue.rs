@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::task::{Context, Poll, Waker};
 
-use super::LeaderEvent;
+use super::ElectionEvent;
 
 /// The most unread events there can be: of the one term the reader saw start, a warning
 /// and its `Stopped`; of the term in progress, unseen, its `Started` and a warning; and a
@@ -22,38 +22,38 @@ const MOST_UNREAD: usize = 9;
 /// Unread events, coalesced.
 #[derive(Debug, Default)]
 pub(super) struct Queue {
-    events: VecDeque<LeaderEvent>,
+    events: VecDeque<ElectionEvent>,
     closed: bool,
     reader: Option<Waker>,
 }
 
-fn started_epoch(e: &LeaderEvent) -> Option<u64> {
+fn started_epoch(e: &ElectionEvent) -> Option<u64> {
     match e {
-        LeaderEvent::Started(term) => Some(term.epoch()),
+        ElectionEvent::Started(term) => Some(term.epoch()),
         _ => None,
     }
 }
 
-fn is_warning_of(e: &LeaderEvent, epoch: u64) -> bool {
-    matches!(e, LeaderEvent::SafeTimeLow { epoch: w, .. } if *w == epoch)
+fn is_warning_of(e: &ElectionEvent, epoch: u64) -> bool {
+    matches!(e, ElectionEvent::SafeTimeLow { epoch: w, .. } if *w == epoch)
 }
 
 impl Queue {
     /// Queues `event`; returns the reader to wake.
-    pub(super) fn push(&mut self, event: LeaderEvent) -> Option<Waker> {
+    pub(super) fn push(&mut self, event: ElectionEvent) -> Option<Waker> {
         match &event {
-            LeaderEvent::NewLeader(_) => {
-                if matches!(self.events.back(), Some(LeaderEvent::NewLeader(_))) {
+            ElectionEvent::NewLeader(_) => {
+                if matches!(self.events.back(), Some(ElectionEvent::NewLeader(_))) {
                     self.events.pop_back();
                 }
             }
-            LeaderEvent::SafeTimeLow { epoch, .. } => {
+            ElectionEvent::SafeTimeLow { epoch, .. } => {
                 let epoch = *epoch;
                 self.events.retain(|e| !is_warning_of(e, epoch));
                 // The warning removed may have stood between two `NewLeader`s.
                 self.merge_leaders();
             }
-            LeaderEvent::Stopped { epoch, .. } => {
+            ElectionEvent::Stopped { epoch, .. } => {
                 let epoch = *epoch;
                 if let Some(i) = self
                     .events
@@ -67,7 +67,7 @@ impl Queue {
                     return None;
                 }
             }
-            LeaderEvent::Started(_) => {}
+            ElectionEvent::Started(_) => {}
         }
         self.events.push_back(event);
         self.reader.take()
@@ -75,11 +75,14 @@ impl Queue {
 
     /// Keeps only the last of each run of consecutive `NewLeader`s.
     fn merge_leaders(&mut self) {
-        let mut kept: VecDeque<LeaderEvent> = VecDeque::with_capacity(self.events.len());
+        let mut kept: VecDeque<ElectionEvent> = VecDeque::with_capacity(self.events.len());
         for e in self.events.drain(..) {
             let both = matches!(
                 (kept.back(), &e),
-                (Some(LeaderEvent::NewLeader(_)), LeaderEvent::NewLeader(_))
+                (
+                    Some(ElectionEvent::NewLeader(_)),
+                    ElectionEvent::NewLeader(_)
+                )
             );
             if both {
                 kept.pop_back();
@@ -95,7 +98,7 @@ impl Queue {
         self.reader.take()
     }
 
-    pub(super) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<LeaderEvent>> {
+    pub(super) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<ElectionEvent>> {
         if let Some(e) = self.events.pop_front() {
             return Poll::Ready(Some(e));
         }
@@ -104,6 +107,11 @@ impl Queue {
         }
         self.reader = Some(cx.waker().clone());
         Poll::Pending
+    }
+
+    /// Every event not read yet, taken out.
+    pub(super) fn take_all(&mut self) -> Vec<ElectionEvent> {
+        self.events.drain(..).collect()
     }
 
     #[cfg(test)]
@@ -119,7 +127,7 @@ mod tests {
 
     use proptest::prelude::*;
 
-    use super::super::{Leader, LeaderEvent, Leadership, StepDown};
+    use super::super::{ElectionEvent, Leader, StepDown, Term};
     use super::{Queue, MOST_UNREAD};
     use crate::{Fence, MemoryStore};
 
@@ -143,8 +151,8 @@ mod tests {
         ]
     }
 
-    /// A term at `epoch` (real claims: a `Leadership` is made from one).
-    async fn terms(n: u64) -> Vec<Leadership> {
+    /// A term at `epoch` (real claims: a `Term` is made from one).
+    async fn terms(n: u64) -> Vec<Term> {
         let store = Arc::new(MemoryStore::new());
         let fence = Fence::builder(store, "me").build().unwrap();
         let lease = fence.acquire().await.unwrap();
@@ -152,12 +160,12 @@ mod tests {
         for _ in 0..n {
             let claim = lease.claim("r").await.unwrap();
             claim.close().await;
-            out.push(Leadership::new(claim, lease.shared.clone()));
+            out.push(Term::new(claim, lease.shared.clone()));
         }
         out
     }
 
-    fn read(q: &mut Queue) -> Option<LeaderEvent> {
+    fn read(q: &mut Queue) -> Option<ElectionEvent> {
         let waker = futures::task::noop_waker();
         match q.poll_next(&mut Context::from_waker(&waker)) {
             Poll::Ready(e) => e,
@@ -173,20 +181,20 @@ mod tests {
     }
 
     impl Reader {
-        fn take(&mut self, e: LeaderEvent) {
+        fn take(&mut self, e: ElectionEvent) {
             match e {
-                LeaderEvent::Started(t) => {
+                ElectionEvent::Started(t) => {
                     assert_eq!(self.leading, None, "Started while a term is open");
                     self.leading = Some(t.epoch());
                 }
-                LeaderEvent::Stopped { epoch, .. } => {
+                ElectionEvent::Stopped { epoch, .. } => {
                     assert_eq!(self.leading, Some(epoch), "Stopped of a term not seen");
                     self.leading = None;
                 }
-                LeaderEvent::SafeTimeLow { epoch, .. } => {
+                ElectionEvent::SafeTimeLow { epoch, .. } => {
                     assert_eq!(self.leading, Some(epoch), "a warning outside its term")
                 }
-                LeaderEvent::NewLeader(l) => self.leader = Some(l),
+                ElectionEvent::NewLeader(l) => self.leader = Some(l),
             }
         }
     }
@@ -210,22 +218,22 @@ mod tests {
                     Step::SeeLeader(n) => {
                         let l = (n > 0).then(|| Leader { node: format!("n{n}"), epoch: u64::from(n) });
                         last_leader = Some(l.clone());
-                        q.push(LeaderEvent::NewLeader(l));
+                        q.push(ElectionEvent::NewLeader(l));
                     }
                     Step::Start if open.is_none() => {
-                        q.push(LeaderEvent::Started(terms[next_term].clone()));
+                        q.push(ElectionEvent::Started(terms[next_term].clone()));
                         open = Some(next_term);
                         next_term += 1;
                     }
                     Step::Warn => if let Some(t) = open {
-                        q.push(LeaderEvent::SafeTimeLow {
+                        q.push(ElectionEvent::SafeTimeLow {
                             epoch: terms[t].epoch(),
                             remaining: std::time::Duration::ZERO,
                             safe_until: rt.block_on(async { terms[t].safe_until() }),
                         });
                     },
                     Step::Stop => if let Some(t) = open.take() {
-                        q.push(LeaderEvent::Stopped { epoch: terms[t].epoch(), reason: StepDown::Resigned });
+                        q.push(ElectionEvent::Stopped { epoch: terms[t].epoch(), reason: StepDown::Resigned });
                     },
                     Step::Read => if let Some(e) = read(&mut q) { reader.take(e) },
                     Step::Start => {}
@@ -251,28 +259,28 @@ mod tests {
             .unwrap();
         let terms = rt.block_on(terms(2));
         let seen = |l: u8| {
-            LeaderEvent::NewLeader(Some(Leader {
+            ElectionEvent::NewLeader(Some(Leader {
                 node: format!("n{l}"),
                 epoch: 1,
             }))
         };
-        let warn = |t: &Leadership| LeaderEvent::SafeTimeLow {
+        let warn = |t: &Term| ElectionEvent::SafeTimeLow {
             epoch: t.epoch(),
             remaining: std::time::Duration::ZERO,
             safe_until: rt.block_on(async { t.safe_until() }),
         };
         let mut q = Queue::default();
-        q.push(LeaderEvent::Started(terms[0].clone()));
+        q.push(ElectionEvent::Started(terms[0].clone()));
         assert!(read(&mut q).is_some());
         q.push(seen(1));
         q.push(warn(&terms[0]));
         q.push(seen(2));
-        q.push(LeaderEvent::Stopped {
+        q.push(ElectionEvent::Stopped {
             epoch: terms[0].epoch(),
             reason: StepDown::Resigned,
         });
         q.push(seen(3));
-        q.push(LeaderEvent::Started(terms[1].clone()));
+        q.push(ElectionEvent::Started(terms[1].clone()));
         q.push(seen(4));
         q.push(warn(&terms[1]));
         q.push(seen(5));
@@ -286,7 +294,7 @@ mod tests {
             MOST_UNREAD - 1,
             "the newer warning goes last, and the leaders it stood between merge"
         );
-        q.push(LeaderEvent::Stopped {
+        q.push(ElectionEvent::Stopped {
             epoch: terms[1].epoch(),
             reason: StepDown::Resigned,
         });
@@ -307,18 +315,18 @@ mod tests {
             .build()
             .unwrap();
         let terms = rt.block_on(terms(1));
-        let warn = LeaderEvent::SafeTimeLow {
+        let warn = ElectionEvent::SafeTimeLow {
             epoch: terms[0].epoch(),
             remaining: std::time::Duration::ZERO,
             safe_until: rt.block_on(async { terms[0].safe_until() }),
         };
         let mut q = Queue::default();
-        q.push(LeaderEvent::Started(terms[0].clone()));
+        q.push(ElectionEvent::Started(terms[0].clone()));
         for _ in 0..10 {
-            q.push(LeaderEvent::NewLeader(None));
+            q.push(ElectionEvent::NewLeader(None));
             q.push(warn.clone());
         }
-        q.push(LeaderEvent::NewLeader(None));
+        q.push(ElectionEvent::NewLeader(None));
         assert_eq!(
             q.len(),
             4,
@@ -329,9 +337,9 @@ mod tests {
     #[test]
     fn a_closed_queue_ends_after_its_events() {
         let mut q = Queue::default();
-        q.push(LeaderEvent::NewLeader(None));
+        q.push(ElectionEvent::NewLeader(None));
         q.close();
-        assert!(matches!(read(&mut q), Some(LeaderEvent::NewLeader(None))));
+        assert!(matches!(read(&mut q), Some(ElectionEvent::NewLeader(None))));
         let waker = futures::task::noop_waker();
         let end = q.poll_next(&mut Context::from_waker(&waker));
         assert!(matches!(end, Poll::Ready(None)));

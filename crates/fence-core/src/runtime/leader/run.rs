@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use super::{Leader, LeaderEvent, Leadership, Outbox, Settings, StepDown};
+use super::{ElectionEvent, HealthCheck, Leader, Outbox, Settings, StepDown, Term};
 use crate::error::{Error, ErrorKind};
 use crate::record::CellHead;
 use crate::runtime::claim::CellClaim;
@@ -21,6 +21,7 @@ pub(super) struct Campaign {
     settings: Settings,
     outbox: Arc<Outbox>,
     stop: watch::Receiver<bool>,
+    health: Option<HealthCheck>,
 }
 
 /// How serving under one lease ended.
@@ -46,7 +47,7 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
 }
 
 /// The leader a cell head names.
-fn leader_of(head: Option<&CellHead>) -> Option<Leader> {
+pub(super) fn leader_of(head: Option<&CellHead>) -> Option<Leader> {
     let head = head?;
     let node = head.node.clone()?;
     Some(Leader {
@@ -69,7 +70,30 @@ impl Campaign {
             settings,
             outbox,
             stop,
+            health: None,
         }
+    }
+
+    pub(super) fn with_health(mut self, health: Option<HealthCheck>) -> Self {
+        self.health = health;
+        self
+    }
+
+    fn healthy(&self) -> bool {
+        self.health.as_ref().is_none_or(HealthCheck::healthy)
+    }
+
+    /// Waits until the process is healthy, looking every retry period; `false` if stopped.
+    async fn until_healthy(&self) -> bool {
+        let period = Duration::from_millis(self.settings.retry_ms);
+        while !self.healthy() {
+            tokio::select! {
+                biased;
+                _ = stopped(self.stop.clone()) => return false,
+                _ = self.fence.clock().sleep(period) => {}
+            }
+        }
+        true
     }
 
     /// Runs the campaign to its end; the events end with it.
@@ -146,6 +170,9 @@ impl Campaign {
     /// Terms under one lease: follow, lead, and follow again if asked.
     async fn serve(&self, keeper: &LeaseKeeper) -> Served {
         loop {
+            if !self.until_healthy().await {
+                return Served::Done(Ok(()));
+            }
             let claim = match self.follow(keeper).await {
                 Ok(Some(claim)) => claim,
                 Ok(None) => return Served::Done(Ok(())),
@@ -187,11 +214,11 @@ impl Campaign {
 
     /// One term: reported, held until it ends, reported ended.
     async fn lead(&self, keeper: &LeaseKeeper, claim: CellClaim) -> StepDown {
-        let term = Leadership::new(claim, keeper.shared.clone());
+        let term = Term::new(claim, keeper.shared.clone());
         let epoch = term.epoch();
         info!(node = self.node(), resource = %self.resource, epoch, "leading");
         *self.outbox.term() = Some(term.clone());
-        self.outbox.push(LeaderEvent::Started(term.clone()));
+        self.outbox.push(ElectionEvent::Started(term.clone()));
         self.outbox.saw(Some(Leader {
             node: self.node().to_owned(),
             epoch,
@@ -199,7 +226,7 @@ impl Campaign {
         let (why, next) = self.hold(&term).await;
         *self.outbox.term() = None;
         info!(node = self.node(), resource = %self.resource, epoch, reason = ?why, "stepped down");
-        self.outbox.push(LeaderEvent::Stopped {
+        self.outbox.push(ElectionEvent::Stopped {
             epoch,
             reason: why.clone(),
         });
@@ -213,7 +240,7 @@ impl Campaign {
     /// every check period (never delaying the step-down: a check in flight is dropped when
     /// the term ends), resigns on stop. Returns why it ended and, if known, whom the store
     /// names now.
-    async fn hold(&self, term: &Leadership) -> (StepDown, Option<Option<Leader>>) {
+    async fn hold(&self, term: &Term) -> (StepDown, Option<Option<Leader>>) {
         let clock = self.fence.clock();
         let mut next_check = clock.mono_ms().saturating_add(self.settings.check_ms);
         let mut warned = false;
@@ -233,9 +260,12 @@ impl Campaign {
                 _ = clock.sleep_until(warn_at), if !warned => Wake::Timer,
             };
             match woke {
-                Wake::Stop => return self.resign(term).await,
-                Wake::Ended => return (term.lost().await, None),
+                Wake::Stop => return self.resign(term, StepDown::Resigned).await,
+                Wake::Ended => return term.concluded().await,
                 Wake::Checked(Some(head)) => return self.deposed(term, head).await,
+                Wake::Checked(None) if !self.healthy() => {
+                    return self.resign(term, StepDown::Unhealthy).await
+                }
                 Wake::Checked(None) => {
                     next_check = clock.mono_ms().saturating_add(self.settings.check_ms);
                 }
@@ -244,17 +274,17 @@ impl Campaign {
         }
     }
 
-    /// Reports [`LeaderEvent::SafeTimeLow`] when the remaining authority first drops to the
+    /// Reports [`ElectionEvent::SafeTimeLow`] when the remaining authority first drops to the
     /// warning; re-armed once a renewal restored it. Returns whether a warning stands.
-    fn warn_if_low(&self, term: &Leadership, warned: bool) -> bool {
+    fn warn_if_low(&self, term: &Term, warned: bool) -> bool {
         let remaining = term.remaining();
         if remaining.as_millis() > u128::from(self.settings.warning_ms) {
             return false;
         }
-        if !warned && term.is_leader() {
+        if !warned && term.is_held() {
             warn!(node = self.node(), resource = %self.resource, epoch = term.epoch(),
                   remaining_ms = remaining.as_millis() as u64, "leader's safe time runs low");
-            self.outbox.push(LeaderEvent::SafeTimeLow {
+            self.outbox.push(ElectionEvent::SafeTimeLow {
                 epoch: term.epoch(),
                 remaining,
                 safe_until: term.safe_until(),
@@ -265,7 +295,7 @@ impl Campaign {
 
     /// Reads the head: `Some(head)` if it no longer names this term (`None` inside: no
     /// head at all); `None` while it does, or if the read failed (tried again next period).
-    async fn check(&self, term: &Leadership) -> Option<Option<CellHead>> {
+    async fn check(&self, term: &Term) -> Option<Option<CellHead>> {
         let shared = &term.term.lease;
         let read = bounded(
             self.fence.clock(),
@@ -286,7 +316,7 @@ impl Campaign {
     /// write of it in flight) before that is reported.
     async fn deposed(
         &self,
-        term: &Leadership,
+        term: &Term,
         head: Option<CellHead>,
     ) -> (StepDown, Option<Option<Leader>>) {
         let leader = leader_of(head.as_ref());
@@ -298,11 +328,11 @@ impl Campaign {
         (why, Some(leader))
     }
 
-    /// Ends the term on purpose and releases the cell; if the release fails, the claim is
-    /// closed instead (nothing more is sent through it), so the term's holders learn of
-    /// the end at once either way.
-    async fn resign(&self, term: &Leadership) -> (StepDown, Option<Option<Leader>>) {
-        let why = term.end(StepDown::Resigned);
+    /// Ends the term on purpose (`why`) and releases the cell; if the release fails, the
+    /// claim is closed instead (nothing more is sent through it), so the term's holders
+    /// learn of the end at once either way.
+    async fn resign(&self, term: &Term, why: StepDown) -> (StepDown, Option<Option<Leader>>) {
+        let why = term.end(why);
         match term.claim().release_shared().await {
             Ok(()) => (why, Some(None)),
             Err(e) => {
