@@ -4,7 +4,7 @@
 //! releases, hand-offs and a co-writer; succession and adoption with a pause; three nodes
 //! with mixed TTLs; a takeover racing a faulty append; 2 nodes × 2 cells with a pause and
 //! writes);
-//! `FENCE_MODEL_PRESET=faults|ci-two-faults|three-nodes|hand-off|faulty|quick|mixed-ttls|resume|succession|adoption|collection|collection-across-epochs|release|log|log-takeover|log-handover|log-faults|two-cells|two-by-two`
+//! `FENCE_MODEL_PRESET=faults|ci-two-faults|three-nodes|hand-off|faulty|quick|mixed-ttls|resume|succession|adoption|collection|collection-across-epochs|collection-faults|release|log|log-takeover|log-handover|log-faults|two-cells|two-by-two`
 //! runs one of them in place of the CI scope (`faults`, 2 faulty answers with a write, has not
 //! been seen to finish);
 //! `FENCE_MODEL_SCOPE=<chaos>,<settle>,<faults>,<pauses>,<crashes>` overrides the CI scope's
@@ -36,6 +36,7 @@ fn ci_scope() -> ModelConfig {
         Ok("log-handover") => ModelConfig::log_handover(),
         Ok("release") => ModelConfig::release(),
         Ok("collection-across-epochs") => ModelConfig::collection_across_epochs(),
+        Ok("collection-faults") => ModelConfig::collection_faults(),
         Ok("succession") => ModelConfig::succession(),
         Ok("adoption") => ModelConfig::adoption(),
         Ok("collection") => ModelConfig::collection(),

@@ -307,6 +307,20 @@ impl ModelConfig {
         }
     }
 
+    /// Payload collection beside a co-writer whose answer may be lost (one fault): the
+    /// co-writer frees payload objects by the core's rule (`unused_payload`) once its write
+    /// ends — its own only when the store proved it never lands, none when its fate is
+    /// unknown, as its head may name that object. Checked in every CI run.
+    pub fn collection_faults() -> Self {
+        ModelConfig {
+            faults: 1,
+            co_writes: 1,
+            collections: 1,
+            releases: 1,
+            ..ModelConfig::bare()
+        }
+    }
+
     /// Two nodes claiming one cell; node 0 stalls or is suspended once, and may then take
     /// its lapsed lease back as its own successor and resume the cell at its epoch, while
     /// node 1 may take it over: the scope of the resume's seal, checked in every CI run.

@@ -194,7 +194,7 @@ fn cell_state(model: &FenceModel, w: &World) -> String {
                 format!(
                     "claim @{}{}",
                     c.epoch,
-                    if c.ended { " (ended)" } else { "" }
+                    if c.ended() { " (ended)" } else { "" }
                 )
             });
             let adopted = node

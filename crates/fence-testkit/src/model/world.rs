@@ -15,7 +15,7 @@
 
 use fence_core::decide::claim::{ClaimEnd, ClaimFlow, ClaimStep};
 use fence_core::decide::claimed::{
-    admit, blob_epoch, collectable, Base, CellEnd, CellStep, CellWrite, Change,
+    admit, blob_epoch, collectable, Base, CellEnd, CellStep, CellWrite, Change, Standing,
 };
 use fence_core::decide::log::{
     self as logrules, Append, AppendEnd, AppendStep, Created, HeadWritten, LogHead, RecordRead,

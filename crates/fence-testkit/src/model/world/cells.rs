@@ -106,7 +106,7 @@ impl CellView<'_> {
     /// Whether node `n` acts on a claim of the cell (its first or its second task's).
     pub(crate) fn acting(&self, n: usize) -> bool {
         let slot = self.slot(n);
-        let acting = |c: &Option<Claim>| c.as_ref().is_some_and(|c| !c.ended);
+        let acting = |c: &Option<Claim>| c.as_ref().is_some_and(|c| !c.ended());
         acting(&slot.claim) || acting(&slot.side.claim)
     }
 
@@ -229,6 +229,7 @@ impl FenceModel {
             write: None,
             reading: false,
             tries: 0,
+            replaced: CellPayload::Empty,
         }
     }
 

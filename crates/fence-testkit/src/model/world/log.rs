@@ -165,7 +165,7 @@ impl FenceModel {
                         .cell
                         .claim
                         .as_ref()
-                        .is_some_and(|c| !c.ended && c.epoch == epoch);
+                        .is_some_and(|c| !c.ended() && c.epoch == epoch);
                 if !held {
                     return self.append_over(w, n, Told::Denied);
                 }
@@ -312,7 +312,7 @@ impl FenceModel {
         let node = &mut w.nodes[n];
         let held = node.lease.as_ref().is_some_and(|l| l.is_held(now));
         let ours = node.cell.claim.as_ref().filter(|c| c.epoch == epoch);
-        let ended = ours.is_none_or(|c| c.ended);
+        let ended = ours.is_none_or(Claim::ended);
         if admit(held, ended, self.flaws).is_err() {
             let refused = HeadWritten::of_error(ErrorKind::Fenced, false);
             return self.log_written(w, n, refused, false);

@@ -170,6 +170,10 @@ impl FenceModel {
     fn answer_here(&self, w: &mut World, req: Req, outcome: Option<Outcome>, refused: bool) {
         let from = req.from as usize;
         if req.thread == Thread::Co {
+            // The co-writer's deletes are not awaited (the runtime's run in the background).
+            if matches!(req.op, Op::DeleteBlob { .. }) {
+                return;
+            }
             return self.co_answer(w, outcome, refused);
         }
         let node = &w.nodes[from];

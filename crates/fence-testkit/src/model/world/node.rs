@@ -8,9 +8,18 @@ use super::*;
 pub struct Claim {
     pub(crate) epoch: u64,
     pub(crate) known: Option<Base>,
-    pub(crate) ended: bool,
+    /// How the claim stands: the core's [`Standing`], which the runtime's claim keeps too
+    /// (stopped acting for a release or a hand-off, ended).
+    pub(crate) standing: Standing,
     /// It stands in its lease's register of claims.
     pub(crate) registered: bool,
+}
+
+impl Claim {
+    /// Whether the claim acts no more (the core's rule: [`Standing::ended`]).
+    pub(crate) fn ended(&self) -> bool {
+        self.standing.ended().is_some()
+    }
 }
 
 /// A node's second task and the claim it made: an adoption of the cell

@@ -83,7 +83,7 @@ impl FenceModel {
     fn may_append(&self, node: &Node) -> bool {
         let idle_claim = node.cell.task.is_none()
             && node.cell.collecting.is_none()
-            && node.cell.claim.as_ref().is_some_and(|c| !c.ended);
+            && node.cell.claim.as_ref().is_some_and(|c| !c.ended());
         idle_claim && node.cell.appends_left > 0 && node.cell.pending.is_none()
     }
 
@@ -115,7 +115,7 @@ impl FenceModel {
         }
         let idle_claim = node.cell.task.is_none()
             && node.cell.collecting.is_none()
-            && node.cell.claim.as_ref().is_some_and(|c| !c.ended);
+            && node.cell.claim.as_ref().is_some_and(|c| !c.ended());
         if idle_claim {
             if node.cell.writes_left > 0 {
                 out.push(Action::Write(n as u8));

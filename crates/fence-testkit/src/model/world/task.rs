@@ -111,7 +111,7 @@ impl FenceModel {
         let Some(claim) = w.nodes[n].cell.claim.clone() else {
             return;
         };
-        if admit(held, claim.ended, self.flaws).is_err() {
+        if claim.standing.admit(held, self.flaws).is_err() {
             // Refused locally: not committed.
             if let ChangeKind::Write(id) = kind {
                 w.hist.refused(id);
@@ -145,7 +145,7 @@ impl FenceModel {
         // A release or a hand-off stops the claim acting before it is sent (the core's rule).
         if change.stops_acting(self.flaws) {
             if let Some(c) = node.cell.claim.as_mut() {
-                c.ended = true;
+                c.standing.stop_acting();
             }
         }
         let generation = node.generation().unwrap_or_default();
@@ -351,7 +351,7 @@ impl FenceModel {
         node.cell.claim = Some(Claim {
             epoch,
             known: Some(Base::of(body, version)),
-            ended: false,
+            standing: Standing::default(),
             registered: true,
         });
         // A new claim, a new `AppendLog`.

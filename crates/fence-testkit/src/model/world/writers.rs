@@ -2,6 +2,7 @@
 //! (`collect_garbage`) and the co-writer at the cell's epoch (`update_cell`).
 
 use super::*;
+use fence_core::decide::collect::{unused_payload, Fate};
 
 /// The co-writer: `update_cell` at the cell's current epoch.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -12,6 +13,8 @@ pub struct CoWriter {
     pub(crate) write: Option<(HeadWrite, CellHead, u8)>,
     pub(super) reading: bool,
     pub(super) tries: u8,
+    /// The payload of the head its write in flight builds on (what a landed write frees).
+    pub(super) replaced: CellPayload,
 }
 
 impl FenceModel {
@@ -112,6 +115,7 @@ impl FenceModel {
         } else {
             payload(id)
         };
+        w.co.replaced = head.payload.clone();
         let body = CellHead {
             nonce: format!("co-{}", w.co.tries),
             payload: data,
@@ -141,6 +145,14 @@ impl FenceModel {
 
     fn co_step(&self, w: &mut World, step: WriteStep) {
         let bound = self.lease_cfg[0].attempt_max_ms;
+        let fate = match &step {
+            WriteStep::Done(settled) => Some(Fate::of_settled(settled)),
+            WriteStep::Failed(why) => Some(Fate::of_failure(unsettled_error(*why).1)),
+            WriteStep::Send | WriteStep::Pause(_) | WriteStep::Read => None,
+        };
+        if let Some(fate) = fate {
+            self.co_free(w, fate);
+        }
         match step {
             WriteStep::Send | WriteStep::Pause(_) => {
                 let Some((write, body, id)) = &w.co.write else {
@@ -172,6 +184,25 @@ impl FenceModel {
             WriteStep::Failed(why) if !unsettled_error(why).1 => self.co_refused(w),
             WriteStep::Done(_) | WriteStep::Failed(_) => w.co.write = None,
         }
+    }
+
+    /// What `update_cell` deletes once its write ended with `fate`: the payload object the
+    /// core's rule ([`unused_payload`]) leaves to nobody — the replaced one after a landed
+    /// write, its own after one proven not to land, none after an unknown fate. Sent and
+    /// not awaited, as the runtime's background delete (its answer is dropped).
+    fn co_free(&self, w: &mut World, fate: Fate) {
+        let replaced = std::mem::take(&mut w.co.replaced);
+        let Some((_, body, _)) = &w.co.write else {
+            return;
+        };
+        let Some(blob) = unused_payload(fate, &body.payload, &replaced) else {
+            return;
+        };
+        let op = Op::DeleteBlob {
+            name: blob.name.clone(),
+        };
+        let bound = self.lease_cfg[0].attempt_max_ms;
+        self.send(w, CO as usize, Thread::Co, op, bound);
     }
 
     /// The co-writer's write ends not committed (proven not landed).
