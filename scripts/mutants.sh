@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The mutation gate (on demand, not in CI): applies each mutation of scripts/mutants.txt to
 # fence-core's decide/ and runtime/ in turn, runs the checks CI runs against it — fence-core's
-# unit tests, the model check's CI scopes, the simulation's CI seeds — and prints a table of
+# unit tests (then its integration tests, if those missed), the model check's CI scopes, the
+# simulation's CI seeds — and prints a table of
 # which caught it. A mutation no check catches is a hole in the tests (docs/testkit.md, "The
 # mutation gate").
 #
@@ -84,6 +85,21 @@ failed_tests() {
     fi
 }
 
+# Runs fence-core's integration tests (tests/*.rs); prints the failed tests' names.
+integration_failures() {
+    local log="$OUT/integration.log"
+    timeout --foreground "${MUTANTS_TIMEOUT:-1200}" $NICE cargo test -p fence-core --tests \
+        --no-fail-fast >"$log" 2>&1
+    local rc=$?
+    if ((rc == 124)); then
+        echo "timeout"
+    elif ((rc != 0)); then
+        grep -aE '^test .* \.\.\. FAILED' "$log" |
+            sed -E 's/^test (.*) \.\.\. FAILED/\1/; s/.*:://' | tr '\n' ' '
+        grep -qaE '^test .* \.\.\. FAILED' "$log" || echo "exit $rc"
+    fi
+}
+
 declare -a ROWS
 caught=0
 missed=0
@@ -106,6 +122,10 @@ while IFS= read -r line; do
         m=$(binary tests/model.rs)
         s=$(binary tests/sim.rs)
         u=$(failed_tests "$lib")
+        if [[ -z $u ]]; then
+            # fence-core's integration tests (tests/*.rs), which CI runs too.
+            u=$(integration_failures)
+        fi
         unit=${u:-missed}
         # shellcheck disable=SC2086 # the scopes are filters, one word each
         mf=$(failed_tests "$m" $SMALL_SCOPES)
