@@ -27,13 +27,10 @@ mod store;
 mod trace;
 mod world;
 
-use std::time::Duration;
-
 use fence_fleet::decide::Flaws;
 use fence_fleet::sabotage::Sabotage;
-use stateright::{Checker, HasDiscoveries, Model};
 
-use trace::Counterexample;
+use fence_testkit::model::{explore, ModelReport, Scope};
 use world::FleetModel;
 
 #[global_allocator]
@@ -178,105 +175,20 @@ impl ModelConfig {
     }
 }
 
-/// The result of one check.
-#[derive(Debug)]
-pub struct ModelReport {
-    pub scope: String,
-    pub states: usize,
-    pub exhaustive: bool,
-    pub max_depth: usize,
-    pub elapsed: Duration,
-    pub violations: Vec<Counterexample>,
-    pub never_seen: Vec<&'static str>,
-}
-
-impl ModelReport {
-    pub fn is_clean(&self) -> bool {
-        self.exhaustive && self.violations.is_empty() && self.never_seen.is_empty()
-    }
-
-    /// The CI line: `model check fleet…: N states, exhaustive, 0 violations`.
-    pub fn summary(&self) -> String {
-        let how = if self.exhaustive {
-            "exhaustive"
-        } else {
-            "NOT exhaustive"
-        };
-        let mut line = format!(
-            "model check {}: {} states, {how}, {} violations ({:.1} s, depth {})",
-            self.scope,
-            self.states,
-            self.violations.len(),
-            self.elapsed.as_secs_f64(),
-            self.max_depth
-        );
-        if !self.never_seen.is_empty() {
-            line.push_str(&format!("; never seen: {:?}", self.never_seen));
-        }
-        line
-    }
-
-    pub fn counterexamples(&self) -> String {
-        let all: Vec<String> = self.violations.iter().map(|c| c.to_string()).collect();
-        all.join("\n")
-    }
-}
-
-/// Checks every state of `cfg`'s scope (breadth first, two threads), until done or — with
-/// `first_failure` — the first broken property (a shortest counterexample).
+/// Checks every state of `cfg`'s scope (fence-testkit's explorer, as fence's model check),
+/// until done or — with `first_failure` — until a property breaks.
 pub fn run(cfg: &ModelConfig, first_failure: bool) -> ModelReport {
-    #[allow(clippy::disallowed_methods)] // the report says how long the check took
-    let started = std::time::Instant::now();
-    let model = FleetModel::new(cfg.clone());
-    let props = model.properties();
-    let mut builder = model.checker().threads(2);
-    if first_failure {
-        builder = builder.finish_when(HasDiscoveries::AnyFailures);
-    }
-    let checker = builder.spawn_bfs();
-    if std::env::var_os("FENCE_FLEET_MODEL_PROGRESS").is_some() {
-        while !checker.is_done() {
-            std::thread::sleep(Duration::from_secs(10));
-            eprintln!(
-                "fleet model check progress: {} states, depth {}, {:.0} s",
-                checker.unique_state_count(),
-                checker.max_depth(),
-                started.elapsed().as_secs_f64()
-            );
-        }
-    }
-    let checker = checker.join();
-    let discoveries = checker.discoveries();
-    let mut violations = Vec::new();
-    let mut never_seen = Vec::new();
-    for p in &props {
-        let found = discoveries.get(p.name);
-        if p.expectation.discovery_is_failure() {
-            if let Some(path) = found {
-                let always = p.expectation == stateright::Expectation::Always;
-                let c = Counterexample::new(
-                    checker.model(),
-                    p.name,
-                    path.clone(),
-                    always.then_some(p.condition),
-                );
-                violations.push(c);
-            }
-        } else if found.is_none() && props::reachable(p.name, checker.model()) {
-            never_seen.push(p.name);
-        }
-    }
-    let stopped_early =
-        discoveries.len() == props.len() || (first_failure && !violations.is_empty());
-    ModelReport {
-        scope: cfg.scope(),
-        states: checker.unique_state_count(),
-        exhaustive: checker.is_done() && !stopped_early,
-        max_depth: checker.max_depth(),
-        elapsed: started.elapsed(),
-        violations,
-        never_seen,
-    }
+    let scope = Scope {
+        name: cfg.scope(),
+        first_failure,
+        progress: "FENCE_FLEET_MODEL_PROGRESS",
+    };
+    explore(
+        FleetModel::new(cfg.clone()),
+        scope,
+        props::reachable,
+        trace::counterexample,
+    )
 }
 
 fn assert_clean(cfg: &ModelConfig) {

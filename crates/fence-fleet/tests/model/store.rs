@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use fence_core::decide::ObservedLease;
 use fence_core::{NodeLeaseRecord, Version};
 use fence_fleet::decide::record::{Assignment, Notice, Watched};
-use fence_fleet::decide::{Claimed, Part, Seen};
+use fence_fleet::decide::{Claimed, Seen};
 
 /// A cell head.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -58,15 +58,6 @@ impl Rec {
             watch: self.watch.clone(),
             notices: self.notices.clone(),
             ..Assignment::empty(node)
-        }
-    }
-
-    pub fn part(&self) -> Part {
-        Part {
-            cells: self.cells.clone(),
-            heirs: self.heirs.clone(),
-            moves: self.moves.clone(),
-            watch: self.watch.clone(),
         }
     }
 }

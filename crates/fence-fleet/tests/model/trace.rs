@@ -1,41 +1,31 @@
 //! A counterexample as a readable trace: each step, then the store and the nodes after it.
 
-use std::fmt;
-
+use fence_testkit::model::Counterexample;
 use stateright::Path;
 
 use super::world::{node_name, Action, FleetModel, Node, World};
 
-/// One broken property and the path the checker found to it.
-#[derive(Clone, Debug)]
-pub struct Counterexample {
-    pub property: &'static str,
-    pub depth: usize,
-    pub steps: Vec<String>,
-}
-
-impl Counterexample {
-    /// The trace of `path`, cut at its first state where `holds` is false.
-    pub fn new(
-        model: &FleetModel,
-        property: &'static str,
-        path: Path<World, Action>,
-        holds: Option<fn(&FleetModel, &World) -> bool>,
-    ) -> Self {
-        let mut steps = Vec::new();
-        for (state, action) in path.into_vec() {
-            let broken = holds.is_some_and(|h| !h(model, &state));
-            steps.push(format!("   {}", describe(model, &state)));
-            match action {
-                Some(a) if !broken => steps.push(format!("t={:>2}: {}", state.tick, what(&a))),
-                _ => break,
-            }
+/// The trace of `path` (fence-testkit's [`Counterexample`], which the fleet's model check
+/// shares with fence's), cut at its first state where `holds` is false.
+pub fn counterexample(
+    model: &FleetModel,
+    property: &'static str,
+    path: Path<World, Action>,
+    holds: Option<fn(&FleetModel, &World) -> bool>,
+) -> Counterexample {
+    let mut steps = Vec::new();
+    for (state, action) in path.into_vec() {
+        let broken = holds.is_some_and(|h| !h(model, &state));
+        steps.push(format!("   {}", describe(model, &state)));
+        match action {
+            Some(a) if !broken => steps.push(format!("t={:>2}: {}", state.tick, what(&a))),
+            _ => break,
         }
-        Counterexample {
-            property,
-            depth: steps.len() / 2,
-            steps,
-        }
+    }
+    Counterexample {
+        property,
+        depth: steps.len() / 2,
+        steps,
     }
 }
 
@@ -85,18 +75,4 @@ fn describe(m: &FleetModel, w: &World) -> String {
         })
         .collect();
     format!("heads {} | {}", heads.join(" "), nodes.join("; "))
-}
-
-impl fmt::Display for Counterexample {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "counterexample of \"{}\" ({} steps):",
-            self.property, self.depth
-        )?;
-        for s in &self.steps {
-            writeln!(f, "{s}")?;
-        }
-        Ok(())
-    }
 }

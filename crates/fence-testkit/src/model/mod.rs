@@ -666,16 +666,63 @@ impl fmt::Display for ModelReport {
 /// `first_failure` — until the first broken property (its counterexample is then a
 /// shortest one).
 pub fn run(cfg: &ModelConfig, first_failure: bool) -> ModelReport {
+    let model = world::FenceModel::new(cfg.clone());
+    let scope = Scope {
+        name: cfg.scope(),
+        first_failure,
+        progress: "FENCE_MODEL_PROGRESS",
+    };
+    explore(
+        model,
+        scope,
+        |name, _| reachable(name, cfg),
+        |m, name, path, holds| trace::Counterexample::new(m, name, path, holds),
+    )
+}
+
+/// How [`explore`] runs one check.
+#[derive(Debug)]
+pub struct Scope {
+    /// The scope's words in the CI line.
+    pub name: String,
+    /// Stop at the first broken property.
+    pub first_failure: bool,
+    /// The variable that makes the check print its progress every 10 s.
+    pub progress: &'static str,
+}
+
+/// The condition of an `always` property of model `M`.
+pub type Condition<M> = fn(&M, &<M as Model>::State) -> bool;
+
+/// Checks every state of `model` (breadth first, two threads) — fence's model check and
+/// fence-fleet's share it — until done or, with `first_failure`, until a property breaks;
+/// `reachable(name, model)` says whether a `sometimes` property can show in this scope at
+/// all, `trace` makes a counterexample of a path (cut where an `always` condition fails).
+pub fn explore<M>(
+    model: M,
+    scope: Scope,
+    reachable: impl Fn(&str, &M) -> bool,
+    trace: impl Fn(
+        &M,
+        &'static str,
+        stateright::Path<M::State, M::Action>,
+        Option<Condition<M>>,
+    ) -> Counterexample,
+) -> ModelReport
+where
+    M: Model + Send + Sync + 'static,
+    M::State: std::hash::Hash + Send + Sync + Clone + PartialEq + 'static,
+    M::Action: Clone + PartialEq,
+{
     #[allow(clippy::disallowed_methods)] // the report says how long the check took
     let started = std::time::Instant::now();
-    let model = world::FenceModel::new(cfg.clone());
     let props = model.properties();
     let mut builder = model.checker().threads(2);
-    if first_failure {
+    if scope.first_failure {
         builder = builder.finish_when(HasDiscoveries::AnyFailures);
     }
     let checker = builder.spawn_bfs();
-    if std::env::var_os("FENCE_MODEL_PROGRESS").is_some() {
+    if std::env::var_os(scope.progress).is_some() {
         progress(&checker, started);
     }
     let checker = checker.join();
@@ -687,26 +734,21 @@ pub fn run(cfg: &ModelConfig, first_failure: bool) -> ModelReport {
         if p.expectation.discovery_is_failure() {
             if let Some(path) = found {
                 let always = p.expectation == stateright::Expectation::Always;
-                violations.push(trace::Counterexample::new(
-                    checker.model(),
-                    p.name,
-                    path.clone(),
-                    always.then_some(p.condition),
-                ));
+                let holds = always.then_some(p.condition);
+                violations.push(trace(checker.model(), p.name, path.clone(), holds));
             }
-        } else if found.is_none() && reachable(p.name, cfg) {
+        } else if found.is_none() && reachable(p.name, checker.model()) {
             never_seen.push(p.name);
         }
     }
     // Done, and not because every property was discovered (the checker's other way to
     // finish) nor because the first failure stopped it: every reachable state was seen.
     let stopped_early =
-        discoveries.len() == props.len() || (first_failure && !violations.is_empty());
-    let exhaustive = checker.is_done() && !stopped_early;
+        discoveries.len() == props.len() || (scope.first_failure && !violations.is_empty());
     ModelReport {
-        scope: cfg.scope(),
+        scope: scope.name,
         states: checker.unique_state_count(),
-        exhaustive,
+        exhaustive: checker.is_done() && !stopped_early,
         max_depth: checker.max_depth(),
         elapsed: started.elapsed(),
         violations,
@@ -714,8 +756,8 @@ pub fn run(cfg: &ModelConfig, first_failure: bool) -> ModelReport {
     }
 }
 
-/// Prints the checker's progress every 10 s until it is done (`FENCE_MODEL_PROGRESS=1`).
-fn progress(checker: &impl Checker<world::FenceModel>, started: std::time::Instant) {
+/// Prints the checker's progress every 10 s until it is done.
+fn progress<M: Model>(checker: &impl Checker<M>, started: std::time::Instant) {
     while !checker.is_done() {
         std::thread::sleep(Duration::from_secs(10));
         eprintln!(
