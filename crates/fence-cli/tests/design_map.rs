@@ -179,3 +179,24 @@ fn every_command_is_named() {
         "commands missing from the layer map's fence-cli entry: {missing:?}"
     );
 }
+
+/// The binary is the top floor: no crate depends on fence-cli, as a library or for its tests
+/// (fence-py and the fleet's examples open stores through the `fence` library).
+#[test]
+fn nothing_depends_on_the_binary() {
+    let dependents: Vec<String> = crates()
+        .into_iter()
+        .filter(|c| c != "fence-cli")
+        .filter(|c| {
+            let manifest = root().join("crates").join(c).join("Cargo.toml");
+            let text = std::fs::read_to_string(manifest).unwrap();
+            text.lines()
+                .map(str::trim_start)
+                .any(|l| l.starts_with("fence-cli ") || l.starts_with("fence-cli."))
+        })
+        .collect();
+    assert!(
+        dependents.is_empty(),
+        "crates that depend on fence-cli: {dependents:?}"
+    );
+}
