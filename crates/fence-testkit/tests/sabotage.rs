@@ -202,8 +202,16 @@ async fn linearizability_fails_when_most_writes_failed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_list_that_leaves_out_the_prefix_key_is_caught() {
-    let failures = scenario_failures(Flaw::ListsOnlyChildren).await;
-    assert_eq!(failures, ["list_prefix"]);
+    // The store-level scenarios only, where "nothing else fails" is a claim about the store:
+    // the runtime scenarios judge 800 ms leases in real time, and CI runs this file at a low
+    // CPU priority beside the model check, where one of them once lost its lease to a stalled
+    // renewal (a CI run of 2026-12-05), which says nothing about the list.
+    let store = Arc::new(SabotagedStore::new(Flaw::ListsOnlyChildren));
+    let report =
+        fence_testkit::run_scenarios(store, &quick(), &fence_testkit::scenarios::store_level())
+            .await;
+    println!("{report}");
+    assert_eq!(report.failures(), ["list_prefix"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
