@@ -18,7 +18,10 @@ section() { echo "== [test.sh $((SECONDS / 60))m$((SECONDS % 60))s] $*"; }
 # same build with every switch off.
 # fence-py (the Python extension module) has no Rust tests: maturin builds it below, and
 # building it here too compiled pyo3 twice more (maturin's Python settings differ).
-tests=(--workspace --exclude fence-testkit --exclude fence-py --lib --bins --tests --examples)
+# That lane, the doc tests and the Python wheel build with the `quick` profile (Cargo.toml: the
+# dev profile without the optimisation only the model checks need; it lands in
+# $CARGO_TARGET_DIR/quick), fence-testkit's and the fleet's model-check builds with `dev`.
+tests=(--workspace --exclude fence-testkit --exclude fence-py --lib --bins --tests --examples --profile quick)
 kit=(-p fence-testkit --features sabotage --lib --tests --examples)
 # The fleet's model check and sabotage test: fence-fleet built with its own `sabotage`
 # feature (its deliberate breakage; no other build contains it), in the same lane.
@@ -49,7 +52,7 @@ cargo test "${tests[@]}" --no-run || build_status=$?
 if [ "$build_status" -eq 0 ]; then cargo test "${kit[@]}" --no-run || build_status=$?; fi
 if [ "$build_status" -eq 0 ]; then cargo test "${fleet_kit[@]}" --no-run || build_status=$?; fi
 # The Python package (crates/fence-py, distribution fence-lock): maturin builds its abi3
-# wheel (one wheel for every CPython >= 3.9) from the same workspace, target dir and dev
+# wheel (one wheel for every CPython >= 3.9) from the same workspace, target dir and `quick`
 # profile as the tests above, and the wheel is installed into a fresh venv, as a user
 # installs it; pytest runs there, against the installed package (not the source tree).
 py_tools="$CARGO_TARGET_DIR/py-venv"  # maturin and pytest, pinned, kept between runs
@@ -61,7 +64,7 @@ if [ ! -x "$py_tools/bin/maturin" ] || [ ! -x "$py_tools/bin/pytest" ]; then
 fi
 py_status=$build_status
 rm -rf "$py_wheels" "$py_venv"
-[ "$py_status" -ne 0 ] || "$py_tools/bin/maturin" build --quiet -m crates/fence-py/Cargo.toml \
+[ "$py_status" -ne 0 ] || "$py_tools/bin/maturin" build --quiet -m crates/fence-py/Cargo.toml --profile quick \
   --interpreter "$py_tools/bin/python" --out "$py_wheels" || py_status=$?
 if [ "$py_status" -eq 0 ]; then
   python3 -m venv "$py_venv" &&
@@ -119,7 +122,7 @@ for t in "${cpu_bound[@]}"; do kit_later+=(--test "$t"); done
   echo "== the fleet's model check and sabotage switches"
   nice -n 15 cargo test "${fleet_kit[@]}" --no-fail-fast -- --show-output || kit_status=$?
   echo "== doc tests"
-  nice -n 15 cargo test --workspace --exclude fence-py --doc || kit_status=$?
+  nice -n 15 cargo test --workspace --exclude fence-py --doc --profile quick || kit_status=$?
   echo "== the model check's two largest CI scopes, one after the other"
   nice -n 15 cargo test -p fence-testkit --features sabotage --test model -- --show-output \
     --test-threads=1 --exact "$model_ci" "$model_two" 2>&1 | tee "$model_log" || kit_status=$?
@@ -141,7 +144,7 @@ fi
 section "python tests (pytest against the installed wheel: local files, SeaweedFS, and Python against \`fence run\`)"
 t0=$SECONDS
 py_log="$CARGO_TARGET_DIR/python-tests.log"
-FENCE_BIN="$CARGO_TARGET_DIR/debug/fence" FENCE_PY_INSTALLED=1 "$py_venv/bin/pytest" -q \
+FENCE_BIN="$CARGO_TARGET_DIR/quick/fence" FENCE_PY_INSTALLED=1 "$py_venv/bin/pytest" -q \
   -p no:cacheprovider crates/fence-py/tests 2>&1 | tee "$py_log" || status=$?
 echo "python tests took $((SECONDS - t0)) s"
 if [ "$status" -ne 0 ]; then

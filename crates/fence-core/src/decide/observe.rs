@@ -170,6 +170,35 @@ impl Observation {
             Liveness::Live { until_mono }
         }
     }
+
+    /// The verdict at `now` from memory, without a read, or `None` when only a read can
+    /// give one:
+    /// - the last read that returned this state was sent more than
+    ///   [`poll_ms`](LeaseConfig::poll_ms) ago;
+    /// - the head being judged was written by a process generation (`writer`) other than the
+    ///   one this record names: a newer process of the node may have acquired since;
+    /// - a `Live` verdict whose full hold has passed: only a read sent from now on can
+    ///   confirm it.
+    ///
+    /// The runtime's observer and the model check both ask this before reading.
+    pub fn from_memory(
+        &self,
+        now: Now,
+        cfg: &LeaseConfig,
+        writer: Option<&str>,
+    ) -> Option<Liveness> {
+        let same_writer = match (writer, &self.lease) {
+            (Some(w), Some(l)) => l.record.generation == w,
+            _ => true,
+        };
+        if !same_writer || now.mono_ms.saturating_sub(self.read_mono) > cfg.poll_ms() {
+            return None;
+        }
+        match self.judge(now, cfg) {
+            Liveness::Live { until_mono } if until_mono <= now.mono_ms => None,
+            verdict => Some(verdict),
+        }
+    }
 }
 
 fn same_state(a: Option<&ObservedLease>, b: Option<&ObservedLease>) -> bool {
@@ -266,6 +295,35 @@ mod tests {
             Liveness::Live {
                 until_mono: 7 + cap
             }
+        );
+    }
+
+    #[test]
+    fn a_verdict_from_memory_needs_a_recent_read_of_the_same_writer() {
+        let cfg = LeaseConfig::with_ttl_ms(1_000); // poll_ms 100
+        let seen = Observation::update(None, Some(lease("v1", 5_000)), 0, 0);
+        let live = Some(Liveness::Live { until_mono: 1_002 });
+        assert_eq!(seen.from_memory(at(50, 1_000), &cfg, Some("g")), live);
+        assert_eq!(seen.from_memory(at(100, 1_000), &cfg, None), live);
+        // The head was written by another process generation of the node: a newer process
+        // may have acquired since the read.
+        assert_eq!(seen.from_memory(at(50, 1_000), &cfg, Some("g2")), None);
+        // The read is older than poll_ms: read again.
+        assert_eq!(seen.from_memory(at(101, 1_000), &cfg, Some("g")), None);
+    }
+
+    #[test]
+    fn a_live_verdict_whose_hold_has_passed_is_never_given_from_memory() {
+        let cfg = LeaseConfig::with_ttl_ms(1_000);
+        let first = Observation::update(None, Some(lease("v1", 5_000)), 0, 0);
+        let again = Observation::update(Some(&first), Some(lease("v1", 5_000)), 995, 998);
+        // Within poll_ms of the read, but the hold (1,002 ms) has passed: only a read sent
+        // from now on can confirm it.
+        assert_eq!(again.from_memory(at(1_010, 1_000), &cfg, Some("g")), None);
+        let confirmed = Observation::update(Some(&again), Some(lease("v1", 5_000)), 1_002, 1_005);
+        assert_eq!(
+            confirmed.from_memory(at(1_050, 1_000), &cfg, Some("g")),
+            Some(Liveness::Dead)
         );
     }
 }

@@ -195,22 +195,11 @@ impl Observer {
         verdict
     }
 
-    /// The verdict from memory, if an observation read at most `poll_ms` ago settles it now.
+    /// The verdict from memory, if an observation read at most `poll_ms` ago settles it now
+    /// ([`Observation::from_memory`]).
     fn settled(&self, fence: &Fence, node: &str, writer: Option<&str>) -> Option<Liveness> {
-        let now = fence.now();
-        let o = self.last(node)?;
-        let same_writer = match (writer, &o.lease) {
-            (Some(w), Some(l)) => l.record.generation == w,
-            _ => true,
-        };
-        if !same_writer || now.mono_ms.saturating_sub(o.read_mono) > fence.cfg.poll_ms() {
-            return None;
-        }
-        match o.judge(now, &fence.cfg) {
-            // A full TTL has passed: only a read sent from now on can confirm it.
-            Liveness::Live { until_mono } if until_mono <= now.mono_ms => None,
-            verdict => Some(verdict),
-        }
+        self.last(node)?
+            .from_memory(fence.now(), &fence.cfg, writer)
     }
 
     fn gate(&self, node: &str) -> Arc<tokio::sync::Mutex<()>> {

@@ -174,7 +174,18 @@ impl FenceModel {
     pub(super) fn run(&self, w: &mut World, n: usize, mut next: Next) {
         loop {
             let bound = self.bound(w, n);
-            let mono = self.now(w, n).mono_ms;
+            let now = self.now(w, n);
+            let mono = now.mono_ms;
+            // A judgement the runtime's observer gives from memory, without a read
+            // (`Observation::from_memory`, the same rule).
+            let remembered = match &next {
+                Next::Claim(ClaimStep::JudgeOwner { node, writer }) => {
+                    let peer = peer_of(node);
+                    let seen = w.nodes[n].seen.get(peer).and_then(Option::as_ref);
+                    seen.and_then(|o| o.from_memory(now, &self.lease_cfg[n], writer.as_deref()))
+                }
+                _ => None,
+            };
             let Some(task) = w.nodes[n].cell.task.as_mut() else {
                 return;
             };
@@ -191,8 +202,14 @@ impl FenceModel {
                     task.wait = Wait::Until(mono + ms);
                     return;
                 }
+                Next::Claim(ClaimStep::JudgeOwner { .. }) if remembered.is_some() => {
+                    match (&mut task.machine, remembered) {
+                        (Machine::Claim(f), Some(verdict)) => Next::Claim(f.on_liveness(verdict)),
+                        _ => return,
+                    }
+                }
                 Next::Claim(ClaimStep::JudgeOwner { node, .. }) => {
-                    let peer = node.trim_start_matches('n').parse::<u8>().unwrap_or(0);
+                    let peer = peer_of(&node) as u8;
                     task.wait = Wait::Judge {
                         node: peer,
                         sent: mono,
@@ -559,4 +576,9 @@ impl FenceModel {
         self.run(w, n, next);
         true
     }
+}
+
+/// The model's node index a lease's node name (`n0`, `n1`, …) names.
+fn peer_of(node: &str) -> usize {
+    node.trim_start_matches('n').parse::<usize>().unwrap_or(0)
 }
