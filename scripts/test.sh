@@ -18,14 +18,34 @@ section() { echo "== [test.sh $((SECONDS / 60))m$((SECONDS % 60))s] $*"; }
 # same build with every switch off.
 # fence-py (the Python extension module) has no Rust tests: maturin builds it below, and
 # building it here too compiled pyo3 twice more (maturin's Python settings differ).
-# That lane, the doc tests and the Python wheel build with the `quick` profile (Cargo.toml: the
-# dev profile without the optimisation only the model checks need; it lands in
-# $CARGO_TARGET_DIR/quick), fence-testkit's and the fleet's model-check builds with `dev`.
+# Every build here uses the `quick` profile (Cargo.toml: the dev profile without the
+# optimisation only the model checks need; it lands in $CARGO_TARGET_DIR/quick). The lane
+# below that runs the model checks sets those three crates' opt-levels back (`model_opt`):
+# in one profile, its build shares every dependency the first lane's build compiled.
 tests=(--workspace --exclude fence-testkit --exclude fence-py --lib --bins --tests --examples --profile quick)
-kit=(-p fence-testkit --features sabotage --lib --tests --examples)
-# The fleet's model check and sabotage test: fence-fleet built with its own `sabotage`
-# feature (its deliberate breakage; no other build contains it), in the same lane.
-fleet_kit=(-p fence-fleet --features sabotage --test model --test sabotage)
+model_opt=(--profile quick)
+for p in fence-core fence-testkit fence-fleet; do
+  model_opt+=(--config "profile.quick.package.$p.opt-level=2")
+done
+# The fleet's model check and sabotage test (fence-fleet's own `sabotage` feature, its
+# deliberate breakage) run in the same lane. One package and feature selection serves every
+# command of that lane (`kit`), so that cargo resolves the dependencies' features once: a
+# second selection (`-p fence-fleet` alone) recompiled 40 crates, 86 s of the build.
+kit=(-p fence-testkit -p fence-fleet --features fence-testkit/sabotage,fence-fleet/sabotage
+  "${model_opt[@]}")
+# fence-testkit's test files (each runs in that lane); fence-fleet's `model` and `sabotage`
+# share their names, so `--test model` and `--test sabotage` select the fleet's too.
+cpu_bound=(model sabotage sim)
+kit_first=(--lib --examples)
+kit_later=()
+for f in crates/fence-testkit/tests/*.rs crates/fence-testkit/tests/*/main.rs; do
+  [ -e "$f" ] || continue
+  case $f in
+    */main.rs) t=$(basename "$(dirname "$f")") ;;
+    *) t=$(basename "$f" .rs) ;;
+  esac
+  if [[ " ${cpu_bound[*]} " == *" $t "* ]]; then kit_later+=(--test "$t"); else kit_first+=(--test "$t"); fi
+done
 started=()
 stop_all() {
   for s in "${started[@]}"; do bash "$s" stop || true; done
@@ -49,8 +69,9 @@ servers=$!
 section "building tests"
 build_status=0
 cargo test "${tests[@]}" --no-run || build_status=$?
-if [ "$build_status" -eq 0 ]; then cargo test "${kit[@]}" --no-run || build_status=$?; fi
-if [ "$build_status" -eq 0 ]; then cargo test "${fleet_kit[@]}" --no-run || build_status=$?; fi
+if [ "$build_status" -eq 0 ]; then
+  cargo test "${kit[@]}" "${kit_first[@]}" "${kit_later[@]}" --no-run || build_status=$?
+fi
 # The Python package (crates/fence-py, distribution fence-lock): maturin builds its abi3
 # wheel (one wheel for every CPython >= 3.9) from the same workspace, target dir and `quick`
 # profile as the tests above, and the wheel is installed into a fresh venv, as a user
@@ -102,29 +123,16 @@ model_ci=every_state_of_the_ci_scope_holds_every_property
 model_two=every_state_of_the_two_fault_scope_holds_every_property
 model_log="$CARGO_TARGET_DIR/model-tests.log"
 rm -f "$model_log"
-cpu_bound=(model sabotage sim)
-kit_first=(-p fence-testkit --features sabotage --lib --examples)
-for f in crates/fence-testkit/tests/*.rs crates/fence-testkit/tests/*/main.rs; do
-  [ -e "$f" ] || continue
-  case $f in
-    */main.rs) t=$(basename "$(dirname "$f")") ;;
-    *) t=$(basename "$f" .rs) ;;
-  esac
-  [[ " ${cpu_bound[*]} " == *" $t "* ]] || kit_first+=(--test "$t")
-done
-kit_later=(-p fence-testkit --features sabotage)
-for t in "${cpu_bound[@]}"; do kit_later+=(--test "$t"); done
 (
   kit_status=0
-  cargo test "${kit_first[@]}" --no-fail-fast -- --show-output || kit_status=$?
-  nice -n 15 cargo test "${kit_later[@]}" --no-fail-fast -- --show-output --exact \
+  cargo test "${kit[@]}" "${kit_first[@]}" --no-fail-fast -- --show-output || kit_status=$?
+  echo "== the model checks, the simulation and the sabotage switches (fence-testkit's, then the fleet's)"
+  nice -n 15 cargo test "${kit[@]}" "${kit_later[@]}" --no-fail-fast -- --show-output --exact \
     --skip "$model_ci" --skip "$model_two" || kit_status=$?
-  echo "== the fleet's model check and sabotage switches"
-  nice -n 15 cargo test "${fleet_kit[@]}" --no-fail-fast -- --show-output || kit_status=$?
   echo "== doc tests"
   nice -n 15 cargo test --workspace --exclude fence-py --doc --profile quick || kit_status=$?
   echo "== the model check's two largest CI scopes, one after the other"
-  nice -n 15 cargo test -p fence-testkit --features sabotage --test model -- --show-output \
+  nice -n 15 cargo test "${kit[@]}" --test model -- --show-output \
     --test-threads=1 --exact "$model_ci" "$model_two" 2>&1 | tee "$model_log" || kit_status=$?
   exit "$kit_status"
 ) >"$kit_log" 2>&1 &
